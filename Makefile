@@ -1,0 +1,28 @@
+# The two set-up commands of the README: `make train` and `make test`.
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+# torch/torchvision first, pinned to releases that satisfy pyproject's ranges; where a pip
+# constraint file caps them (as on our CI machines) the pin matches the cap.
+TORCH := torch==2.14.1 torchvision==0.29.1
+
+.PHONY: install install-dev train test test-fast bench clean
+
+install:
+	$(PYTHON) -c "import torch, torchvision" 2>/dev/null || $(PIP) install $(TORCH)
+	$(PIP) install -e .
+
+install-dev:
+	$(PYTHON) -c "import torch, torchvision" 2>/dev/null || $(PIP) install $(TORCH)
+	$(PIP) install -e ".[dev,export]"
+
+train: install
+	$(PYTHON) -m lightning_cls.train
+
+test: install-dev
+	$(PYTHON) -m pytest -n 2 --timeout 600
+
+test-fast: install-dev
+	$(PYTHON) -m pytest -n 2 -m "not slow"
+
+clean:
+	rm -rf build dist *.egg-info outputs .pytest_cache

@@ -1,0 +1,109 @@
+"""Finding checkpoints to resume from, and checking that one fits a module before using it."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+LAST = "last"
+_MAX_LISTED = 8  # keys listed per category in an incompatibility message
+
+
+def resolve_ckpt_path(ckpt_path: str | None, ckpt_root: Path) -> str | None:
+    """Turn the ``ckpt_path`` setting into a checkpoint file (or None for a fresh start).
+
+    ``None`` → None; ``"last"`` → the newest ``last.ckpt`` anywhere under ``ckpt_root`` (the
+    experiment's stable checkpoint folder, whose sub-folders are the runs); anything else must
+    be an existing file.
+    """
+    if ckpt_path is None:
+        return None
+    if str(ckpt_path) == LAST:
+        root = Path(ckpt_root)
+        candidates = sorted(root.rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime)
+        if not candidates:
+            raise FileNotFoundError(
+                f"ckpt_path=last but no last.ckpt exists under {root}; train this experiment "
+                "first (with a ModelCheckpoint that has save_last=true), or pass "
+                "ckpt_path=<path to a .ckpt file>."
+            )
+        log.info("Resuming from the latest checkpoint of this experiment: %s", candidates[-1])
+        return str(candidates[-1])
+    path = Path(ckpt_path)
+    if path.is_dir():
+        raise FileNotFoundError(
+            f"ckpt_path={ckpt_path} is a directory; pass a .ckpt file inside it, or ckpt_path=last."
+        )
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"Checkpoint not found: ckpt_path={ckpt_path}; check the path, or use ckpt_path=last "
+            f"to resume the latest run under {ckpt_root}."
+        )
+    return str(path)
+
+
+def state_dict_differences(
+    saved: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]
+) -> dict[str, list[str]]:
+    """Keys missing from ``saved``, unexpected in it, and present in both with other shapes."""
+    missing = sorted(set(expected) - set(saved))
+    unexpected = sorted(set(saved) - set(expected))
+    shapes = [
+        f"{key}: checkpoint {tuple(saved[key].shape)} vs model {tuple(expected[key].shape)}"
+        for key in sorted(set(saved) & set(expected))
+        if hasattr(saved[key], "shape") and tuple(saved[key].shape) != tuple(expected[key].shape)
+    ]
+    return {"missing": missing, "unexpected": unexpected, "shape": shapes}
+
+
+def check_compatible(ckpt_path: str | Path, module: nn.Module) -> None:
+    """Raise a ``ValueError`` naming the keys and shapes that differ between a checkpoint and
+    ``module`` (a LightningModule, or a bare network for a ``model_weights.pt`` file)."""
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Checkpoint not found: {path}; check the path.")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated file, not a torch file, ...
+        raise ValueError(
+            f"Cannot read checkpoint {path} ({type(err).__name__}: {err}); the file is damaged or "
+            "not a checkpoint. Resume from another one (e.g. the best or an earlier last.ckpt)."
+        ) from err
+    saved = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} holds no state_dict; it is not a model checkpoint.")
+    diff = state_dict_differences(saved, module.state_dict())
+    if not any(diff.values()):
+        return
+    raise ValueError(_describe(path, diff, ckpt.get("hyper_parameters", {}), module))
+
+
+def _describe(path: Path, diff: dict[str, list[str]], hparams: dict, module: nn.Module) -> str:
+    lines = [f"Checkpoint {path} does not fit this model:"]
+    for kind, title in (("shape", "shapes differ"), ("missing", "missing from checkpoint"),
+                        ("unexpected", "in checkpoint but not in model")):  # fmt: skip
+        items = diff[kind]
+        if items:
+            shown = ", ".join(items[:_MAX_LISTED])
+            more = f" (+{len(items) - _MAX_LISTED} more)" if len(items) > _MAX_LISTED else ""
+            lines.append(f"  {title}: {shown}{more}")
+    if any("_orig_mod." in k for k in diff["unexpected"]):
+        lines.append(
+            "  The checkpoint comes from a torch.compile'd wrapper (keys contain '_orig_mod.'); "
+            "strip that prefix, or compile with lightning_cls.callbacks.CompileModel next time."
+        )
+    ours = dict(getattr(module, "hparams", {}) or {})
+    changed = [
+        f"{k}={hparams[k]!r} (model has {ours[k]!r})"
+        for k in ("model_name", "model_kwargs", "image_size", "num_channels", "classes")
+        if k in hparams and k in ours and hparams[k] != ours[k]
+    ]
+    if changed:
+        lines.append("  The checkpoint was trained with " + "; ".join(changed) + ".")
+    lines.append("  Use the same model/data settings as the run that wrote it, or start fresh.")
+    return "\n".join(lines)

@@ -1,0 +1,22 @@
+"""LightningDataModules for image classification; importable and usable without Hydra."""
+
+from lightning_cls.data.base import ImageDataModule, Split
+from lightning_cls.data.digits import DigitsDataModule
+from lightning_cls.data.synthetic import SyntheticDataModule
+from lightning_cls.data.torchvision_sets import (
+    CIFAR10DataModule,
+    CIFAR100DataModule,
+    FashionMNISTDataModule,
+    MNISTDataModule,
+)
+
+__all__ = [
+    "CIFAR10DataModule",
+    "CIFAR100DataModule",
+    "DigitsDataModule",
+    "FashionMNISTDataModule",
+    "ImageDataModule",
+    "MNISTDataModule",
+    "Split",
+    "SyntheticDataModule",
+]

@@ -1,0 +1,242 @@
+"""``ImageDataModule``: the shared machinery of every dataset in lightning_cls.
+
+A subclass only says how to get its splits as in-memory uint8 tensors (``load_splits``) and
+what they are (``classes``, ``num_channels``, ``image_size``, ``mean``, ``std``). This class
+carves a validation split with a fixed seed and serves loaders through one of two pipelines:
+
+- ``pipeline="tensor"`` (default): batches sliced from the uint8 tensor by a seeded
+  permutation (``TensorBatchLoader``); crop/flip/normalize run per batch on the batch's
+  device (``on_after_batch_transfer`` under Lightning, inside the loader in a plain loop).
+- ``pipeline="pil"``: the classic per-sample torchvision transforms in a ``DataLoader``
+  (use it for arbitrary ``train_transform``/``eval_transform``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pytorch_lightning as pl
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+from torchvision import transforms as T
+
+from lightning_cls.data.augment import BatchAugment
+from lightning_cls.data.tensor_loader import TensorBatchLoader
+
+PIPELINES = ("tensor", "pil")
+
+
+@dataclass
+class Split:
+    images: torch.Tensor  # (N, C, H, W) uint8
+    labels: torch.Tensor  # (N,) int64
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def subset(self, index: torch.Tensor) -> Split:
+        return Split(self.images[index], self.labels[index])
+
+
+class ArrayDataset(Dataset):
+    """Per-sample view of a ``Split`` for the PIL pipeline: uint8 CHW -> PIL -> transform."""
+
+    def __init__(self, split: Split, transform: Callable | None):
+        self.split, self.transform = split, transform
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, i: int):
+        img = self.split.images[i]  # (C, H, W)
+        pil = Image.fromarray(img[0].numpy(), "L") if img.shape[0] == 1 else Image.fromarray(
+            img.permute(1, 2, 0).numpy(), "RGB"
+        )
+        return (self.transform(pil) if self.transform else pil), int(self.split.labels[i])
+
+
+class ImageDataModule(pl.LightningDataModule):
+    classes: list[str]
+    num_channels: int
+    image_size: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def __init__(
+        self,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        pin_memory: bool | None = None,
+        persistent_workers: bool = False,
+        drop_last: bool = False,
+        pipeline: str = "tensor",
+        crop_padding: int = 0,
+        hflip: bool = False,
+        channels_last: bool = False,
+        train_transform: Callable | None = None,
+        eval_transform: Callable | None = None,
+        val_size: int | float = 0.1,
+        seed: int = 42,
+        num_classes: int | None = None,
+        num_channels: int | None = None,
+        image_size: int | None = None,
+        name: str | None = None,
+    ):
+        super().__init__()
+        if pipeline not in PIPELINES:
+            raise ValueError(f"Unknown pipeline '{pipeline}'; use one of {', '.join(PIPELINES)}.")
+        if pipeline == "tensor" and (train_transform or eval_transform):
+            raise ValueError(
+                "train_transform/eval_transform are per-sample PIL transforms; "
+                "set pipeline='pil' to use them."
+            )
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        self.batch_size, self.num_workers = batch_size, num_workers
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.persistent_workers = persistent_workers and num_workers > 0
+        self.drop_last, self.pipeline = drop_last, pipeline
+        self.crop_padding, self.hflip, self.channels_last = crop_padding, hflip, channels_last
+        self._train_transform, self._eval_transform = train_transform, eval_transform
+        self.val_size, self.seed = val_size, seed
+        # What the config promises (model configs interpolate these); checked in setup().
+        self.expected = {"num_classes": num_classes, "num_channels": num_channels,
+                         "image_size": image_size}  # fmt: skip
+        self.name = name or type(self).__name__
+        self.splits: dict[str, Split] = {}
+
+    # -- what a subclass provides ------------------------------------------------------------
+    def load_splits(self) -> dict[str, Split]:
+        """Return ``{"train": ..., "test": ...}`` and optionally ``"val"``."""
+        raise NotImplementedError
+
+    # -- derived facts -----------------------------------------------------------------------
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def meta(self) -> dict:
+        """What a checkpoint or an exported model needs to know about its input."""
+        return {
+            "classes": list(self.classes),
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "image_size": self.image_size,
+            "num_channels": self.num_channels,
+        }
+
+    def _check_config(self) -> None:
+        for key, expected in self.expected.items():
+            actual = getattr(self, key)
+            if expected is not None and expected != actual:
+                raise ValueError(
+                    f"data.{key}={expected} but {type(self).__name__} has {key}={actual}; "
+                    f"set data.{key}={actual}."
+                )
+
+    # -- Lightning hooks ----------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        splits = self.load_splits()
+        self._check_config()
+        if "val" not in splits:
+            splits["train"], splits["val"] = self._carve_val(splits["train"])
+        self.splits = splits
+
+    def _carve_val(self, train: Split) -> tuple[Split, Split]:
+        n = len(train)
+        n_val = int(round(self.val_size * n)) if isinstance(self.val_size, float) else self.val_size
+        if not 0 < n_val < n:
+            raise ValueError(f"val_size={self.val_size} leaves no train or no val data out of {n}.")
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed))
+        return train.subset(perm[n_val:]), train.subset(perm[:n_val])
+
+    def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:
+        return BatchAugment(
+            self.mean, self.std, self.crop_padding, self.hflip, self.channels_last, dtype
+        )
+
+    def train_dataloader(self):
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self):
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self):
+        return self._loader("test", shuffle=False)
+
+    def predict_dataloader(self):
+        return self._loader("test", shuffle=False)
+
+    def _loader(self, name: str, shuffle: bool):
+        self.setup()
+        split = self.splits[name]
+        train = name == "train"
+        drop_last = self.drop_last and train
+        if self.pipeline == "tensor":
+            # Under a Trainer the batch is augmented after it reaches its device.
+            augment = self.batch_augment()
+            transform = None if self._attached() else (lambda x: augment(x, train=train))
+            return TensorBatchLoader(
+                split.images, split.labels, self.batch_size, shuffle, drop_last,
+                seed=self.seed, transform=transform,
+            )
+        transform = self.train_transform() if train else self.eval_transform()
+        return DataLoader(
+            ArrayDataset(split, transform),
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.persistent_workers,
+        )
+
+    def _attached(self) -> bool:
+        return getattr(self, "trainer", None) is not None
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        if self.pipeline != "tensor" or batch[0].dtype != torch.uint8:
+            return batch
+        x, y = batch
+        train = bool(self.trainer and self.trainer.training)
+        return self.batch_augment()(x, train=train), y
+
+    # -- per-sample (PIL) transforms ----------------------------------------------------------
+    def train_transform(self) -> Callable:
+        if self._train_transform is not None:
+            return self._train_transform
+        steps: list = []
+        if self.crop_padding:
+            steps.append(T.RandomCrop(self.image_size, padding=self.crop_padding))
+        if self.hflip:
+            steps.append(T.RandomHorizontalFlip())
+        return T.Compose(steps + self._to_normalized_tensor())
+
+    def eval_transform(self) -> Callable:
+        if self._eval_transform is not None:
+            return self._eval_transform
+        return T.Compose(self._to_normalized_tensor())
+
+    def _to_normalized_tensor(self) -> list:
+        return [T.ToTensor(), T.Normalize(self.mean, self.std)]
+
+
+def as_split(images, labels) -> Split:
+    """numpy/tensor images (N, H, W) or (N, H, W, C) uint8 + labels -> ``Split`` (N, C, H, W)."""
+    x = torch.as_tensor(images)
+    if x.dtype != torch.uint8:
+        raise TypeError(f"Expected uint8 images, got {x.dtype}.")
+    x = x[:, None] if x.ndim == 3 else x.permute(0, 3, 1, 2)
+    return Split(x.contiguous(), torch.as_tensor(labels, dtype=torch.int64))
+
+
+def check_channels(value: Sequence[float], num_channels: int, name: str) -> tuple[float, ...]:
+    value = tuple(float(v) for v in value)
+    if len(value) != num_channels:
+        raise ValueError(f"{name} has {len(value)} values but the images have {num_channels} channels.")
+    return value

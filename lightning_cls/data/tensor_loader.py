@@ -1,0 +1,147 @@
+"""A DataLoader replacement for datasets held in memory as one uint8 tensor.
+
+Each epoch draws a seeded permutation and slices batches from it: no per-sample Python
+work and no worker processes. Under DDP each rank takes its own shard of the permutation,
+exactly the indices ``DistributedSampler(shuffle=..., seed=seed, drop_last=False)`` gives
+it (padded by wrapping around, so every rank gets the same number of samples).
+
+Resuming. The loader remembers its position — the epoch in progress and how many batches
+of it were yielded — and ``state_dict``/``load_state_dict`` save and restore it. After
+``load_state_dict`` the next ``iter()`` continues that epoch from the next batch, so a run
+resumed mid-epoch sees exactly the batches an uninterrupted run would. Lightning 2.x saves
+this state in its checkpoints for any train loader that has these two methods, and because
+the loader has ``__len__`` Lightning does not prefetch from it, so "yielded" equals
+"trained on" when a checkpoint is written. An ``iter()`` that starts while an earlier epoch
+was left unfinished (``limit_train_batches``) moves on to the next epoch.
+
+Augmentation randomness. When ``augment`` is given, batch ``i`` of epoch ``e`` is augmented
+with a generator seeded from ``(seed, e, i)`` (``batch_generator``), so augmentation is
+deterministic, independent of the global RNG and exact across a resume.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.distributed as dist
+
+from lightning_cls.data.augment import BatchAugment
+
+
+def batch_generator(seed: int, epoch: int, batch: int) -> torch.Generator:
+    """A CPU generator unique to one batch of one epoch (tuples of ints hash reproducibly)."""
+    return torch.Generator().manual_seed(hash((seed, epoch, batch)) & 0x7FFF_FFFF_FFFF_FFFF)
+
+
+def shard_indices(
+    n: int, epoch: int, seed: int, shuffle: bool, rank: int, world_size: int
+) -> torch.Tensor:
+    """This rank's sample indices for one epoch, as ``DistributedSampler`` computes them."""
+    if shuffle:
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))  # (N,)
+    else:
+        order = torch.arange(n)  # (N,)
+    per_rank = math.ceil(n / world_size)
+    total = per_rank * world_size
+    if total > n:  # wrap around (possibly more than once) so every rank gets per_rank samples
+        order = order.repeat(math.ceil(total / n))[:total]  # (total,)
+    return order[rank:total:world_size]  # (per_rank,)
+
+
+class TensorBatchLoader:
+    def __init__(
+        self,
+        images: torch.Tensor,  # (N, C, H, W) uint8
+        labels: torch.Tensor,  # (N,) int64
+        batch_size: int,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        seed: int = 0,
+        transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        augment: BatchAugment | None = None,
+        train: bool = False,
+    ):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        if len(images) != len(labels):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels; they must match.")
+        if len(images) == 0:
+            raise ValueError("TensorBatchLoader got an empty split (0 images); check the data source.")
+        if transform is not None and augment is not None:
+            raise ValueError("Pass either transform or augment to TensorBatchLoader, not both.")
+        if world_size is not None and not 0 <= (rank or 0) < world_size:
+            raise ValueError(f"rank={rank} is outside world_size={world_size}.")
+        self.images, self.labels = images, labels
+        self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
+        self.seed, self.transform = seed, transform
+        self.augment, self.train = augment, train
+        self._rank, self._world_size = rank, world_size
+        self.epoch = 0  # the epoch in progress (or the next one to start)
+        self._yielded = 0  # batches of ``epoch`` already yielded
+        self._resume = False  # set by load_state_dict: continue ``epoch`` at ``_yielded``
+
+    @property
+    def rank(self) -> int:
+        if self._rank is not None:
+            return self._rank
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+    @property
+    def world_size(self) -> int:
+        if self._world_size is not None:
+            return self._world_size
+        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+    def _num_samples(self) -> int:
+        return math.ceil(len(self.images) / self.world_size)
+
+    def __len__(self) -> int:
+        """Batches per full epoch on this rank."""
+        n = self._num_samples()
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def indices(self, epoch: int) -> torch.Tensor:
+        """This rank's sample order for ``epoch`` (before batching)."""
+        return shard_indices(
+            len(self.images), epoch, self.seed, self.shuffle, self.rank, self.world_size
+        )
+
+    def _start(self) -> tuple[int, int]:
+        """(epoch, first batch) for a new iteration, and record it as the position."""
+        if self._resume:
+            self._resume = False
+        elif self._yielded:  # the previous epoch was finished or abandoned: next one
+            self.epoch, self._yielded = self.epoch + 1, 0
+        if self._yielded >= len(self):
+            self.epoch, self._yielded = self.epoch + 1, 0
+        return self.epoch, self._yielded
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        epoch, start = self._start()
+        order = self.indices(epoch)  # (per_rank,)
+        for i in range(start, len(self)):
+            idx = order[i * self.batch_size : (i + 1) * self.batch_size]  # (B,)
+            x, y = self.images[idx], self.labels[idx]  # (B, C, H, W) uint8, (B,)
+            if self.augment is not None:
+                x = self.augment(x, train=self.train, generator=batch_generator(self.seed, epoch, i))
+            elif self.transform is not None:
+                x = self.transform(x)
+            self._yielded = i + 1
+            yield x, y
+        self.epoch, self._yielded = epoch + 1, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start the next iteration at the beginning of ``epoch`` (as ``DistributedSampler``)."""
+        self.epoch, self._yielded, self._resume = epoch, 0, False
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "batches_yielded": self._yielded, "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self._yielded = int(state["epoch"]), int(state["batches_yielded"])
+        self.seed = int(state.get("seed", self.seed))
+        self._resume = True

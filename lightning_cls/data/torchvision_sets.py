@@ -1,0 +1,104 @@
+"""CIFAR-10/100, MNIST and Fashion-MNIST through torchvision, with download into ``data_dir``.
+
+The official test split is kept for ``test``; validation is carved from the train split with
+a fixed seed (5,000 images for CIFAR, 5,000 for the MNIST family).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lightning_cls.data.base import ImageDataModule, Split, as_split
+
+
+class TorchvisionDataModule(ImageDataModule):
+    dataset_name: str  # class name in torchvision.datasets
+    hint: str
+
+    def __init__(self, data_dir: str = "data", download: bool = True, val_size: int = 5000, **kwargs):
+        super().__init__(val_size=val_size, **kwargs)
+        self.data_dir, self.download = str(data_dir), download
+
+    def prepare_data(self) -> None:
+        for train in (True, False):
+            self._dataset(train)
+
+    def _dataset(self, train: bool):
+        import torchvision.datasets as tvd
+
+        cls = getattr(tvd, self.dataset_name)
+        try:
+            return cls(self.data_dir, train=train, download=self.download)
+        except RuntimeError as err:  # torchvision: "Dataset not found or corrupted..."
+            raise FileNotFoundError(self._missing_message(err)) from err
+        except OSError as err:  # network down during download
+            raise FileNotFoundError(self._missing_message(err)) from err
+
+    def _missing_message(self, err: Exception) -> str:
+        where = Path(self.data_dir).resolve()
+        how = (
+            "Download failed; check the network or copy the files there by hand."
+            if self.download
+            else "Set data.download=true to fetch it, or copy the files there by hand."
+        )
+        return f"{self.dataset_name} not found in data_dir={where} ({err}). {how} {self.hint}"
+
+    def load_splits(self) -> dict[str, Split]:
+        return {"train": self._split(True), "test": self._split(False)}
+
+    def _split(self, train: bool) -> Split:
+        ds = self._dataset(train)
+        return as_split(_as_numpy(ds.data), _as_numpy(ds.targets))
+
+
+def _as_numpy(x):
+    return x.numpy() if hasattr(x, "numpy") else x
+
+
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR_STD = (0.2470, 0.2435, 0.2616)
+
+
+class CIFAR10DataModule(TorchvisionDataModule):
+    dataset_name = "CIFAR10"
+    hint = "Expected data_dir/cifar-10-batches-py/ (the python version of the archive)."
+    classes = ["airplane", "automobile", "bird", "cat", "deer",
+               "dog", "frog", "horse", "ship", "truck"]  # fmt: skip
+    num_channels, image_size = 3, 32
+
+    def __init__(self, crop_padding: int = 4, hflip: bool = True, mean=CIFAR_MEAN, std=CIFAR_STD, **kw):
+        super().__init__(crop_padding=crop_padding, hflip=hflip, **kw)
+        self.mean, self.std = tuple(mean), tuple(std)
+
+
+class CIFAR100DataModule(CIFAR10DataModule):
+    dataset_name = "CIFAR100"
+    hint = "Expected data_dir/cifar-100-python/."
+
+    def __init__(self, mean=(0.5071, 0.4865, 0.4409), std=(0.2673, 0.2564, 0.2762), **kw):
+        super().__init__(mean=mean, std=std, **kw)
+
+    def load_splits(self) -> dict[str, Split]:
+        self.classes = list(self._dataset(True).classes)
+        return super().load_splits()
+
+
+class MNISTDataModule(TorchvisionDataModule):
+    dataset_name = "MNIST"
+    hint = "Expected data_dir/MNIST/raw/ with the four idx files."
+    classes = [str(d) for d in range(10)]
+    num_channels, image_size = 1, 28
+
+    def __init__(self, mean=(0.1307,), std=(0.3081,), **kw):
+        super().__init__(**kw)
+        self.mean, self.std = tuple(mean), tuple(std)
+
+
+class FashionMNISTDataModule(MNISTDataModule):
+    dataset_name = "FashionMNIST"
+    hint = "Expected data_dir/FashionMNIST/raw/ with the four idx files."
+    classes = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+               "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]  # fmt: skip
+
+    def __init__(self, mean=(0.2860,), std=(0.3530,), **kw):
+        super().__init__(mean=mean, std=std, **kw)

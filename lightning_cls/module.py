@@ -1,0 +1,105 @@
+"""``ClassificationModule``: a network, its loss, metrics and optimizer in one LightningModule."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+
+from lightning_cls.models import create_model
+
+STAGES = ("train", "val", "test")
+
+
+class ClassificationModule(pl.LightningModule):
+    """Wraps an image classifier with cross-entropy, top-1/top-5 accuracy and optimizers.
+
+    The network is built from the registry (``model_name`` + ``model_kwargs``) so that the
+    checkpoint's hyperparameters are plain containers and ``load_from_checkpoint`` rebuilds it
+    without Hydra. Pass ``net`` to wrap any other ``nn.Module`` (then pass it again on load).
+
+    ``classes``, ``mean``, ``std``, ``image_size`` and ``num_channels`` describe the input the
+    network expects; they travel in the checkpoint so predict/export need nothing else.
+    ``optimizer`` and ``scheduler`` are partials: ``optimizer(params)`` and
+    ``scheduler(optimizer, total_steps=...)`` (see ``lightning_cls.optim``).
+    """
+
+    def __init__(
+        self,
+        model_name: str | None = None,
+        model_kwargs: dict[str, Any] | None = None,
+        net: nn.Module | None = None,
+        optimizer: Callable[..., torch.optim.Optimizer] | None = None,
+        scheduler: Callable[..., Any] | None = None,
+        label_smoothing: float = 0.0,
+        classes: Sequence[str] | None = None,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        image_size: int | None = None,
+        num_channels: int | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"])
+        if net is None:
+            if model_name is None:
+                raise ValueError("ClassificationModule needs model_name (a registry name) or net.")
+            net = create_model(model_name, **(model_kwargs or {}))
+        self.net = net
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        num_classes = len(classes) if classes else (model_kwargs or {}).get("num_classes")
+        self.metrics = nn.ModuleDict(
+            {f"{stage}_metrics": _accuracy_metrics(num_classes, stage) for stage in STAGES}
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, H, W) -> (B, classes) logits
+        return self.net(x)
+
+    def _shared_step(self, batch, stage: str) -> torch.Tensor:
+        x, y = batch
+        logits = self(x)
+        loss = self.criterion(logits, y)
+        metrics = self.metrics[f"{stage}_metrics"]
+        metrics.update(logits.detach(), y if y.ndim == 1 else y.argmax(1))
+        on_step = stage == "train"
+        self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True)
+        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "train")
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._shared_step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._shared_step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._shared_step(batch, "test")
+
+    def predict_step(self, batch, batch_idx):
+        x = batch[0] if isinstance(batch, (list, tuple)) else batch
+        return F.softmax(self(x).float(), dim=1)
+
+    def configure_optimizers(self):
+        factory = self.optimizer_factory or (lambda p: torch.optim.Adam(p, lr=1e-3))
+        optimizer = factory(self.parameters())
+        if self.scheduler_factory is None:
+            return optimizer
+        total = int(self.trainer.estimated_stepping_batches)
+        scheduler = self.scheduler_factory(optimizer, total_steps=total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _accuracy_metrics(num_classes: int | None, stage: str) -> MetricCollection:
+    if not num_classes:
+        raise ValueError("Cannot size the accuracy metrics: pass classes or model_kwargs.num_classes.")
+    metrics = {"acc": MulticlassAccuracy(num_classes, top_k=1, average="micro")}
+    if num_classes > 5:
+        metrics["acc_top5"] = MulticlassAccuracy(num_classes, top_k=5, average="micro")
+    return MetricCollection(metrics, prefix=f"{stage}/")
