@@ -50,6 +50,10 @@ def train(cfg: DictConfig) -> dict:
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), Path(cfg.paths.ckpt_root))
+    for checkpoint in trainer.checkpoint_callbacks if ckpt_path else []:
+        # A resumed run keeps writing next to the checkpoint it continues, so its best/last
+        # bookkeeping carries on instead of starting over in a new folder.
+        checkpoint.dirpath = str(Path(ckpt_path).parent)
     if cfg.train:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     fit_metrics = to_floats(trainer.callback_metrics)

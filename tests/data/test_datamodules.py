@@ -1,0 +1,76 @@
+"""Digits and synthetic DataModules, both pipelines, with and without a Trainer."""
+
+import subprocess
+import sys
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from lightning_cls.data import DigitsDataModule, SyntheticDataModule
+from lightning_cls.module import ClassificationModule
+
+
+@pytest.mark.parametrize("cls", [DigitsDataModule, SyntheticDataModule])
+@pytest.mark.parametrize("pipeline", ["tensor", "pil"])
+def test_fast_dev_run(cls, pipeline):
+    dm = cls(batch_size=16, pipeline=pipeline)
+    dm.setup()
+    kwargs = dict(num_classes=dm.num_classes, in_channels=dm.num_channels, image_size=dm.image_size)
+    module = ClassificationModule("simplecnn", kwargs, **dm.meta)
+    trainer = pl.Trainer(fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False)
+    trainer.fit(module, datamodule=dm)
+    assert trainer.state.finished
+
+
+def test_digits_splits_are_real_and_fixed():
+    a, b = DigitsDataModule(), DigitsDataModule()
+    a.setup(), b.setup()
+    sizes = {k: len(v) for k, v in a.splits.items()}
+    assert sum(sizes.values()) == 1797 and sizes["test"] == 359
+    assert torch.equal(a.splits["val"].labels, b.splits["val"].labels)
+    assert a.meta == {"classes": [str(i) for i in range(10)], "mean": [0.3057], "std": [0.3761],
+                      "image_size": 8, "num_channels": 1}  # fmt: skip
+
+
+def test_pipelines_give_the_same_eval_batches():
+    tensor, pil = DigitsDataModule(pipeline="tensor"), DigitsDataModule(pipeline="pil")
+    xt, yt = next(iter(tensor.val_dataloader()))
+    xp, yp = next(iter(pil.val_dataloader()))
+    assert torch.equal(yt, yp)
+    torch.testing.assert_close(xt, xp, atol=1e-6, rtol=0)
+
+
+def test_plain_pytorch_loop_learns_synthetic_task():
+    torch.manual_seed(0)
+    dm = SyntheticDataModule(num_classes=4, image_size=16, train_size=256, test_size=128, batch_size=32)
+    dm.setup()
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 4))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    for _ in range(3):
+        net.train()
+        for x, y in dm.train_dataloader():
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+    net.eval()
+    with torch.no_grad():
+        correct = sum((net(x).argmax(1) == y).sum().item() for x, y in dm.test_dataloader())
+    assert correct / 128 > 0.9  # chance is 0.25
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ValueError, match="Unknown pipeline 'fast'; use one of tensor, pil"):
+        DigitsDataModule(pipeline="fast")
+    with pytest.raises(ValueError, match="set pipeline='pil'"):
+        DigitsDataModule(train_transform=lambda x: x)
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        DigitsDataModule(batch_size=0)
+    with pytest.raises(ValueError, match=r"data\.image_size=32 but DigitsDataModule has image_size=8; set data\.image_size=8"):
+        DigitsDataModule(image_size=32).setup()
+
+
+def test_importing_data_does_not_import_hydra():
+    code = "import sys, lightning_cls.data, lightning_cls.module; print('hydra' in sys.modules, 'omegaconf' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]

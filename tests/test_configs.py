@@ -1,0 +1,103 @@
+"""Every option of every config group composes and instantiates."""
+
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from conftest import compose
+from lightning_cls import config_dir
+from lightning_cls.models import create_model
+from lightning_cls.module import ClassificationModule
+
+CONF = Path(config_dir())
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def test_config_groups_exist():
+    for group in ("model", "data", "optimizer", "scheduler", "trainer", "callbacks", "logger",
+                  "paths", "hydra", "experiment"):  # fmt: skip
+        assert options(group), group
+
+
+@pytest.mark.parametrize("option", options("data"))
+def test_data_options(option, tmp_path):
+    cfg = compose(overrides=[f"data={option}"], tmp=tmp_path)
+    dm = instantiate(cfg.data)
+    assert dm.image_size == cfg.data.image_size or option == "imagefolder"
+    assert dm.batch_size == cfg.data.batch_size
+
+
+@pytest.mark.parametrize("option", [o for o in options("model") if o != "custom"])
+def test_model_options(option, tmp_path):
+    cfg = compose(overrides=[f"model={option}", "data=synthetic"], tmp=tmp_path)
+    kwargs = OmegaConf.to_container(cfg.model, resolve=True)
+    net = create_model(kwargs.pop("name"), **kwargs)
+    assert net(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_custom_model_option_needs_a_name(tmp_path):
+    cfg = compose(overrides=["model=custom", "model.name=mlp"], tmp=tmp_path)
+    kwargs = OmegaConf.to_container(cfg.model, resolve=True)
+    assert create_model(kwargs.pop("name"), **kwargs)(torch.randn(2, 1, 8, 8)).shape == (2, 10)
+
+
+@pytest.mark.parametrize("option", options("optimizer"))
+def test_optimizer_options(option, tmp_path):
+    cfg = compose(overrides=[f"optimizer={option}"], tmp=tmp_path)
+    opt = instantiate(cfg.optimizer)([torch.nn.Parameter(torch.zeros(2))])
+    assert isinstance(opt, torch.optim.Optimizer)
+
+
+@pytest.mark.parametrize("option", options("scheduler"))
+def test_scheduler_options(option, tmp_path):
+    cfg = compose(overrides=[f"scheduler={option}"], tmp=tmp_path)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    sched = instantiate(cfg.scheduler)(opt, total_steps=100)
+    lrs = []
+    for _ in range(100):
+        opt.step()
+        sched.step()
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs[-1] < 0.1 * 0.5  # every schedule decays by the end
+
+
+@pytest.mark.parametrize("option", options("trainer"))
+def test_trainer_options(option, tmp_path):
+    overrides = [f"trainer={option}"]
+    if not torch.cuda.is_available() and option in ("gpu", "ddp"):
+        overrides += ["trainer.accelerator=cpu", "trainer.precision=32-true"]
+    cfg = compose(overrides=overrides, tmp=tmp_path)
+    assert isinstance(instantiate(cfg.trainer, logger=False), pl.Trainer)
+
+
+@pytest.mark.parametrize("option", options("callbacks"))
+def test_callback_options(option, tmp_path):
+    cfg = compose(overrides=[f"callbacks={option}"], tmp=tmp_path)
+    callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values()]
+    assert all(isinstance(c, pl.Callback) for c in callbacks)
+
+
+@pytest.mark.parametrize("option", options("logger"))
+def test_logger_options(option, tmp_path):
+    if option == "mlflow":
+        pytest.importorskip("mlflow")
+    cfg = compose(overrides=[f"logger={option}"], tmp=tmp_path)
+    loggers = [instantiate(c) for c in cfg.logger.values()]
+    assert loggers and all(hasattr(lg, "log_metrics") for lg in loggers)
+
+
+@pytest.mark.parametrize("option", options("experiment"))
+def test_experiment_options(option, tmp_path):
+    cfg = compose(overrides=[f"experiment={option}"], tmp=tmp_path)
+    dm = instantiate(cfg.data)
+    kwargs = OmegaConf.to_container(cfg.model, resolve=True)
+    module = ClassificationModule(kwargs.pop("name"), kwargs, optimizer=instantiate(cfg.optimizer),
+                                  classes=dm.classes, mean=dm.mean, std=dm.std)  # fmt: skip
+    assert module.net(torch.randn(2, dm.num_channels, dm.image_size, dm.image_size)).shape == (2, dm.num_classes)

@@ -1,0 +1,140 @@
+"""The entry points end to end on the embedded digits data: train → eval → predict."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from conftest import QUIET_TRAINER, REPO, compose
+from lightning_cls.data import DigitsDataModule
+from lightning_cls.eval import evaluate
+from lightning_cls.predict import predict
+from lightning_cls.train import train
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The default training, exactly as `python -m lightning_cls.train` runs it (quiet)."""
+    tmp = tmp_path_factory.mktemp("train")
+    summary = train(compose(overrides=QUIET_TRAINER, tmp=tmp))
+    return tmp, summary
+
+
+def test_default_training_reaches_high_accuracy(trained):
+    tmp, summary = trained
+    assert summary["test"]["test/acc"] > 0.90  # chance is 0.10
+    assert Path(summary["best_ckpt"]).is_file()
+    results = json.loads((tmp / "run" / "results.json").read_text())
+    assert results["test"] == pytest.approx(summary["test"])
+    assert results["best_ckpt"] == summary["best_ckpt"] and results["wall_time_s"] > 0
+    assert "name: simplecnn" in (tmp / "run" / "config_resolved.yaml").read_text()
+    # Checkpoints live in the experiment's stable folder, one sub-folder per run.
+    assert Path(summary["best_ckpt"]).parent.parent == tmp / "outputs" / "checkpoints" / "digits_simplecnn"
+
+
+def test_eval_reproduces_test_metric(trained, tmp_path):
+    _, summary = trained
+    cfg = compose("eval", [f"ckpt_path={summary['best_ckpt']}", *QUIET_TRAINER[:4]], tmp=tmp_path)
+    metrics = evaluate(cfg)
+    assert metrics["test/acc"] == pytest.approx(summary["test"]["test/acc"], abs=1e-4)
+    assert metrics["test/loss"] == pytest.approx(summary["test"]["test/loss"], abs=1e-4)
+
+
+def test_predict_writes_correct_csv(trained, tmp_path):
+    _, summary = trained
+    dm = DigitsDataModule()
+    dm.setup()
+    test = dm.splits["test"]
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(20):
+        Image.fromarray(test.images[i, 0].numpy()).save(folder / f"{i:02d}.png")
+    (folder / "broken.png").write_bytes(b"not a png")
+    out = tmp_path / "pred.csv"
+    cfg = compose("predict", [f"ckpt_path={summary['best_ckpt']}", f"inputs={folder}", f"output={out}", "top_k=3"], tmp=tmp_path)
+    predict(cfg)
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 21
+    good = [r for r in rows if not r["error"]]
+    correct = sum(r["label_1"] == str(int(test.labels[int(Path(r["file"]).stem)])) for r in good)
+    assert correct >= 17  # the model is > 90% accurate on these test images
+    for r in good:
+        probs = [float(r[f"prob_{k}"]) for k in (1, 2, 3)]
+        assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-5
+    broken = [r for r in rows if r["error"]]
+    assert [Path(r["file"]).name for r in broken] == ["broken.png"]
+    assert broken[0]["error"] == "not a readable image"
+
+
+def test_load_from_checkpoint_without_hydra(trained):
+    _, summary = trained
+    code = f"""
+import sys, torch
+from lightning_cls.module import ClassificationModule
+m = ClassificationModule.load_from_checkpoint({summary['best_ckpt']!r})  # torch's default weights_only
+assert m.net(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
+assert m.hparams.classes[3] == '3' and m.hparams.mean == [0.3057]
+print('hydra' in sys.modules, 'omegaconf' in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_resume_last_continues_the_latest_run(trained):
+    tmp, summary = trained
+    cfg = compose(overrides=[*QUIET_TRAINER, "ckpt_path=last", "trainer.max_epochs=21", "test=false",
+                             f"paths.output_dir={tmp}/resumed"], tmp=tmp)  # fmt: skip
+    resumed = train(cfg)
+    metrics_csv = tmp / "resumed" / "csv" / "metrics.csv"
+    epochs = {int(r["epoch"]) for r in csv.DictReader(metrics_csv.open()) if r["epoch"]}
+    assert epochs == {20}, "a resumed 20-epoch run trains only epoch 21 (index 20)"
+    assert resumed["val"]["val/acc"] > 0.9
+    # The resumed run keeps writing into the folder of the run it continues.
+    assert Path(resumed["best_ckpt"]).parent == Path(summary["best_ckpt"]).parent
+
+
+def test_resume_last_without_runs_is_a_clear_error(tmp_path):
+    cfg = compose(overrides=[*QUIET_TRAINER, "ckpt_path=last"], tmp=tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"ckpt_path=last but no last\.ckpt exists under .*digits_simplecnn"):
+        train(cfg)
+
+
+def test_unknown_model_from_the_command_line(tmp_path):
+    cfg = compose(overrides=[*QUIET_TRAINER, "model=custom", "model.name=simplecnnn"], tmp=tmp_path)
+    with pytest.raises(ValueError, match="Unknown model 'simplecnnn'. Did you mean 'simplecnn'"):
+        train(cfg)
+
+
+def _run(args: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **env})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.slow
+def test_multirun_gives_one_directory_per_job(tmp_path):
+    _run(["lightning_cls.train", "-m", "model=simplecnn,mlp", "trainer.max_epochs=1",
+          "trainer.enable_progress_bar=false", "~callbacks.progress_bar",
+          f"paths.root_dir={tmp_path}", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)  # fmt: skip
+    results = sorted((tmp_path / "sweep").glob("*/results.json"))
+    assert [p.parent.name for p in results] == ["0", "1"]
+    models = [json.loads(p.read_text())["overrides"] for p in results]
+    assert ["model=simplecnn" in m for m in models] == [True, False]
+    assert ["model=mlp" in m for m in models] == [False, True]
+
+
+@pytest.mark.slow
+def test_command_line_as_documented(tmp_path):
+    proc = _run(["lightning_cls.train", "model=simplecnn", "trainer.devices=1", "trainer.max_epochs=2",
+                 f"paths.root_dir={tmp_path}"], cwd=tmp_path)  # fmt: skip
+    assert "Best checkpoint:" in proc.stderr + proc.stdout
+    assert list((tmp_path / "outputs" / "train").glob("*/*/results.json"))
