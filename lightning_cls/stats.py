@@ -11,16 +11,23 @@ from lightning_cls import config_dir
 from lightning_cls.data.stats import channel_stats
 
 
-@hydra.main(config_path=config_dir(), config_name="stats", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def stats(cfg: DictConfig) -> dict[str, list[float]]:
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    mean, std = channel_stats(datamodule.splits["train"].images)
-    fmt = ", ".join
-    print(f"# per-channel statistics of {cfg.data.name} train ({len(datamodule.splits['train'])} images)")
-    print(f"mean: [{fmt(f'{m:.4f}' for m in mean)}]")
-    print(f"std: [{fmt(f'{s:.4f}' for s in std)}]")
+    train = datamodule.splits["train"]
+    mean, std = channel_stats(train.images)
+    values = lambda xs: "[" + ", ".join(f"{x:.4f}" for x in xs) + "]"  # noqa: E731
+    print(f"# per-channel statistics of data={cfg.data.name}, train split ({len(train)} images)")
+    print(f"# paste into conf/data/<yours>.yaml, or pass data.mean=... data.std=... on the command line")
+    print(f"mean: {values(mean)}")
+    print(f"std: {values(std)}")
+    return {"mean": mean, "std": std}
+
+
+@hydra.main(config_path=config_dir(), config_name="stats", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    stats(cfg)
 
 
 if __name__ == "__main__":
