@@ -1,6 +1,8 @@
-"""``python -m lightning_cls.predict ckpt_path=... inputs=<files or folder>``: batched inference
-to a CSV (file, top-k labels, probabilities), using the preprocessing stored in the checkpoint.
-Files that are not readable images are listed with the reason, never silently dropped."""
+"""``python -m lightning_cls.predict ckpt_path=<any model artifact> inputs=<files or folder>``:
+batched inference to a CSV (file, top-k labels, probabilities), using the preprocessing stored
+with the artifact. ``ckpt_path`` may be a ``.ckpt``, a ``model_weights.pt`` (+ ``model_name=``
+if nothing beside it says which network), a ``.torchscript``, an ``.onnx`` (fp32 or int8) or a
+``.pt2``. Files that are not readable images are listed with the reason, never silently dropped."""
 
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
-from lightning_cls.images import find_images, load_image_batch, write_predictions_csv
-from lightning_cls.module import ClassificationModule
+from lightning_cls.export.artifacts import load_artifact, predict_files
+from lightning_cls.images import find_images, write_predictions_csv
 
 log = logging.getLogger(__name__)
 
@@ -20,23 +22,11 @@ log = logging.getLogger(__name__)
 def predict(cfg: DictConfig) -> list[dict]:
     device = "cuda" if cfg.device == "auto" and torch.cuda.is_available() else cfg.device
     device = "cpu" if device == "auto" else device
-    module = ClassificationModule.load_from_checkpoint(cfg.ckpt_path, map_location=device)
-    module.eval()
-    hp = module.hparams
+    predictor = load_artifact(cfg.ckpt_path, model_name=cfg.get("model_name"), device=device)
+    log.info("Loaded %s", predictor)
     inputs = OmegaConf.to_container(cfg.inputs) if OmegaConf.is_list(cfg.inputs) else [cfg.inputs]
     files = find_images(inputs)
-    rows, failures = [], []
-    for start in range(0, len(files), cfg.batch_size):
-        chunk = files[start : start + cfg.batch_size]
-        x, ok, bad = load_image_batch(chunk, hp.image_size, hp.num_channels, hp.mean, hp.std)
-        failures += bad
-        if not ok:
-            continue
-        with torch.inference_mode():
-            probs = torch.softmax(module(x.to(device)).float(), dim=1).cpu()  # (B, K)
-        top = probs.topk(min(cfg.top_k, probs.shape[1]), dim=1)
-        for path, p, i in zip(ok, top.values.tolist(), top.indices.tolist()):
-            rows.append({"file": str(path), "labels": [hp.classes[j] for j in i], "probs": p})
+    rows, failures = predict_files(predictor, files, cfg.batch_size, cfg.top_k)
     write_predictions_csv(cfg.output, rows, failures, cfg.top_k)
     log.info("Wrote %d predictions to %s", len(rows), cfg.output)
     for path, reason in failures:

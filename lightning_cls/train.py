@@ -18,7 +18,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
-from lightning_cls.checkpointing import resolve_ckpt_path
+from lightning_cls.checkpointing import check_compatible, resolve_ckpt_path
+from lightning_cls.export.callback import ExportCallback
 from lightning_cls.module import ClassificationModule
 from lightning_cls.report import print_config, to_floats
 
@@ -46,10 +47,15 @@ def train(cfg: DictConfig) -> dict:
     )
 
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    export_config = instantiate(cfg.export) if cfg.get("export") else None
+    if export_config is not None and export_config.enabled:
+        callbacks.append(ExportCallback(export_config, dirpath=Path(cfg.paths.output_dir) / "export"))
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), Path(cfg.paths.ckpt_root))
+    if ckpt_path:
+        check_compatible(ckpt_path, module)  # names differing keys/shapes before fit starts
     for checkpoint in trainer.checkpoint_callbacks if ckpt_path else []:
         # A resumed run keeps writing next to the checkpoint it continues, so its best/last
         # bookkeeping carries on instead of starting over in a new folder.

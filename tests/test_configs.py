@@ -8,7 +8,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from conftest import compose
+from hydra_helpers import compose
 from lightning_cls import config_dir
 from lightning_cls.models import create_model
 from lightning_cls.module import ClassificationModule
@@ -28,9 +28,10 @@ def test_config_groups_exist():
 
 @pytest.mark.parametrize("option", options("data"))
 def test_data_options(option, tmp_path):
-    cfg = compose(overrides=[f"data={option}"], tmp=tmp_path)
+    required = [f"data.root={tmp_path}", "data.num_classes=2"] if option == "imagefolder" else []
+    cfg = compose(overrides=[f"data={option}", *required], tmp=tmp_path)
     dm = instantiate(cfg.data)
-    assert dm.image_size == cfg.data.image_size or option == "imagefolder"
+    assert dm.image_size == cfg.data.image_size
     assert dm.batch_size == cfg.data.batch_size
 
 
@@ -101,3 +102,10 @@ def test_experiment_options(option, tmp_path):
     module = ClassificationModule(kwargs.pop("name"), kwargs, optimizer=instantiate(cfg.optimizer),
                                   classes=dm.classes, mean=dm.mean, std=dm.std)  # fmt: skip
     assert module.net(torch.randn(2, dm.num_channels, dm.image_size, dm.image_size)).shape == (2, dm.num_classes)
+
+
+@pytest.mark.parametrize("option", options("export"))
+def test_export_options(option, tmp_path):
+    cfg = compose(overrides=[f"export={option}"], tmp=tmp_path)
+    export = instantiate(cfg.export)
+    assert export.enabled == (option not in ("none", "default"))

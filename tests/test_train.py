@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from conftest import QUIET_TRAINER, REPO, compose
+from hydra_helpers import QUIET_TRAINER, REPO, compose
 from lightning_cls.data import DigitsDataModule
 from lightning_cls.eval import evaluate
 from lightning_cls.predict import predict

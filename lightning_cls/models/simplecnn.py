@@ -54,11 +54,15 @@ class SimpleCNN(nn.Module):
                     nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
                     nn.init.zeros_(m.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, H, W) -> (B, classes)
-        if self.checkpoint_activations and self.training and x.requires_grad:
-            from torch.utils.checkpoint import checkpoint
+    @torch.jit.unused
+    def _checkpointed_features(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
 
-            x = checkpoint(self.features, x, use_reentrant=False)
+        return checkpoint(self.features, x, use_reentrant=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, H, W) -> (B, classes)
+        if self.checkpoint_activations and self.training and torch.is_grad_enabled():
+            x = self._checkpointed_features(x)
         else:
             x = self.features(x)
         return self.classifier(x)

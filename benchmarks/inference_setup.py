@@ -1,0 +1,201 @@
+"""Data, models and runtimes for ``benchmarks/inference.py`` (kept apart to stay readable)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import io
+import logging
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from PIL import Image
+
+from lightning_cls.data import ImageDataModule, Split, SyntheticDataModule
+from lightning_cls.export.artifacts import load_torch_model
+from lightning_cls.export.meta import ModelMeta
+from lightning_cls.export.onnx import export_onnx, make_session, run_session
+from lightning_cls.export.quantize import (
+    SplitCalibrationReader,
+    quantize_onnx_static,
+    quantize_torch_dynamic,
+)
+from lightning_cls.export.torchscript import export_torchscript, load_torchscript, quiet_jit
+from lightning_cls.module import ClassificationModule
+from lightning_cls.optim import one_cycle
+
+log = logging.getLogger("benchmark")
+
+
+class ArrayDataModule(ImageDataModule):
+    """In-memory uint8 splits (here: CIFAR-10 decoded from the shared JPEG archive)."""
+
+    def __init__(self, splits: dict[str, Split], classes: list[str], source: str, **kwargs):
+        super().__init__(**kwargs)
+        self._given, self.classes, self.source = splits, classes, source
+        self.num_channels, self.image_size = (
+            splits["train"].images.shape[1],
+            splits["train"].images.shape[-1],
+        )
+        x = splits["train"].images.float().div(255)  # (N, C, H, W)
+        self.mean = tuple(x.mean((0, 2, 3)).tolist())
+        self.std = tuple(x.std((0, 2, 3)).tolist())
+
+    def load_splits(self) -> dict[str, Split]:
+        return dict(self._given)
+
+
+def read_image_folder_tar(
+    path: Path, per_class: int | None
+) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """``train/<class>/<n>.jpg`` members -> uint8 (N, C, H, W), labels (N,), sorted classes."""
+    items: dict[str, list[torch.Tensor]] = {}
+    with tarfile.open(path, "r:*") as tar:
+        for member in tar:
+            parts = Path(member.name).parts
+            if not member.isfile() or len(parts) < 2 or not member.name.endswith(".jpg"):
+                continue
+            images = items.setdefault(parts[-2], [])
+            if per_class is not None and len(images) >= per_class:
+                continue
+            with Image.open(io.BytesIO(tar.extractfile(member).read())) as img:
+                images.append(torch.from_numpy(np.asarray(img.convert("RGB"))).permute(2, 0, 1))
+    classes = sorted(items)
+    images = torch.stack([im for c in classes for im in items[c]])
+    labels = torch.tensor([i for i, c in enumerate(classes) for _ in items[c]])
+    return images, labels, classes
+
+
+def load_data(args) -> ArrayDataModule | SyntheticDataModule:
+    per_class = 250 if args.quick else None
+    val_size = 500 if args.quick else 5000
+    kwargs = dict(batch_size=128, crop_padding=4, hflip=True, val_size=val_size, seed=0)
+    if args.data.is_file():
+        cache = args.out_dir / f"cifar10_{per_class or 'all'}.pt"
+        if cache.is_file():
+            images, labels, classes = torch.load(cache, weights_only=True).values()
+        else:
+            log.info("Decoding %s ...", args.data)
+            images, labels, classes = read_image_folder_tar(args.data, per_class)
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"images": images, "labels": labels, "classes": classes}, cache)
+        source = f"CIFAR-10 JPEG {args.data.name}: {len(labels) - val_size} train / {val_size} val"
+        dm = ArrayDataModule({"train": Split(images, labels)}, classes, source, **kwargs)
+    else:
+        log.warning(
+            "%s not found: FALLING BACK TO SYNTHETIC DATA (accuracies are not CIFAR-10's)",
+            args.data,
+        )
+        dm = SyntheticDataModule(
+            num_classes=10, train_size=2000 if args.quick else 20000, test_size=100, **kwargs
+        )
+        dm.source = "SYNTHETIC (CIFAR-10 archive not found)"
+    dm.setup("fit")
+    return dm
+
+
+def prepare_model(name: str, data, args) -> tuple[torch.nn.Module, ModelMeta, Path]:
+    """Load ``--ckpt-<name>`` or train ``name`` briefly (SGD + one-cycle, crop + flip)."""
+    ckpt = getattr(args, f"ckpt_{name}")
+    if ckpt is None:
+        epochs = getattr(args, f"epochs_{name}")
+        module = ClassificationModule(
+            model_name=name,
+            model_kwargs=dict(
+                num_classes=data.num_classes,
+                in_channels=data.num_channels,
+                image_size=data.image_size,
+            ),
+            optimizer=functools.partial(
+                torch.optim.SGD, lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4
+            ),
+            scheduler=functools.partial(one_cycle, pct_start=0.25),
+            **data.meta,
+        )
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_epochs=epochs,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_train_batches=20 if args.quick else None,
+        )
+        log.info("Training %s for %d epoch(s) on %s", name, epochs, data.source)
+        trainer.fit(module, datamodule=data)
+        ckpt = args.out_dir / f"{name}.ckpt"
+        trainer.save_checkpoint(ckpt)
+        log.info("Saved %s; reuse it with --ckpt-%s %s", ckpt, name, ckpt)
+    net, meta = load_torch_model(ckpt)
+    return net, meta, ckpt
+
+
+def _no_grad(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def run(x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            return fn(x)
+
+    return run
+
+
+def runtimes(
+    net, meta: ModelMeta, data, out: Path, threads: int, calibration_batches: int
+) -> dict[str, Callable]:
+    """name -> fn(normalized float (B, C, H, W)) -> logits, for every runtime that builds here."""
+    out.mkdir(parents=True, exist_ok=True)
+    net = net.eval()
+    builders = {
+        "eager": lambda: net,
+        "eager_channels_last": lambda: _channels_last(net),
+        "torch_compile": lambda: torch.compile(copy.deepcopy(net), dynamic=False),
+        "torchscript": lambda: _torchscript(net, meta, out),
+        "ort_fp32": lambda: _ort(export_onnx(net, meta, out / "model.onnx"), threads),
+        "ort_int8_static": lambda: _ort(
+            _static_int8(out / "model.onnx", out, data, meta, calibration_batches), threads
+        ),
+        "torch_dynamic_int8": lambda: quantize_torch_dynamic(net),
+    }
+    fns = {}
+    for name, build in builders.items():
+        try:
+            fns[name] = _no_grad(build())
+        except Exception as err:  # report and go on: one broken runtime must not hide the rest
+            log.error("runtime %s unavailable here: %s: %s", name, type(err).__name__, err)
+    return fns
+
+
+def _channels_last(net):
+    cl = copy.deepcopy(net).to(memory_format=torch.channels_last)
+    return lambda x: cl(x.contiguous(memory_format=torch.channels_last))
+
+
+def _torchscript(net, meta, out: Path):
+    """Traced, then frozen and optimized for inference: the usual TorchScript CPU deployment."""
+    module, _ = load_torchscript(
+        export_torchscript(net, meta, out / "model_trace.torchscript", "trace")
+    )
+    with quiet_jit():
+        frozen = torch.jit.optimize_for_inference(torch.jit.freeze(module))
+
+    def run(x):
+        with quiet_jit():
+            return frozen(x)
+
+    return run
+
+
+def _ort(path: Path, threads: int):
+    session = make_session(path, threads)
+    return lambda x: run_session(session, x)
+
+
+def _static_int8(fp32: Path, out: Path, data, meta: ModelMeta, calibration_batches: int) -> Path:
+    reader = SplitCalibrationReader(data.splits["train"], meta, calibration_batches, 32)
+    return quantize_onnx_static(fp32, out / "model_int8.onnx", reader)

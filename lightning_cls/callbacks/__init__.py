@@ -1,0 +1,32 @@
+"""Lightning callbacks of lightning_cls, one per module (see docs/training.md)."""
+
+from lightning_cls.callbacks.atomic_checkpoint import AtomicModelCheckpoint
+from lightning_cls.callbacks.compile import CompileModel
+from lightning_cls.callbacks.data_profiler import DataWaitProfiler
+from lightning_cls.callbacks.grad_norm import GradNormLogger
+from lightning_cls.callbacks.lr_finder import LRFinderPlot
+from lightning_cls.callbacks.mixup import MixupCutmix
+from lightning_cls.callbacks.model_weights import SaveModelWeights
+from lightning_cls.callbacks.nan_guard import NanGuard, NonFiniteError
+from lightning_cls.callbacks.oom import OOMAdvisor
+from lightning_cls.callbacks.plots import TrainingPlots
+from lightning_cls.callbacks.rng_state import RngState
+from lightning_cls.callbacks.shape_check import ShapeCheck
+from lightning_cls.callbacks.unused_params import UnusedParameterFinder
+
+__all__ = [
+    "AtomicModelCheckpoint",
+    "CompileModel",
+    "DataWaitProfiler",
+    "GradNormLogger",
+    "LRFinderPlot",
+    "MixupCutmix",
+    "NanGuard",
+    "NonFiniteError",
+    "OOMAdvisor",
+    "RngState",
+    "SaveModelWeights",
+    "ShapeCheck",
+    "TrainingPlots",
+    "UnusedParameterFinder",
+]

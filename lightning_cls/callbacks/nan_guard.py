@@ -1,0 +1,73 @@
+"""``NanGuard``: stop at the first non-finite loss or gradient, before it reaches the weights.
+
+The check runs before backward (loss) and before the optimizer step (gradients, after AMP
+unscaling), and raises ``NonFiniteError`` there — so the poisoned update is never applied and
+no later checkpoint is written from it: the last checkpoint on disk stays the last good one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytorch_lightning as pl
+import torch
+
+log = logging.getLogger(__name__)
+
+_ADVICE = (
+    "Common fixes: lower the learning rate (optimizer.lr), clip gradients "
+    "(trainer.gradient_clip_val=1.0), use precision=32-true or bf16-mixed instead of 16-mixed, "
+    "and check the inputs for NaN/Inf. To find the operation that produced it, rerun with "
+    "trainer.detect_anomaly=true (slow)."
+)
+
+
+class NonFiniteError(FloatingPointError):
+    """Raised by ``NanGuard``; the message names the step and the first non-finite tensor."""
+
+
+def first_non_finite(named: dict[str, torch.Tensor | None]) -> tuple[str, torch.Tensor] | None:
+    """The first ``(name, tensor)`` holding a NaN or Inf, or None."""
+    for name, tensor in named.items():
+        if tensor is not None and not torch.isfinite(tensor).all():
+            return name, tensor
+    return None
+
+
+def describe(tensor: torch.Tensor) -> str:
+    nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
+    return f"shape {tuple(tensor.shape)}: {nan} NaN and {inf} Inf of {tensor.numel()} values"
+
+
+class NanGuard(pl.Callback):
+    """Raise ``NonFiniteError`` on a non-finite training loss or gradient.
+
+    ``check_grads=False`` skips the per-step gradient scan (one ``isfinite`` per parameter).
+    """
+
+    def __init__(self, check_loss: bool = True, check_grads: bool = True):
+        self.check_loss, self.check_grads = check_loss, check_grads
+
+    def on_before_backward(self, trainer, pl_module, loss: torch.Tensor) -> None:
+        if self.check_loss and not torch.isfinite(loss).all():
+            self._stop(trainer, f"the training loss is {loss.detach().float().item()}")
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        if not self.check_grads:
+            return
+        grads = {name: p.grad for name, p in pl_module.named_parameters()}
+        found = first_non_finite(grads)
+        if found is not None:
+            name, grad = found
+            self._stop(trainer, f"the first non-finite gradient is {name} ({describe(grad)})")
+
+    @staticmethod
+    def _stop(trainer: pl.Trainer, what: str) -> None:
+        where = (
+            f"global step {trainer.global_step} (epoch {trainer.current_epoch}, "
+            f"batch {trainer.fit_loop.epoch_loop.batch_idx})"
+        )
+        ckpt = trainer.checkpoint_callback
+        last = getattr(ckpt, "last_model_path", "") or getattr(ckpt, "best_model_path", "")
+        kept = f" The last good checkpoint is {last}." if last else ""
+        raise NonFiniteError(f"Training stopped at {where}: {what}.{kept} {_ADVICE}")

@@ -1,0 +1,135 @@
+"""``TrainingPlots``: ``curves.png`` at the end of fit, ``confusion_matrix.png`` and a per-class
+accuracy table after testing, all in the run directory.
+
+The epoch history is kept by the callback itself (so it does not depend on which logger is
+configured) and travels in checkpoints, so a resumed run draws the whole curve.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+log = logging.getLogger(__name__)
+
+CURVES = {"loss": ("train/loss_epoch", "val/loss"), "accuracy": ("train/acc", "val/acc")}
+
+
+def plot_curves(history: list[dict[str, float]], path: Path) -> None:
+    """Loss and accuracy per epoch, train and val, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    epochs = [row["epoch"] for row in history]
+    for ax, (title, keys) in zip(axes, CURVES.items()):
+        for key in keys:
+            values = [row.get(key, float("nan")) for row in history]
+            ax.plot(epochs, values, marker="o", label=key.replace("_epoch", ""))
+        ax.set(title=title, xlabel="epoch")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_confusion(matrix: torch.Tensor, classes: list[str], path: Path) -> None:
+    """Row-normalized confusion matrix (rows: true class, columns: predicted)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = len(classes)
+    normalized = matrix.float() / matrix.sum(1, keepdim=True).clamp(min=1)  # (K, K)
+    size = min(4 + 0.4 * k, 20)
+    fig, ax = plt.subplots(figsize=(size, size))
+    image = ax.imshow(normalized.numpy(), cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(k), classes, rotation=90 if k > 10 else 45, ha="right")
+    ax.set_yticks(range(k), classes)
+    ax.set(xlabel="predicted", ylabel="true", title="confusion matrix (test)")
+    if k <= 20:
+        for i in range(k):
+            for j in range(k):
+                ax.text(j, i, int(matrix[i, j]), ha="center", va="center", fontsize=8,
+                        color="white" if normalized[i, j] > 0.5 else "black")  # fmt: skip
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def per_class_table(matrix: torch.Tensor, classes: list[str]) -> str:
+    support = matrix.sum(1)
+    accuracy = matrix.diag().float() / support.clamp(min=1)
+    width = max(len(c) for c in classes + ["class"])
+    lines = [f"{'class':<{width}}  accuracy  support"]
+    for name, acc, n in zip(classes, accuracy.tolist(), support.tolist()):
+        lines.append(f"{name:<{width}}  {acc:8.4f}  {int(n):7d}")
+    return "\n".join(lines)
+
+
+class TrainingPlots(pl.Callback):
+    """``dirpath`` defaults to the trainer's ``default_root_dir`` (the run directory)."""
+
+    def __init__(self, dirpath: str | None = None):
+        self.dirpath = dirpath
+        self.history: list[dict[str, float]] = []
+        self._matrix: torch.Tensor | None = None
+
+    def _dir(self, trainer: pl.Trainer) -> Path:
+        path = Path(self.dirpath or trainer.default_root_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module) -> None:
+        row = {"epoch": trainer.current_epoch}
+        for key in {k for keys in CURVES.values() for k in keys}:
+            if key in trainer.callback_metrics:
+                row[key] = float(trainer.callback_metrics[key])
+        self.history.append(row)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module) -> None:
+        if self.history and trainer.is_global_zero:
+            path = self._dir(trainer) / "curves.png"
+            plot_curves(self.history, path)
+            log.info("Saved %s", path)
+
+    def on_test_epoch_start(self, trainer, pl_module) -> None:
+        k = len(_classes(pl_module))
+        self._matrix = torch.zeros(k, k, dtype=torch.long)
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        x, y = batch  # (B, C, H, W), (B,)
+        with torch.no_grad():
+            pred = pl_module(x).argmax(1).cpu()  # (B,)
+        k = self._matrix.shape[0]
+        self._matrix += torch.bincount(y.cpu() * k + pred, minlength=k * k).view(k, k)
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        if self._matrix is None or not trainer.is_global_zero:
+            return
+        classes = _classes(pl_module)
+        path = self._dir(trainer) / "confusion_matrix.png"
+        plot_confusion(self._matrix, classes, path)
+        log.info("Per-class test accuracy:\n%s", per_class_table(self._matrix, classes))
+        log.info("Saved %s", path)
+
+    def state_dict(self) -> dict:
+        return {"history": self.history}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.history = list(state_dict.get("history", []))
+
+
+def _classes(pl_module) -> list[str]:
+    hparams = getattr(pl_module, "hparams", {}) or {}
+    if hparams.get("classes"):
+        return [str(c) for c in hparams["classes"]]
+    return [str(i) for i in range((hparams.get("model_kwargs") or {})["num_classes"])]

@@ -1,0 +1,168 @@
+"""``export_model``: every requested format (+ INT8) for one network, into one folder.
+
+Shared by the ``python -m lightning_cls.export`` entry point and ``ExportCallback``.
+``ExportConfig`` mirrors ``conf/export/*.yaml`` field for field.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torch import nn
+
+from lightning_cls.export.meta import META_FILE, ModelMeta
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("onnx", "torchscript", "pt2")
+REPORT_FILE = "quantization_report.json"
+
+
+@dataclass
+class QuantizeConfig:
+    static: bool = False  # ONNX Runtime static int8 (needs "onnx" in formats)
+    dynamic: bool = False  # torch.ao dynamic int8 on nn.Linear, saved as TorchScript
+    calibration_batches: int = 8
+    calibration_batch_size: int = 32
+    per_channel: bool = True
+    activation_type: str = "uint8"
+    max_acc_drop: float = 1.0  # accuracy points on the validation split
+    force: bool = False  # keep an int8 file even if it drops more than max_acc_drop
+    latency_runs: int = 50
+
+    @property
+    def enabled(self) -> bool:
+        return self.static or self.dynamic
+
+
+@dataclass
+class ExportConfig:
+    formats: list[str] = field(default_factory=list)
+    opset: int = 18
+    torchscript_modes: list[str] = field(default_factory=lambda: ["trace", "script"])
+    check_batch_sizes: list[int] = field(default_factory=lambda: [1, 7])
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    quantize: QuantizeConfig = field(default_factory=QuantizeConfig)
+
+    def __post_init__(self):
+        if isinstance(self.quantize, dict):
+            self.quantize = QuantizeConfig(**self.quantize)
+        self.torchscript_modes = list(self.torchscript_modes)
+        self.check_batch_sizes = [int(b) for b in self.check_batch_sizes]
+        formats = list(FORMATS) if list(self.formats) == ["all"] else list(self.formats)
+        unknown = sorted(set(formats) - set(FORMATS))
+        if unknown:
+            raise ValueError(
+                f"Unknown export format(s) {unknown}; use {', '.join(FORMATS)} or 'all'."
+            )
+        self.formats = formats
+        if self.quantize.static and "onnx" not in formats:
+            raise ValueError(
+                "export.quantize.static=true quantizes the ONNX file, but 'onnx' is not in "
+                f"export.formats={formats}; add it (e.g. export=onnx)."
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.formats) or self.quantize.enabled
+
+
+@dataclass
+class ExportResult:
+    paths: dict[str, Path] = field(default_factory=dict)
+    reports: list = field(default_factory=list)  # QuantizationReport
+
+
+def export_model(
+    net: nn.Module, meta: ModelMeta, out_dir: str | Path, config: ExportConfig, datamodule=None
+) -> ExportResult:
+    """Export ``net`` as ``config`` says; quantization calibrates and validates on ``datamodule``.
+
+    Raises ``AccuracyDropError`` (after writing everything else and the report) when an int8
+    model loses more than ``config.quantize.max_acc_drop`` points and ``force`` is off.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    result = ExportResult()
+    (out / META_FILE).write_text(json.dumps(meta.to_dict(), indent=2) + "\n")
+    kw = {"check_batch_sizes": config.check_batch_sizes}
+    if "onnx" in config.formats:
+        from lightning_cls.export.onnx import export_onnx
+
+        result.paths["onnx"] = export_onnx(
+            net, meta, out / "model.onnx", config.opset, atol=config.atol, rtol=config.rtol, **kw
+        )
+    if "torchscript" in config.formats:
+        from lightning_cls.export.torchscript import export_torchscript
+
+        for mode in config.torchscript_modes:
+            path = out / f"model_{mode}.torchscript"
+            result.paths[f"torchscript_{mode}"] = export_torchscript(net, meta, path, mode, **kw)
+    if "pt2" in config.formats:
+        from lightning_cls.export.pt2 import export_pt2
+
+        result.paths["pt2"] = export_pt2(net, meta, out / "model.pt2", **kw)
+    if config.quantize.enabled:
+        _quantize(net, meta, out, config, datamodule, result)
+    for name, path in result.paths.items():
+        log.info("%-22s %s (%.2f MB)", name, path, path.stat().st_size / 1e6)
+    return result
+
+
+def _quantize(net, meta, out: Path, config: ExportConfig, datamodule, result: ExportResult) -> None:
+    from lightning_cls.export import quantize as q
+    from lightning_cls.export.artifacts import load_artifact
+    from lightning_cls.export.torchscript import export_torchscript
+
+    qc = config.quantize
+    if datamodule is None:
+        raise ValueError(
+            "INT8 quantization calibrates on the train split and reports validation accuracy, "
+            "so it needs a DataModule; pass data=<name> (e.g. data=cifar10) on the command line."
+        )
+    datamodule.setup("fit")
+    train, val = datamodule.splits["train"], datamodule.splits["val"]
+    if qc.static:
+        reader = q.SplitCalibrationReader(
+            train, meta, qc.calibration_batches, qc.calibration_batch_size
+        )
+        int8 = q.quantize_onnx_static(
+            result.paths["onnx"],
+            out / "model_int8.onnx",
+            reader,
+            qc.per_channel,
+            qc.activation_type,
+        )
+        result.paths["onnx_int8"] = int8
+        before, after = load_artifact(result.paths["onnx"]), load_artifact(int8)
+        result.reports.append(q.compare("onnx_static_int8", before, after, val, qc.latency_runs))
+    if qc.dynamic:
+        fp32 = result.paths.get("torchscript_trace") or export_torchscript(
+            net, meta, out / "model_trace.torchscript", "trace", config.check_batch_sizes
+        )
+        result.paths["torchscript_trace"] = fp32
+        int8 = export_torchscript(
+            q.quantize_torch_dynamic(net),
+            meta,
+            out / "model_int8_dynamic.torchscript",
+            "trace",
+            config.check_batch_sizes,
+        )
+        result.paths["torchscript_int8_dynamic"] = int8
+        before, after = load_artifact(fp32), load_artifact(int8)
+        result.reports.append(q.compare("torch_dynamic_int8", before, after, val, qc.latency_runs))
+    reports = [r.to_dict() for r in result.reports]
+    (out / REPORT_FILE).write_text(json.dumps(reports, indent=2) + "\n")
+    errors = []
+    for report in result.reports:
+        try:
+            q.enforce_max_drop(report, qc.max_acc_drop, qc.force)
+        except q.AccuracyDropError as err:
+            errors.append(str(err))
+            result.paths = {k: v for k, v in result.paths.items() if str(v) != report.int8_path}
+    if errors:
+        raise q.AccuracyDropError("\n".join(errors))

@@ -1,0 +1,135 @@
+"""ONNX export with the dynamo exporter, preprocessing metadata, and an ORT parity check.
+
+The file is self-contained (no external-data side file), has a dynamic batch axis named
+``batch``, a pinned opset, and carries ``ModelMeta`` in its ``metadata_props``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lightning_cls.export.meta import (
+    ExportCheckError,
+    ModelMeta,
+    check_outputs_close,
+    example_batch,
+)
+
+log = logging.getLogger(__name__)
+
+OPSET = 18
+INPUT_NAME = "input"
+OUTPUT_NAME = "logits"
+PARITY_BATCH_SIZES = (1, 7)
+
+
+def export_onnx(
+    net: nn.Module,
+    meta: ModelMeta,
+    path: str | Path,
+    opset: int = OPSET,
+    check_batch_sizes: Sequence[int] = PARITY_BATCH_SIZES,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+) -> Path:
+    """Export ``net`` (in eval mode) to one ``.onnx`` file and verify it in ONNX Runtime."""
+    import onnx
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    was_training = net.training
+    net.eval()
+    try:
+        batch = torch.export.Dim("batch", min=1)
+        torch.onnx.export(
+            net,
+            (example_batch(meta, 2),),
+            str(path),
+            dynamo=True,
+            dynamic_shapes=({0: batch},),
+            opset_version=opset,
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            external_data=False,
+            verbose=False,
+        )
+        model = onnx.load(str(path))
+        write_metadata(model, meta)
+        onnx.save_model(model, str(path), save_as_external_data=False)
+        onnx.checker.check_model(str(path))
+        side_files = [p.name for p in path.parent.glob(path.name + ".*")]
+        if side_files:
+            raise ExportCheckError(
+                f"ONNX export wrote side files {side_files}; expected one self-contained file."
+            )
+        if check_batch_sizes:
+            check_onnx_parity(path, net, meta, check_batch_sizes, atol, rtol)
+    finally:
+        net.train(was_training)
+    log.info("Exported ONNX (opset %d) to %s", opset, path)
+    return path
+
+
+def write_metadata(model, meta: ModelMeta, **extra: str) -> None:
+    """Replace the model's ``metadata_props`` with ``meta`` (+ ``extra`` string entries)."""
+    del model.metadata_props[:]
+    for key, value in {**meta.to_props(), **extra}.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+
+
+def read_metadata(path: str | Path) -> ModelMeta:
+    """The ``ModelMeta`` stored in an ``.onnx`` file's ``metadata_props``."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return ModelMeta.from_props({p.key: p.value for p in model.metadata_props})
+
+
+def make_session(path: str | Path, threads: int | None = None):
+    """An ONNX Runtime CPU session with full graph optimization and one intra-op pool."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def run_session(session, x: torch.Tensor) -> torch.Tensor:
+    """Run an ORT session on a float batch (B, C, H, W) -> logits (B, classes)."""
+    name = session.get_inputs()[0].name
+    (logits,) = session.run(None, {name: x.detach().cpu().contiguous().numpy()})
+    return torch.from_numpy(logits)
+
+
+def check_onnx_parity(
+    path: str | Path,
+    net: nn.Module,
+    meta: ModelMeta,
+    batch_sizes: Sequence[int] = PARITY_BATCH_SIZES,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+) -> None:
+    """Run the file in ONNX Runtime at each batch size; raise ``ExportCheckError`` on mismatch.
+
+    ``net`` must be in eval mode (dropout and batch-norm statistics as exported).
+    """
+    path = Path(path)
+    session = make_session(path)
+    for seed, batch_size in enumerate(batch_sizes):
+        x = example_batch(meta, batch_size, seed=seed)
+        with torch.no_grad():
+            expected = net(x)
+        check_outputs_close(
+            expected, run_session(session, x), atol, rtol, f"ONNX {path.name} at batch {batch_size}"
+        )
+    log.info("ONNX parity with eager PyTorch holds at batch sizes %s", list(batch_sizes))

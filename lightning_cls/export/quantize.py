@@ -1,0 +1,221 @@
+"""INT8 post-training quantization for CPU inference, each with a before/after report.
+
+- Static (the one that speeds up CNNs): ONNX Runtime ``quantize_static``, QDQ format,
+  per-channel int8 weights, activations calibrated (min/max) on batches drawn from the
+  DataModule's train split.
+- Dynamic: ``torch.ao.quantization.quantize_dynamic`` on ``nn.Linear`` only; Conv2d layers
+  stay fp32, so on a CNN it shrinks the classifier head and speeds up little.
+
+A report compares validation accuracy, file size and batch-1 latency before and after;
+``enforce_max_drop`` refuses (deletes) an artifact that loses more than the allowed points.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from onnxruntime.quantization import (
+    CalibrationDataReader,
+    CalibrationMethod,
+    QuantFormat,
+    QuantType,
+)
+
+from lightning_cls.data.base import Split
+from lightning_cls.export.artifacts import Predictor
+from lightning_cls.export.meta import ModelMeta
+
+log = logging.getLogger(__name__)
+
+ACTIVATION_TYPES = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
+
+
+class AccuracyDropError(RuntimeError):
+    """A quantized model lost more validation accuracy than allowed."""
+
+
+class SplitCalibrationReader(CalibrationDataReader):
+    """Feeds ``num_batches`` seeded random batches of a uint8 split, normalized, to ORT."""
+
+    def __init__(
+        self,
+        split: Split,
+        meta: ModelMeta,
+        num_batches: int = 8,
+        batch_size: int = 32,
+        seed: int = 0,
+        input_name: str = "input",
+    ):
+        if num_batches < 1 or batch_size < 1:
+            raise ValueError(
+                f"num_batches and batch_size must be >= 1, got {num_batches}, {batch_size}."
+            )
+        n = min(len(split), num_batches * batch_size)
+        if n == 0:
+            raise ValueError("The calibration split is empty; calibrate on the train split.")
+        order = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:n]
+        self.batches = [
+            meta.preprocess(split.images[order[i : i + batch_size]]).numpy()  # (B, C, H, W)
+            for i in range(0, n, batch_size)
+        ]
+        self.input_name = input_name
+        self._next = 0
+
+    def get_next(self) -> dict | None:
+        if self._next >= len(self.batches):
+            return None
+        self._next += 1
+        return {self.input_name: self.batches[self._next - 1]}
+
+    def rewind(self) -> None:
+        self._next = 0
+
+
+def quantize_onnx_static(
+    fp32_path: str | Path,
+    int8_path: str | Path,
+    reader: CalibrationDataReader,
+    per_channel: bool = True,
+    activation_type: str = "uint8",
+) -> Path:
+    """Write a QDQ int8 copy of ``fp32_path`` calibrated on ``reader``; metadata is kept."""
+    import onnx
+    from onnxruntime.quantization import quant_pre_process, quantize_static
+
+    from lightning_cls.export.onnx import read_metadata, write_metadata
+
+    if activation_type not in ACTIVATION_TYPES:
+        raise ValueError(
+            f"Unknown activation_type '{activation_type}'; "
+            f"use one of {', '.join(ACTIVATION_TYPES)}."
+        )
+    int8_path = Path(int8_path)
+    with tempfile.TemporaryDirectory() as tmp:
+        # Shape inference + graph fusion first, as ORT's quantization guide recommends.
+        prepared = Path(tmp) / "prepared.onnx"
+        quant_pre_process(str(fp32_path), str(prepared))
+        quantize_static(
+            str(prepared),
+            str(int8_path),
+            reader,
+            quant_format=QuantFormat.QDQ,
+            per_channel=per_channel,
+            activation_type=ACTIVATION_TYPES[activation_type],
+            weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+        )
+    model = onnx.load(str(int8_path))
+    granularity = "per-channel" if per_channel else "per-tensor"
+    quantization = f"static int8 QDQ, {granularity} weights, {activation_type} activations"
+    write_metadata(model, read_metadata(fp32_path), quantization=quantization)
+    onnx.save_model(model, str(int8_path), save_as_external_data=False)
+    log.info("Wrote %s (%s)", int8_path, quantization)
+    return int8_path
+
+
+def quantize_torch_dynamic(net: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``net`` with every ``nn.Linear`` int8 (weights) / dynamic (activations).
+
+    ``torch.ao.quantization`` is deprecated in favour of torchao; it still ships with torch,
+    and this keeps the dependency list short. Conv2d is not touched.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, message=r".*quantize_per_tensor.*")
+        return torch.ao.quantization.quantize_dynamic(
+            copy.deepcopy(net).eval(), {torch.nn.Linear}, dtype=torch.qint8
+        )
+
+
+@dataclass
+class QuantizationReport:
+    method: str
+    fp32_path: str
+    int8_path: str
+    acc_before: float  # top-1 on the validation split, 0..1
+    acc_after: float
+    size_before: int  # bytes
+    size_after: int
+    latency_before_ms: float  # median at batch 1
+    latency_after_ms: float
+
+    @property
+    def drop_points(self) -> float:
+        return 100.0 * (self.acc_before - self.acc_after)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "drop_points": round(self.drop_points, 3)}
+
+    def summary(self) -> str:
+        return (
+            f"{self.method}: val acc {100 * self.acc_before:.2f}% -> {100 * self.acc_after:.2f}% "
+            f"(drop {self.drop_points:.2f} points); size {self.size_before / 1e6:.2f} MB -> "
+            f"{self.size_after / 1e6:.2f} MB; batch-1 latency {self.latency_before_ms:.3f} ms -> "
+            f"{self.latency_after_ms:.3f} ms"
+        )
+
+
+def median_latency_ms(
+    predictor: Predictor, batch_size: int = 1, runs: int = 50, warmup: int = 5
+) -> float:
+    """Median wall time (ms) of one ``logits`` call on a fixed batch."""
+    x = torch.randn(batch_size, *predictor.meta.input_shape)
+    for _ in range(warmup):
+        predictor.logits(x)
+    times = []
+    for _ in range(max(runs, 1)):
+        start = time.perf_counter()
+        predictor.logits(x)
+        times.append(time.perf_counter() - start)
+    return 1000.0 * sorted(times)[len(times) // 2]
+
+
+def compare(
+    method: str, before: Predictor, after: Predictor, val: Split, latency_runs: int = 50
+) -> QuantizationReport:
+    """Measure ``before`` (fp32) and ``after`` (int8) on the validation split."""
+    report = QuantizationReport(
+        method=method,
+        fp32_path=str(before.path),
+        int8_path=str(after.path),
+        acc_before=before.accuracy(val.images, val.labels),
+        acc_after=after.accuracy(val.images, val.labels),
+        size_before=Path(before.path).stat().st_size,
+        size_after=Path(after.path).stat().st_size,
+        latency_before_ms=median_latency_ms(before, runs=latency_runs),
+        latency_after_ms=median_latency_ms(after, runs=latency_runs),
+    )
+    log.info("%s", report.summary())
+    return report
+
+
+def enforce_max_drop(
+    report: QuantizationReport, max_drop_points: float, force: bool = False
+) -> None:
+    """Raise ``AccuracyDropError`` (and delete the int8 file) if accuracy fell too far.
+
+    With ``force`` the file is kept and the drop is only logged as a warning.
+    """
+    if report.drop_points <= max_drop_points:
+        return
+    message = (
+        f"{report.method} lost {report.drop_points:.2f} accuracy points on the validation split "
+        f"({100 * report.acc_before:.2f}% -> {100 * report.acc_after:.2f}%), more than the allowed "
+        f"{max_drop_points:g}."
+    )
+    if force:
+        log.warning("%s Keeping %s because force is set.", message, report.int8_path)
+        return
+    Path(report.int8_path).unlink(missing_ok=True)
+    raise AccuracyDropError(
+        f"{message} Deleted {report.int8_path}. Calibrate on more batches "
+        "(export.quantize.calibration_batches), raise export.quantize.max_acc_drop, or set "
+        "export.quantize.force=true to keep the file anyway."
+    )

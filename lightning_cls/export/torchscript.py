@@ -1,0 +1,100 @@
+"""TorchScript export, by tracing or scripting, each reloaded and checked against eager.
+
+TorchScript is deprecated in current PyTorch (``torch.jit`` warns on use); it is kept for
+runtimes that still need it. Prefer ``.pt2`` (``lightning_cls.export.pt2``) for new work.
+
+- ``trace`` records the operations one example input takes: Python control flow that depends
+  on the data (``if x.sum() > 0``) is frozen to the branch the example took, silently.
+- ``script`` compiles the Python source, keeping control flow, but accepts only the
+  TorchScript subset of Python (no imports inside ``forward``, typed containers, ...).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lightning_cls.export.meta import META_FILE, ModelMeta, check_outputs_close, example_batch
+
+log = logging.getLogger(__name__)
+
+MODES = ("trace", "script")
+SUFFIX = ".torchscript"
+
+
+@contextmanager
+def quiet_jit() -> Iterator[None]:
+    """Silence torch.jit's per-call deprecation warnings (documented once in docs/export.md)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", category=FutureWarning, message=r".*torch\.jit.*deprecated"
+        )
+        warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*TorchScript.*")
+        yield
+
+
+def to_torchscript(net: nn.Module, meta: ModelMeta, mode: str = "trace") -> torch.jit.ScriptModule:
+    """Trace or script ``net`` (switched to eval mode, which the caller restores)."""
+    if mode not in MODES:
+        raise ValueError(f"Unknown TorchScript mode '{mode}'; use one of {', '.join(MODES)}.")
+    net.eval()
+    with quiet_jit():
+        if mode == "trace":
+            # check_trace compares a second run of the trace with eager on the same input.
+            return torch.jit.trace(net, example_batch(meta, 2), check_trace=True)
+        try:
+            return torch.jit.script(net)
+        except Exception as err:  # TorchScript raises its own frontend error types
+            raise ValueError(
+                f"torch.jit.script cannot compile {type(net).__name__}: {err}\n"
+                "Use mode='trace' (export.torchscript_modes=[trace]; fine without data-dependent "
+                "control flow in forward), or export .pt2."
+            ) from err
+
+
+def export_torchscript(
+    net: nn.Module,
+    meta: ModelMeta,
+    path: str | Path,
+    mode: str = "trace",
+    check_batch_sizes: Sequence[int] = (1, 7),
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+) -> Path:
+    """Save ``net`` as TorchScript (``meta.json`` inside), reload it and compare with eager."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    was_training = net.training
+    try:
+        scripted = to_torchscript(net, meta, mode)
+        with quiet_jit():
+            torch.jit.save(scripted, str(path), _extra_files={META_FILE: meta.to_json()})
+        loaded, loaded_meta = load_torchscript(path)
+        if loaded_meta != meta:
+            raise ValueError(f"Metadata did not survive the round trip: {loaded_meta} != {meta}.")
+        for seed, batch_size in enumerate(check_batch_sizes):
+            x = example_batch(meta, batch_size, seed=seed)
+            with torch.no_grad(), quiet_jit():
+                expected, actual = net(x), loaded(x)
+            check_outputs_close(
+                expected, actual, atol, rtol, f"TorchScript ({mode}) at batch {batch_size}"
+            )
+    finally:
+        net.train(was_training)
+    log.info("Exported TorchScript (%s) to %s", mode, path)
+    return path
+
+
+def load_torchscript(path: str | Path) -> tuple[torch.jit.ScriptModule, ModelMeta]:
+    extra = {META_FILE: ""}
+    with quiet_jit():
+        module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
+    if not extra[META_FILE]:
+        raise ValueError(f"{path} has no {META_FILE}; export it with lightning_cls.export.")
+    return module.eval(), ModelMeta.from_json(extra[META_FILE])

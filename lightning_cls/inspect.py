@@ -1,0 +1,48 @@
+"""``python -m lightning_cls.inspect model=... data=...``: trace one batch through the network.
+
+Composes the same config as training (``conf/train.yaml``), takes one training batch and
+prints each layer's input and output shape and parameter count — or, when a layer rejects its
+input, which layer, both shapes and the setting that disagrees.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import hydra
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_cls import config_dir
+from lightning_cls.models import create_model
+from lightning_cls.shapes import ShapeMismatchError, format_table, trace
+
+log = logging.getLogger(__name__)
+
+
+def inspect_model(cfg: DictConfig) -> str:
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    x, _ = next(iter(datamodule.train_dataloader()))  # (B, C, H, W) float, augmented
+    model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
+    net = create_model(model_kwargs.pop("name"), **model_kwargs)
+    net.eval()
+    with torch.no_grad():
+        records = trace(net, x)
+    return f"{cfg.model.name} on {cfg.data.name}, batch {list(x.shape)}\n" + format_table(records)
+
+
+@hydra.main(config_path=config_dir(), config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        print(inspect_model(cfg))
+    except ShapeMismatchError as err:
+        print(f"Shape mismatch: {err}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Child process of test_crash_safety.py: trains, checkpointing every step, writing slowly.
+
+argv: out_dir checkpoint_class ("atomic" | "plain"). Files ``<out>/saving-<n>`` and
+``<out>/step-<n>`` tell the parent when the n-th save starts and the n-th step ends.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from lightning_fabric.plugins.io import torch_io
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+from conftest import make_data, make_module
+from lightning_cls.callbacks import AtomicModelCheckpoint
+
+out, kind = Path(sys.argv[1]), sys.argv[2]
+saves = 0
+
+
+def slow_save(checkpoint, filepath):
+    """Write the checkpoint in small chunks with pauses, so a kill lands mid-write."""
+    global saves
+    saves += 1
+    (out / f"saving-{saves}").touch()
+    buffer = __import__("io").BytesIO()
+    torch.save(checkpoint, buffer)
+    data = buffer.getvalue()
+    with open(filepath, "wb") as f:
+        for i in range(0, len(data), 512):
+            f.write(data[i : i + 512])
+            f.flush()
+            time.sleep(0.01)
+
+
+class StepMarker(pl.Callback):
+    def on_train_batch_end(self, trainer, *args):
+        (out / f"step-{trainer.global_step}").touch()
+        time.sleep(0.05)
+
+
+torch_io._atomic_save = slow_save
+torch.set_num_threads(1)
+pl.seed_everything(0)
+cls = AtomicModelCheckpoint if kind == "atomic" else ModelCheckpoint
+checkpoint = cls(dirpath=out / "ckpt", save_last=True, save_top_k=0, every_n_train_steps=1)
+data = make_data()
+trainer = pl.Trainer(
+    accelerator="cpu", max_epochs=1000, logger=False, enable_progress_bar=False,
+    enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+    callbacks=[checkpoint, StepMarker()], default_root_dir=out,
+)  # fmt: skip
+trainer.fit(make_module(data), datamodule=data)

@@ -1,0 +1,67 @@
+"""A run killed with SIGKILL — mid-training or mid-save — leaves a loadable last.ckpt."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_cls.checkpointing import check_compatible, resolve_ckpt_path
+
+HERE = Path(__file__).parent
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"child exited early:\n{proc.stderr.read().decode()[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise TimeoutError(f"{path.name} never appeared")
+        time.sleep(0.02)
+
+
+def _train_and_kill(out: Path, kind: str, moment: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "crash_child.py"), str(out), kind],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    # The 3rd save overwrites an existing last.ckpt; kill inside it, or between two steps.
+    _wait_for(out / ("saving-3" if moment == "mid_save" else "step-3"), proc)
+    time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("moment", ["mid_save", "mid_training"])
+def test_killed_run_leaves_a_loadable_last_ckpt_and_resumes(
+    tmp_path, moment, tiny_data, tiny_module, tiny_trainer
+):
+    _train_and_kill(tmp_path, "atomic", moment)
+    if moment == "mid_save":  # the kill hit the write: its temp file is left half-written
+        assert list((tmp_path / "ckpt").glob(".last.ckpt.*.tmp"))
+    last = resolve_ckpt_path("last", tmp_path / "ckpt")
+    ckpt = torch.load(last, weights_only=True)
+    assert ckpt["global_step"] >= 2
+    data = tiny_data()
+    module = tiny_module(data)
+    check_compatible(last, module)
+    trainer = tiny_trainer(max_epochs=100, max_steps=ckpt["global_step"] + 3, limit_val_batches=0)
+    trainer.fit(module, datamodule=data, ckpt_path=last)
+    assert trainer.global_step == ckpt["global_step"] + 3
+
+
+def test_plain_model_checkpoint_is_corrupted_by_the_same_kill(tmp_path):
+    """Proves the kill lands mid-write: Lightning's own writer (patched slow) breaks."""
+    _train_and_kill(tmp_path, "plain", "mid_save")
+    with pytest.raises(Exception):
+        torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from lightning_cls.callbacks import AtomicModelCheckpoint, NanGuard, NonFiniteError
+
+
+class PoisonInput(pl.Callback):
+    """Fill the batch with NaN from ``step`` on (the loss becomes NaN)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step >= self.step:
+            batch[0].fill_(float("nan"))
+
+
+def test_nan_loss_stops_with_step_named_and_last_good_ckpt_kept(tmp_path, tiny_data, tiny_module, tiny_trainer):
+    ckpt = AtomicModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0,
+                                 every_n_train_steps=1)  # fmt: skip
+    trainer = tiny_trainer([ckpt, NanGuard(), PoisonInput(step=2)], max_epochs=3,
+                           limit_val_batches=0)  # fmt: skip
+    data = tiny_data()
+    with pytest.raises(NonFiniteError, match=r"global step 2 \(epoch 0, batch 2\): the training loss is nan\. The last good checkpoint is .*last\.ckpt"):
+        trainer.fit(tiny_module(data), datamodule=data)
+    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 2
+    assert all(torch.isfinite(v).all() for v in last["state_dict"].values())
+
+
+def test_nan_gradient_names_the_parameter(tiny_data, tiny_module, tiny_trainer):
+    data = tiny_data()
+    module = tiny_module(data)
+    module.net.classifier[4].weight.register_hook(lambda g: torch.full_like(g, float("inf")))
+    trainer = tiny_trainer([NanGuard()], limit_val_batches=0)
+    with pytest.raises(NonFiniteError, match=r"global step 0 .*first non-finite gradient is net\.classifier\.4\.weight \(shape \(4, 16\): 0 NaN and 64 Inf of 64 values\)"):
+        trainer.fit(module, datamodule=data)
+    assert trainer.global_step == 0  # the step was not applied

@@ -1,0 +1,119 @@
+"""``python -m lightning_cls.export`` with the real configs; the callback at the end of fit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lightning_cls.export import ExportCallback, ExportConfig, ModelMeta
+from lightning_cls.export.__main__ import export
+from lightning_cls.export.artifacts import load_artifact, load_torch_model
+from lightning_cls.export.exporter import export_model
+from lightning_cls.export.meta import example_batch
+
+SYNTHETIC = [  # the fixture's data, so INT8 calibrates and validates on what the model learned
+    "data=synthetic",
+    "data.num_classes=4",
+    "data.image_size=16",
+    "data.train_size=384",
+    "data.test_size=64",
+    "+data.val_size=128",
+    "+data.noise=0.8",
+    "seed=0",
+]
+
+
+def test_export_all_from_a_checkpoint(trained, helpers, tmp_path):
+    cfg = helpers.compose(
+        [
+            f"ckpt_path={trained.ckpt}",
+            "export=all",
+            "export.torchscript_modes=[trace]",
+            f"output_dir={tmp_path}/out",
+        ],
+        tmp_path,
+    )
+    paths = export(cfg).paths
+    assert sorted(paths) == ["onnx", "pt2", "torchscript_trace"]
+    x = example_batch(trained.meta, 4)
+    with torch.no_grad():
+        expected = trained.net(x)
+    for path in paths.values():
+        predictor = load_artifact(path)
+        assert predictor.meta == trained.meta
+        torch.testing.assert_close(predictor.logits(x), expected, atol=1e-4, rtol=1e-3)
+
+
+def test_export_none_is_an_error(trained, helpers, tmp_path):
+    cfg = helpers.compose([f"ckpt_path={trained.ckpt}", "export=none"], tmp_path)
+    with pytest.raises(ValueError, match="Nothing to export: export=none"):
+        export(cfg)
+
+
+def _run_cli(args: list[str], tmp_path, repo) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
+    cmd = [sys.executable, "-m", "lightning_cls.export", f"paths.root_dir={tmp_path}", *args]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_int8_passes_then_fails_the_threshold_with_exit_1(trained, helpers, tmp_path):
+    common = [
+        f"ckpt_path={trained.ckpt}",
+        "export=int8",
+        "export.quantize.dynamic=false",
+        "export.quantize.latency_runs=3",
+        *SYNTHETIC,
+    ]
+    ok = _run_cli([*common, f"output_dir={tmp_path}/ok"], tmp_path, helpers.repo)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert (tmp_path / "ok" / "model_int8.onnx").is_file()
+    # No int8 model can gain 100 points, so this threshold must fail.
+    bad = _run_cli(
+        [*common, "export.quantize.max_acc_drop=-100", f"output_dir={tmp_path}/bad"],
+        tmp_path,
+        helpers.repo,
+    )
+    assert bad.returncode == 1
+    assert "INT8 ACCURACY CHECK FAILED" in bad.stderr + bad.stdout
+    assert not (tmp_path / "bad" / "model_int8.onnx").exists()
+    assert (tmp_path / "bad" / "model.onnx").is_file()  # fp32 export still delivered
+
+
+def test_callback_exports_after_fit(helpers, tmp_path):
+    data = helpers.make_data()
+    module = helpers.make_module(data)
+    callback = ExportCallback(ExportConfig(formats=["onnx", "pt2"]), dirpath=tmp_path / "export")
+    helpers.fit(module, data, tmp_path, max_epochs=1, callbacks=[callback])
+    assert sorted(callback.result.paths) == ["onnx", "pt2"]
+    x = example_batch(ModelMeta.from_hparams(module.hparams), 3)
+    with torch.no_grad():
+        expected = module.net.eval()(x)
+    for path in callback.result.paths.values():
+        torch.testing.assert_close(load_artifact(path).logits(x), expected, atol=1e-4, rtol=1e-3)
+
+
+def test_export_from_a_compiled_run(helpers, tmp_path):
+    """Train one step with ``net.compile()``; the checkpoint exports like any other.
+
+    The eager backend keeps this to seconds on a shared CPU; the checkpoint does not depend
+    on the backend (inductor only changes the kernels, not the parameters).
+    """
+    data = helpers.make_data()
+    module = helpers.make_module(data)
+    module.net.compile(backend="eager")
+    ckpt = helpers.fit(
+        module, data, tmp_path, max_epochs=1, limit_train_batches=1, limit_val_batches=1
+    )
+    net, meta = load_torch_model(ckpt)
+    paths = export_model(
+        net, meta, tmp_path / "export", ExportConfig(formats=["onnx", "pt2"])
+    ).paths
+    x = example_batch(meta, 5)
+    with torch.no_grad():
+        expected = module.net.eval()(x)
+    for path in paths.values():
+        torch.testing.assert_close(load_artifact(path).logits(x), expected, atol=1e-4, rtol=1e-3)

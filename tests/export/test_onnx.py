@@ -1,0 +1,60 @@
+"""ONNX: dynamic batch, parity in ONNX Runtime, metadata round trip, loud mismatch."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+
+from lightning_cls.export.meta import ExportCheckError, ModelMeta, example_batch
+from lightning_cls.export.onnx import (
+    INPUT_NAME,
+    OPSET,
+    check_onnx_parity,
+    export_onnx,
+    make_session,
+    read_metadata,
+    run_session,
+)
+
+
+def test_onnx_parity_at_two_batch_sizes(trained, tmp_path):
+    path = export_onnx(trained.net, trained.meta, tmp_path / "m.onnx", check_batch_sizes=(1, 7))
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # no external-data side file
+    model = onnx.load(str(path))
+    assert {o.domain: o.version for o in model.opset_import}[""] == OPSET
+    (inp,) = model.graph.input
+    assert inp.name == INPUT_NAME
+    assert inp.type.tensor_type.shape.dim[0].dim_param == "batch"
+    session = make_session(path)
+    for batch_size in (1, 7):
+        x = example_batch(trained.meta, batch_size, seed=batch_size)
+        with torch.no_grad():
+            expected = trained.net(x)
+        torch.testing.assert_close(run_session(session, x), expected, atol=1e-4, rtol=1e-3)
+
+
+def test_onnx_metadata_round_trip(trained, tmp_path):
+    path = export_onnx(trained.net, trained.meta, tmp_path / "m.onnx", check_batch_sizes=())
+    meta = read_metadata(path)
+    assert meta == trained.meta
+    assert meta.classes == ("class_0", "class_1", "class_2", "class_3")
+    assert meta.mean == (0.5, 0.5, 0.5) and meta.image_size == 16 and meta.channel_order == "RGB"
+    props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    assert props["classes"] == '["class_0", "class_1", "class_2", "class_3"]'  # plain JSON
+
+
+def test_parity_check_fails_loudly_on_a_different_model(trained, tmp_path):
+    path = export_onnx(trained.net, trained.meta, tmp_path / "m.onnx", check_batch_sizes=())
+    other = type(trained.net)(
+        in_channels=3, num_classes=4, image_size=16, widths=(8, 16), hidden=32
+    ).eval()
+    with pytest.raises(
+        ExportCheckError, match=r"ONNX m\.onnx at batch 1: outputs differ from eager PyTorch"
+    ):
+        check_onnx_parity(path, other, trained.meta, batch_sizes=(1, 7))
+
+
+def test_meta_rejects_wrong_channel_count():
+    with pytest.raises(ValueError, match="mean has 1 values but num_channels=3"):
+        ModelMeta(classes=["a", "b"], mean=[0.5], std=[0.2, 0.2, 0.2], image_size=8, num_channels=3)

@@ -1,0 +1,93 @@
+"""INT8: static ORT quantization keeps accuracy; the threshold failure path is loud."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from lightning_cls.export.artifacts import load_artifact
+from lightning_cls.export.exporter import ExportConfig, QuantizeConfig, export_model
+from lightning_cls.export.quantize import (
+    AccuracyDropError,
+    QuantizationReport,
+    enforce_max_drop,
+    quantize_torch_dynamic,
+)
+
+
+def test_static_int8_keeps_accuracy_within_threshold(trained, tmp_path):
+    config = ExportConfig(
+        formats=["onnx"],
+        quantize=QuantizeConfig(static=True, calibration_batches=4, latency_runs=5),
+    )
+    result = export_model(trained.net, trained.meta, tmp_path, config, datamodule=trained.data)
+    (report,) = result.reports
+    assert report.acc_before > 0.9, "the tiny model should have learned the synthetic task"
+    assert report.drop_points <= 1.0
+    assert report.size_after < report.size_before
+    int8 = load_artifact(result.paths["onnx_int8"])
+    assert int8.meta == trained.meta  # metadata survives quantization
+    val = trained.data.splits["val"]
+    assert int8.accuracy(val.images, val.labels) == pytest.approx(report.acc_after)
+    saved = json.loads((tmp_path / "quantization_report.json").read_text())
+    assert saved[0]["method"] == "onnx_static_int8" and saved[0]["drop_points"] <= 1.0
+
+
+def test_dynamic_int8_touches_only_linear(trained, tmp_path):
+    config = ExportConfig(formats=[], quantize=QuantizeConfig(dynamic=True, latency_runs=5))
+    result = export_model(trained.net, trained.meta, tmp_path, config, datamodule=trained.data)
+    (report,) = result.reports
+    assert report.method == "torch_dynamic_int8"
+    assert report.drop_points <= 1.0
+    assert (
+        result.paths["torchscript_int8_dynamic"].stat().st_size
+        < result.paths["torchscript_trace"].stat().st_size
+    )
+
+
+def test_dynamic_quantization_leaves_conv_fp32(trained):
+    qnet = quantize_torch_dynamic(trained.net)
+    dynamic_linear = torch.ao.nn.quantized.dynamic.Linear
+    assert sum(isinstance(m, dynamic_linear) for m in qnet.modules()) == 2
+    assert sum(type(m) is nn.Linear for m in qnet.modules()) == 0
+    assert sum(type(m) is nn.Conv2d for m in qnet.modules()) == 2  # untouched, still fp32
+    assert sum(type(m) is nn.Linear for m in trained.net.modules()) == 2  # original not modified
+
+
+def test_threshold_failure_deletes_the_file_and_raises(tmp_path):
+    int8 = tmp_path / "model_int8.onnx"
+    int8.write_bytes(b"x")
+    report = QuantizationReport(
+        "onnx_static_int8", "fp32.onnx", str(int8), 0.9, 0.85, 100, 30, 1.0, 0.5
+    )
+    with pytest.raises(
+        AccuracyDropError,
+        match=r"lost 5\.00 accuracy points .* more than the allowed 1\. .*force=true",
+    ):
+        enforce_max_drop(report, max_drop_points=1.0)
+    assert not int8.exists()
+
+
+def test_force_keeps_the_file(tmp_path, caplog):
+    int8 = tmp_path / "model_int8.onnx"
+    int8.write_bytes(b"x")
+    report = QuantizationReport(
+        "onnx_static_int8", "fp32.onnx", str(int8), 0.9, 0.85, 100, 30, 1.0, 0.5
+    )
+    enforce_max_drop(report, max_drop_points=1.0, force=True)
+    assert int8.exists()
+    assert "Keeping" in caplog.text
+
+
+def test_static_needs_onnx_in_formats():
+    with pytest.raises(ValueError, match=r"'onnx' is not in export.formats=\['pt2'\]"):
+        ExportConfig(formats=["pt2"], quantize=QuantizeConfig(static=True))
+
+
+def test_quantization_needs_data(trained, tmp_path):
+    config = ExportConfig(formats=["onnx"], quantize=QuantizeConfig(static=True))
+    with pytest.raises(ValueError, match="needs a DataModule; pass data=<name>"):
+        export_model(trained.net, trained.meta, tmp_path, config, datamodule=None)

@@ -1,0 +1,73 @@
+"""TorchScript (trace and script) and torch.export ``.pt2``: reload, outputs, metadata."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from lightning_cls.export.meta import example_batch
+from lightning_cls.export.pt2 import export_pt2, load_pt2
+from lightning_cls.export.torchscript import export_torchscript, load_torchscript, quiet_jit
+from lightning_cls.models import create_model
+
+
+def test_torchscript_trace_reloads_with_same_outputs(trained, tmp_path):
+    path = export_torchscript(trained.net, trained.meta, tmp_path / "m.torchscript", "trace")
+    module, meta = load_torchscript(path)
+    assert meta == trained.meta
+    x = example_batch(meta, 5, seed=3)
+    with torch.no_grad(), quiet_jit():
+        torch.testing.assert_close(module(x), trained.net(x))
+
+
+def test_torchscript_script_reloads_with_same_outputs(trained, tmp_path):
+    net = create_model("mlp", num_classes=4, in_channels=3, image_size=16, hidden=8).eval()
+    path = export_torchscript(net, trained.meta, tmp_path / "m.torchscript", "script")
+    module, meta = load_torchscript(path)
+    assert meta == trained.meta
+    assert "forward" in module.code  # compiled from source, not a recorded trace
+    x = example_batch(meta, 3, seed=4)
+    with torch.no_grad(), quiet_jit():
+        torch.testing.assert_close(module(x), net(x))
+
+
+class _ImportInForward(nn.Module):
+    def forward(self, x):
+        import math  # TorchScript cannot compile imports
+
+        return x * math.pi
+
+
+def test_script_failure_names_the_fix(trained, tmp_path):
+    with pytest.raises(ValueError, match=r"(?s)cannot compile _ImportInForward.*Use mode='trace'"):
+        export_torchscript(_ImportInForward(), trained.meta, tmp_path / "m.torchscript", "script")
+
+
+def test_torchscript_rejects_unknown_mode(trained, tmp_path):
+    with pytest.raises(
+        ValueError, match="Unknown TorchScript mode 'jit'; use one of trace, script"
+    ):
+        export_torchscript(trained.net, trained.meta, tmp_path / "m.torchscript", "jit")
+
+
+def test_pt2_reloads_with_a_different_batch_size(trained, tmp_path):
+    path = export_pt2(trained.net, trained.meta, tmp_path / "m.pt2")  # exported at batch 2
+    module, meta = load_pt2(path)
+    assert meta == trained.meta
+    for batch_size in (1, 11):
+        x = example_batch(meta, batch_size, seed=batch_size)
+        with torch.no_grad():
+            out = module(x)
+            assert out.shape == (batch_size, 4)
+            torch.testing.assert_close(out, trained.net(x))
+
+
+def test_pt2_training_mode_is_restored(trained, tmp_path):
+    net = trained.module.net
+    net.train()
+    try:
+        export_pt2(net, trained.meta, tmp_path / "m.pt2")
+        assert net.training
+    finally:
+        net.eval()

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from lightning_cls.checkpointing import check_compatible, resolve_ckpt_path
+from lightning_cls.module import ClassificationModule
+
+
+def _module(**model_kwargs) -> ClassificationModule:
+    kwargs = dict(num_classes=4, in_channels=1, image_size=8, widths=[4, 8], hidden=16)
+    kwargs.update(model_kwargs)
+    return ClassificationModule("simplecnn", kwargs, classes=[f"c{i}" for i in range(4)])
+
+
+def _save(module, path):
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}, path)
+
+
+def test_last_resolves_to_the_newest_run(tmp_path):
+    for i, run in enumerate(["2024-01-01_10-00-00", "2024-01-02_10-00-00"]):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "last.ckpt").write_bytes(b"x")
+        os.utime(tmp_path / run / "last.ckpt", (time.time() + i, time.time() + i))
+    assert resolve_ckpt_path("last", tmp_path) == str(tmp_path / "2024-01-02_10-00-00" / "last.ckpt")
+    assert resolve_ckpt_path(None, tmp_path) is None
+
+
+def test_missing_checkpoints_are_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"ckpt_path=last but no last.ckpt exists under .*train this experiment first"):
+        resolve_ckpt_path("last", tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"Checkpoint not found: ckpt_path=nope.ckpt"):
+        resolve_ckpt_path("nope.ckpt", tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"is a directory"):
+        resolve_ckpt_path(str(tmp_path), tmp_path)
+
+
+def test_compatible_checkpoint_passes(tmp_path):
+    module = _module()
+    _save(module, tmp_path / "a.ckpt")
+    check_compatible(tmp_path / "a.ckpt", _module())
+
+
+def test_incompatible_checkpoint_lists_shapes_and_hparams(tmp_path):
+    _save(_module(hidden=32), tmp_path / "a.ckpt")
+    with pytest.raises(ValueError, match=r"(?s)shapes differ: net\.classifier\.1\.bias: checkpoint \(32,\) vs model \(16,\).*trained with model_kwargs="):
+        check_compatible(tmp_path / "a.ckpt", _module())
+
+
+def test_missing_and_unexpected_keys_and_compiled_prefix(tmp_path):
+    state = {k.replace("net.", "net._orig_mod."): v for k, v in _module().state_dict().items()}
+    torch.save({"state_dict": state}, tmp_path / "c.ckpt")
+    with pytest.raises(ValueError, match=r"(?s)missing from checkpoint: net\.classifier.*in checkpoint but not in model: net\._orig_mod.*torch\.compile"):
+        check_compatible(tmp_path / "c.ckpt", _module())
+
+
+def test_truncated_checkpoint_is_reported(tmp_path):
+    _save(_module(), tmp_path / "a.ckpt")
+    data = (tmp_path / "a.ckpt").read_bytes()
+    (tmp_path / "a.ckpt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"Cannot read checkpoint .*damaged"):
+        check_compatible(tmp_path / "a.ckpt", _module())
