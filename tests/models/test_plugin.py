@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_plugin_package_installs_and_trains_by_name(tmp_path):
-    target = tmp_path / "site"
+    target, source = tmp_path / "site", tmp_path / "plugin"
+    # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
+    shutil.copytree(REPO / "examples" / "custom_model_plugin", source)
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(REPO / "examples" / "custom_model_plugin")],
+         "--target", str(target), str(source)],
         check=True,
     )  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(REPO)])}
