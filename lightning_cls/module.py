@@ -43,6 +43,7 @@ class ClassificationModule(pl.LightningModule):
         std: Sequence[float] | None = None,
         image_size: int | None = None,
         num_channels: int | None = None,
+        tta_flip: bool = False,
     ):
         super().__init__()
         self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"])
@@ -64,14 +65,27 @@ class ClassificationModule(pl.LightningModule):
 
     def _shared_step(self, batch, stage: str) -> torch.Tensor:
         x, y = batch
-        logits = self(x)
+        logits = self._logits(x, tta=stage != "train")
         loss = self.criterion(logits, y)
         metrics = self.metrics[f"{stage}_metrics"]
         metrics.update(logits.detach(), y if y.ndim == 1 else y.argmax(1))
-        on_step = stage == "train"
-        self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True)
-        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "train")
+        training = stage == "train"
+        self.log(f"{stage}/loss", loss, on_step=training, on_epoch=True, prog_bar=True)
+        if not training:  # train accuracy is logged once per epoch: per-step log_dict costs ~10%
+            self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True)
         return loss
+
+    def on_train_epoch_end(self) -> None:
+        metrics = self.metrics["train_metrics"]
+        self.log_dict(metrics.compute())
+        metrics.reset()
+
+    def _logits(self, x: torch.Tensor, tta: bool) -> torch.Tensor:
+        logits = self(x)  # (B, classes)
+        if tta and self.hparams.tta_flip:
+            # Flip TTA (airbench): average the logits of each image and its mirror.
+            logits = (logits + self(x.flip(-1))) / 2
+        return logits
 
     def training_step(self, batch, batch_idx):
         return self._shared_step(batch, "train")
@@ -84,7 +98,7 @@ class ClassificationModule(pl.LightningModule):
 
     def predict_step(self, batch, batch_idx):
         x = batch[0] if isinstance(batch, (list, tuple)) else batch
-        return F.softmax(self(x).float(), dim=1)
+        return F.softmax(self._logits(x, tta=True).float(), dim=1)
 
     def configure_optimizers(self):
         factory = self.optimizer_factory or (lambda p: torch.optim.Adam(p, lr=1e-3))

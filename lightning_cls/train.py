@@ -13,6 +13,7 @@ from pathlib import Path
 
 import hydra
 import pytorch_lightning as pl
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -43,8 +44,11 @@ def train(cfg: DictConfig) -> dict:
         optimizer=instantiate(cfg.optimizer),
         scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         label_smoothing=cfg.label_smoothing,
+        tta_flip=cfg.tta_flip,
         **datamodule.meta,
     )
+    if cfg.data.get("channels_last"):
+        module = module.to(memory_format=torch.channels_last)  # weights too, not just inputs
 
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     export_config = instantiate(cfg.export) if cfg.get("export") else None

@@ -2,6 +2,7 @@
 
 from lightning_cls.data.base import ImageDataModule, Split
 from lightning_cls.data.digits import DigitsDataModule
+from lightning_cls.data.imagefolder import ImageFolderDataModule
 from lightning_cls.data.synthetic import SyntheticDataModule
 from lightning_cls.data.torchvision_sets import (
     CIFAR10DataModule,
@@ -16,6 +17,7 @@ __all__ = [
     "DigitsDataModule",
     "FashionMNISTDataModule",
     "ImageDataModule",
+    "ImageFolderDataModule",
     "MNISTDataModule",
     "Split",
     "SyntheticDataModule",

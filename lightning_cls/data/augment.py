@@ -24,7 +24,9 @@ def random_offsets(
     return torch.randint(0, 2 * padding + 1, (batch_size, 2), generator=generator)
 
 
-def random_flips(batch_size: int, p: float, generator: torch.Generator | None = None) -> torch.Tensor:
+def random_flips(
+    batch_size: int, p: float, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """(B,) bool mask, each True with probability ``p`` (as ``torch.rand(1) < p`` per sample)."""
     return torch.rand(batch_size, generator=generator) < p
 
@@ -43,17 +45,18 @@ def batch_crop(
         raise ValueError(f"crop padding must be >= 0, got {padding}.")
     if padding == 0:
         return images
-    b, _, h, w = images.shape  # (B, C, H, W)
+    b, c, h, w = images.shape  # (B, C, H, W)
     if offsets is None:
         offsets = random_offsets(b, padding, generator)
     offsets = offsets.to(images.device)
     padded = F.pad(images, (padding,) * 4)  # (B, C, H+2p, W+2p)
     rows = offsets[:, 0, None] + torch.arange(h, device=images.device)  # (B, H)
     cols = offsets[:, 1, None] + torch.arange(w, device=images.device)  # (B, W)
-    batch = torch.arange(b, device=images.device)[:, None, None]  # (B, 1, 1)
-    # Advanced indexing gathers each image's own window: (B, H, W, C) -> (B, C, H, W).
-    out = padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]
-    return out.permute(0, 3, 1, 2).contiguous()
+    # One gather over the flattened padded image: each output pixel reads its own source
+    # pixel. About 4x faster on CPU than advanced indexing ``padded[b, rows, cols]``.
+    index = rows[:, :, None] * (w + 2 * padding) + cols[:, None, :]  # (B, H, W)
+    index = index.view(b, 1, h * w).expand(b, c, h * w)  # (B, C, H*W)
+    return padded.flatten(2).gather(2, index).view(b, c, h, w)  # (B, C, H, W)
 
 
 def batch_flip_lr(
@@ -89,10 +92,13 @@ def normalize(
             f"mean/std have {len(mean)}/{len(std)} values but the batch has {images.shape[1]} "
             "channels; pass one value per channel."
         )
-    mean_t = torch.tensor(mean, device=images.device, dtype=torch.float32).view(1, -1, 1, 1)
-    std_t = torch.tensor(std, device=images.device, dtype=torch.float32).view(1, -1, 1, 1)
-    x = images.float().div_(255.0)  # (B, C, H, W) float32 in [0, 1]
-    return x.sub_(mean_t).div_(std_t).to(dtype)
+    mean_t = torch.tensor(mean, dtype=torch.float64)
+    std_t = torch.tensor(std, dtype=torch.float64)
+    # (x/255 - mean)/std folded into one multiply and one subtract (constants in float64).
+    scale = (1.0 / (255.0 * std_t)).to(images.device, torch.float32).view(1, -1, 1, 1)
+    shift = (mean_t / std_t).to(images.device, torch.float32).view(1, -1, 1, 1)
+    x = images.float().mul_(scale).sub_(shift)  # (B, C, H, W) float32
+    return x.to(dtype)
 
 
 class BatchAugment:
@@ -122,7 +128,9 @@ class BatchAugment:
             raise ValueError(f"std values must be > 0, got {tuple(std)}.")
         if isinstance(dtype, str):
             if dtype not in INPUT_DTYPES:
-                raise ValueError(f"Unknown input dtype '{dtype}'; use one of {', '.join(INPUT_DTYPES)}.")
+                raise ValueError(
+                    f"Unknown input dtype '{dtype}'; use one of {', '.join(INPUT_DTYPES)}."
+                )
             dtype = INPUT_DTYPES[dtype]
         self.mean, self.std = tuple(mean), tuple(std)
         self.crop_padding, self.hflip, self.flip_p = crop_padding, hflip, flip_p

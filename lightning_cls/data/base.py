@@ -23,7 +23,8 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 from lightning_cls.data.augment import BatchAugment
-from lightning_cls.data.tensor_loader import TensorBatchLoader
+from lightning_cls.data.tensor_loader import TensorBatchLoader, batch_generator
+from lightning_cls.threads import configure_threads, worker_init_fn
 
 PIPELINES = ("tensor", "pil")
 
@@ -106,6 +107,8 @@ class ImageDataModule(pl.LightningDataModule):
                          "image_size": image_size}  # fmt: skip
         self.name = name or type(self).__name__
         self.splits: dict[str, Split] = {}
+        self._train_loader: TensorBatchLoader | None = None
+        self._train_loader_state: dict | None = None  # from a checkpoint, for the next loader
 
     # -- what a subclass provides ------------------------------------------------------------
     def load_splits(self) -> dict[str, Split]:
@@ -179,12 +182,19 @@ class ImageDataModule(pl.LightningDataModule):
         drop_last = self.drop_last and train
         if self.pipeline == "tensor":
             # Under a Trainer the batch is augmented after it reaches its device.
-            augment = self.batch_augment()
-            transform = None if self._attached() else (lambda x: augment(x, train=train))
-            return TensorBatchLoader(
-                split.images, split.labels, self.batch_size, shuffle, drop_last,
-                seed=self.seed, transform=transform,
+            # Outside a Trainer the loader augments each batch with a generator seeded from
+            # (seed, epoch, batch); under one, on_after_batch_transfer does the same.
+            loader = TensorBatchLoader(
+                split.images, split.labels, self.batch_size, shuffle, drop_last, seed=self.seed,
+                augment=None if self._attached() else self.batch_augment(), train=train,
             )
+            if train:
+                if self._train_loader_state is not None:
+                    loader.load_state_dict(self._train_loader_state)
+                    self._train_loader_state = None
+                self._train_loader = loader
+            return loader
+        configure_threads(self.num_workers, on_cpu=self._on_cpu())
         transform = self.train_transform() if train else self.eval_transform()
         return DataLoader(
             ArrayDataset(split, transform),
@@ -194,17 +204,36 @@ class ImageDataModule(pl.LightningDataModule):
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.persistent_workers,
+            worker_init_fn=worker_init_fn if self.num_workers > 0 else None,
         )
 
     def _attached(self) -> bool:
         return getattr(self, "trainer", None) is not None
+
+    def _on_cpu(self) -> bool:
+        if self._attached():
+            return self.trainer.strategy.root_device.type == "cpu"
+        return not torch.cuda.is_available()
+
+    # Lightning restores a DataModule's state before configure_optimizers runs, so the train
+    # loader's position survives even when a scheduler calls trainer.estimated_stepping_batches
+    # (which builds the loader too early for the fit loop's own loader restore: Lightning #20550).
+    def state_dict(self) -> dict:
+        loader = self._train_loader
+        return {"train_loader": loader.state_dict()} if loader is not None else {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._train_loader_state = state_dict.get("train_loader")
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         if self.pipeline != "tensor" or batch[0].dtype != torch.uint8:
             return batch
         x, y = batch
         train = bool(self.trainer and self.trainer.training)
-        return self.batch_augment()(x, train=train), y
+        generator = None
+        if train and self._train_loader is not None and self._train_loader.last_batch is not None:
+            generator = batch_generator(self.seed, *self._train_loader.last_batch)
+        return self.batch_augment()(x, train=train, generator=generator), y
 
     # -- per-sample (PIL) transforms ----------------------------------------------------------
     def train_transform(self) -> Callable:

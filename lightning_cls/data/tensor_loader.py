@@ -14,6 +14,8 @@ the loader has ``__len__`` Lightning does not prefetch from it, so "yielded" equ
 "trained on" when a checkpoint is written. An ``iter()`` that starts while an earlier epoch
 was left unfinished (``limit_train_batches``) moves on to the next epoch.
 
+``device`` moves the split to that device once (e.g. the GPU), so batches are gathered there.
+
 Augmentation randomness. When ``augment`` is given, batch ``i`` of epoch ``e`` is augmented
 with a generator seeded from ``(seed, e, i)`` (``batch_generator``), so augmentation is
 deterministic, independent of the global RNG and exact across a resume.
@@ -64,18 +66,24 @@ class TensorBatchLoader:
         world_size: int | None = None,
         augment: BatchAugment | None = None,
         train: bool = False,
+        device: torch.device | str | None = None,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         if len(images) != len(labels):
             raise ValueError(f"{len(images)} images but {len(labels)} labels; they must match.")
         if len(images) == 0:
-            raise ValueError("TensorBatchLoader got an empty split (0 images); check the data source.")
+            raise ValueError(
+                "TensorBatchLoader got an empty split (0 images); check the data source."
+            )
         if transform is not None and augment is not None:
             raise ValueError("Pass either transform or augment to TensorBatchLoader, not both.")
         if world_size is not None and not 0 <= (rank or 0) < world_size:
             raise ValueError(f"rank={rank} is outside world_size={world_size}.")
-        self.images, self.labels = images, labels
+        # On a GPU, holding the whole split there (airbench) turns every batch into an
+        # on-device gather: no host-to-device copy per step.
+        self.images = images.to(device) if device is not None else images
+        self.labels = labels.to(device) if device is not None else labels
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.seed, self.transform = seed, transform
         self.augment, self.train = augment, train
@@ -83,6 +91,9 @@ class TensorBatchLoader:
         self.epoch = 0  # the epoch in progress (or the next one to start)
         self._yielded = 0  # batches of ``epoch`` already yielded
         self._resume = False  # set by load_state_dict: continue ``epoch`` at ``_yielded``
+        # (epoch, batch index) of the batch last yielded: a hook that augments it later (e.g.
+        # ``on_after_batch_transfer``) seeds ``batch_generator(seed, *last_batch)`` from it.
+        self.last_batch: tuple[int, int] | None = None
 
     @property
     def rank(self) -> int:
@@ -124,13 +135,19 @@ class TensorBatchLoader:
         epoch, start = self._start()
         order = self.indices(epoch)  # (per_rank,)
         for i in range(start, len(self)):
-            idx = order[i * self.batch_size : (i + 1) * self.batch_size]  # (B,)
-            x, y = self.images[idx], self.labels[idx]  # (B, C, H, W) uint8, (B,)
+            idx = order[i * self.batch_size : (i + 1) * self.batch_size].to(
+                self.images.device
+            )  # (B,)
+            # index_select: ~10x faster than images[idx] for a 4-D uint8 tensor on CPU.
+            x = self.images.index_select(0, idx)  # (B, C, H, W) uint8
+            y = self.labels.index_select(0, idx)  # (B,)
             if self.augment is not None:
-                x = self.augment(x, train=self.train, generator=batch_generator(self.seed, epoch, i))
+                x = self.augment(
+                    x, train=self.train, generator=batch_generator(self.seed, epoch, i)
+                )
             elif self.transform is not None:
                 x = self.transform(x)
-            self._yielded = i + 1
+            self._yielded, self.last_batch = i + 1, (epoch, i)
             yield x, y
         self.epoch, self._yielded = epoch + 1, 0
 

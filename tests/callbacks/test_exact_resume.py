@@ -7,13 +7,9 @@ import pytorch_lightning as pl
 import torch
 
 from lightning_cls.callbacks import AtomicModelCheckpoint, RngState
-from lightning_cls.data.tensor_loader import TensorBatchLoader
 
-# Lightning 2.6 does not call ``load_state_dict`` on the train loader when the checkpoint was
-# written at the end of an epoch (fit_loop.restarting is False then); it only tells samplers
-# the epoch, through ``loader.sampler.set_epoch``. Until TensorBatchLoader offers that hook
-# (see docs/training.md, "Exact resume"), a resumed run replays epoch 0's order.
-_LOADER_GETS_EPOCH = hasattr(TensorBatchLoader, "sampler")
+# The train loader's position travels in the DataModule's state (ImageDataModule.state_dict),
+# which Lightning restores even for end-of-epoch checkpoints.
 
 
 def _fit(tiny_data, tiny_module, tmp_path, max_epochs, ckpt_path=None):
@@ -32,10 +28,6 @@ def _fit(tiny_data, tiny_module, tmp_path, max_epochs, ckpt_path=None):
     return module, trainer
 
 
-@pytest.mark.xfail(
-    not _LOADER_GETS_EPOCH, strict=True,
-    reason="TensorBatchLoader has no sampler.set_epoch hook; a resumed run restarts at epoch 0's order",
-)
 def test_resume_reproduces_the_uninterrupted_run(tiny_data, tiny_module, tmp_path):
     straight, _ = _fit(tiny_data, tiny_module, tmp_path / "a", max_epochs=2)
     _, first = _fit(tiny_data, tiny_module, tmp_path / "b", max_epochs=1)

@@ -1,0 +1,271 @@
+"""Training throughput on CIFAR-10 images, SimpleCNN, batch 64, in interleaved rounds:
+
+    (A) classic   the tutorial's plain loop: per-sample PIL transforms, DataLoader(num_workers=2)
+    (B) pil       lightning_cls, pipeline=pil (the same per-sample transforms, num_workers=2)
+    (C) tensor    lightning_cls, pipeline=tensor (uint8 in memory, batched crop/flip/normalize)
+    (D) ceiling   the same model trained on pre-made float batches in a bare loop (compute only)
+    (E) fast      lightning_cls, tensor pipeline + channels_last + bf16-mixed (if the CPU has bf16)
+    (+) plain     C's tensor loader in the bare loop of D: separates pipeline cost from Lightning's
+
+    python benchmarks/train_throughput.py            # full run; updates docs/benchmarks.md
+    python benchmarks/train_throughput.py --quick    # smoke run: synthetic data, few steps
+
+Data: ../shared/data/cifar10-train-jpg.tar.gz, unpacked once and decoded through the
+ImageFolder cache; without it a synthetic task of the same shape is used and the output says
+so. Each round runs every variant once (order rotated per round); each run trains ``--steps``
+timed steps after ``--warmup`` untimed ones. Reported: median img/s per variant, C/D
+(pipeline + Lightning cost), E/A (fast settings vs the tutorial), Lightning's overhead
+(1 - C/plain) and the tensor pipeline's (1 - plain/D). The last output line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import statistics
+import tarfile
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torchvision import transforms as T
+
+from lightning_cls.data.base import ArrayDataset, ImageDataModule
+from lightning_cls.data.imagefolder import ImageFolderDataModule
+from lightning_cls.data.synthetic import SyntheticDataModule
+from lightning_cls.models import create_model
+from lightning_cls.module import ClassificationModule
+
+REPO = Path(__file__).resolve().parents[1]
+DOC_START, DOC_END = "<!-- train_throughput:start -->", "<!-- train_throughput:end -->"
+MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+VARIANTS = ("classic", "pil", "tensor", "ceiling", "fast", "plain")
+log = logging.getLogger("train_throughput")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--data", type=Path, default=REPO.parent / "shared/data/cifar10-train-jpg.tar.gz"
+    )
+    p.add_argument("--unpack-dir", type=Path, default=Path("/tmp/lightning_cls_bench/cifar10"))
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=100, help="timed training steps per run")
+    p.add_argument("--warmup", type=int, default=10, help="untimed steps per run")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--docs", type=Path, default=REPO / "docs/benchmarks.md")
+    p.add_argument("--quick", action="store_true", help="synthetic data, 1 round, few steps")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.steps, args.warmup, args.data = 1, 5, 2, Path("/nonexistent")
+    return args
+
+
+def load_datamodule(args, **kw) -> tuple[ImageDataModule, str]:
+    common = dict(batch_size=args.batch_size, crop_padding=4, hflip=True, seed=0, **kw)
+    if args.data.is_file():
+        if not (args.unpack_dir / "train").is_dir():
+            args.unpack_dir.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(args.data) as tar:
+                tar.extractall(args.unpack_dir, filter="data")
+        dm = ImageFolderDataModule(
+            str(args.unpack_dir), mean=MEAN, std=STD, val_size=5000, test_size=0.0001, **common
+        )
+        return dm, f"CIFAR-10 JPEGs ({args.data})"
+    size = 1024 if args.quick else 50_000
+    dm = SyntheticDataModule(10, 3, 32, train_size=size, test_size=64, **common)
+    return dm, f"SYNTHETIC 32x32x3 data ({args.data} not found)"
+
+
+def make_model(channels_last: bool = False) -> torch.nn.Module:
+    torch.manual_seed(0)
+    net = create_model("simplecnn", num_classes=10, in_channels=3, image_size=32)
+    return net.to(memory_format=torch.channels_last) if channels_last else net
+
+
+def timed_loop(batches, net, steps: int, warmup: int) -> float:
+    """Plain PyTorch training loop; img/s over ``steps`` steps after ``warmup`` steps."""
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    seen, start = 0, None
+    for i, (x, y) in enumerate(batches):
+        if i == warmup:
+            start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_fn(net(x), y).backward()
+        opt.step()
+        seen += x.shape[0] if i >= warmup else 0
+        if i + 1 == warmup + steps:
+            break
+    return seen / (time.perf_counter() - start)
+
+
+def cycle(loader):
+    while True:
+        yield from loader
+
+
+def run_classic(dm: ImageDataModule, args) -> float:
+    """(A) As the tutorial writes it: PIL per sample, DataLoader with 2 workers."""
+    tf = T.Compose(
+        [
+            T.RandomCrop(32, padding=4),
+            T.RandomHorizontalFlip(),
+            T.ToTensor(),
+            T.Normalize(dm.mean, dm.std),
+        ]
+    )
+    data: Dataset = ArrayDataset(dm.splits["train"], tf)
+    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=2)
+    return timed_loop(cycle(loader), make_model(), args.steps, args.warmup)
+
+
+def run_ceiling(dm: ImageDataModule, args) -> float:
+    """(D) Compute only: the same loop over a few pre-made, pre-augmented float batches."""
+    augment = dm.batch_augment()
+    split = dm.splits["train"]
+    batches = [
+        (
+            augment(split.images[i : i + args.batch_size], train=True),
+            split.labels[i : i + args.batch_size],
+        )
+        for i in range(0, 8 * args.batch_size, args.batch_size)
+    ]
+    return timed_loop(cycle(batches), make_model(), args.steps, args.warmup)
+
+
+def run_plain(dm: ImageDataModule, args) -> float:
+    """(+) The tensor pipeline's loader in the bare loop (never attached to a Trainer, it
+    augments each batch itself)."""
+    return timed_loop(cycle(dm.train_dataloader()), make_model(), args.steps, args.warmup)
+
+
+class _Clock(pl.Callback):
+    def __init__(self, warmup: int):
+        self.warmup, self.start, self.seen = warmup, None, 0
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if trainer.global_step == self.warmup:
+            self.start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if self.start is not None:
+            self.seen += batch[0].shape[0]
+            self.end = time.perf_counter()
+
+
+def run_lightning(dm: ImageDataModule, args, fast: bool = False) -> float:
+    """(B, C, E) lightning_cls: ClassificationModule + Trainer on the given DataModule."""
+    bf16 = fast and torch.cpu._is_avx512_bf16_supported()
+    module = ClassificationModule(net=make_model(channels_last=fast), classes=dm.classes)
+    clock = _Clock(args.warmup)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=args.warmup + args.steps,
+        limit_val_batches=0,
+        precision="bf16-mixed" if bf16 else "32-true",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[clock],
+    )
+    trainer.fit(module, datamodule=dm)
+    return clock.seen / (clock.end - clock.start)
+
+
+def markdown(results: dict, source: str, args) -> str:
+    med = results["median"]
+    rows = "\n".join(
+        f"| {v} | {med[v]:,.0f} | {', '.join(f'{x:,.0f}' for x in results['runs'][v])} |"
+        for v in VARIANTS
+    )
+    return f"""{DOC_START}
+## Training throughput (`benchmarks/train_throughput.py`)
+
+`python benchmarks/train_throughput.py` — SimpleCNN, batch {args.batch_size}, {source};
+{args.rounds} interleaved rounds x {args.steps} timed steps; {platform.processor() or platform.machine()},
+{torch.get_num_threads()} torch threads, torch {torch.__version__}.
+
+| variant | median img/s | runs |
+|---|---|---|
+{rows}
+
+C/D = {results["c_over_d"]:.2f} (target >= 0.90) · E/A = {results["e_over_a"]:.2f} (target >= 2.5) ·
+Lightning overhead (1 - C/plain) = {results["lightning_overhead"]:.1%} ·
+tensor pipeline overhead (1 - plain/D) = {results["pipeline_overhead"]:.1%}
+{DOC_END}"""
+
+
+def write_docs(path: Path, section: str) -> None:
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if DOC_START in text and DOC_END in text:
+        head, rest = text.split(DOC_START, 1)
+        text = head + section + rest.split(DOC_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for name in ("pytorch_lightning", "lightning_fabric", "lightning_cls"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    pil_dm, source = load_datamodule(args, pipeline="pil", num_workers=2)
+    pil_dm.setup()
+    tensor_dm, _ = load_datamodule(args)
+    fast_dm, _ = load_datamodule(args, channels_last=True)
+    plain_dm, _ = load_datamodule(args)
+    for dm in (tensor_dm, fast_dm, plain_dm):  # share the decoded splits; no second decode
+        dm.splits = pil_dm.splits
+    log.info("Data: %s", source)
+    runners = {
+        "classic": lambda: run_classic(pil_dm, args),
+        "pil": lambda: run_lightning(pil_dm, args),
+        "tensor": lambda: run_lightning(tensor_dm, args),
+        "ceiling": lambda: run_ceiling(tensor_dm, args),
+        "fast": lambda: run_lightning(fast_dm, args, fast=True),
+        "plain": lambda: run_plain(plain_dm, args),
+    }
+    runs: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for r in range(args.rounds):
+        order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
+        for v in order:
+            runs[v].append(runners[v]())
+            log.info("round %d %-8s %8.0f img/s", r + 1, v, runs[v][-1])
+    med = {v: statistics.median(x) for v, x in runs.items()}
+    results = {
+        "median": med,
+        "runs": runs,
+        "data": source,
+        "quick": args.quick,
+        "c_over_d": med["tensor"] / med["ceiling"],
+        "e_over_a": med["fast"] / med["classic"],
+        "lightning_overhead": 1 - med["tensor"] / med["plain"],
+        "pipeline_overhead": 1 - med["plain"] / med["ceiling"],
+        "bf16": bool(torch.cpu._is_avx512_bf16_supported()),
+    }
+    section = markdown(results, source, args)
+    log.info("\n%s", section)
+    if not args.quick:
+        write_docs(args.docs, section)
+    summary = {f"{v}_img_s": round(med[v], 1) for v in VARIANTS}
+    summary.update(
+        {
+            k: round(results[k], 4)
+            for k in ("c_over_d", "e_over_a", "lightning_overhead", "pipeline_overhead")
+        }
+    )
+    summary.update(data=source, quick=args.quick, rounds=args.rounds, steps=args.steps)
+    print(json.dumps(summary), flush=True)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

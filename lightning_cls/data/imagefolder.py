@@ -1,0 +1,241 @@
+"""``ImageFolderDataModule``: a user's own images in ``root/train/<class>/*``.
+
+Optional ``root/val`` and ``root/test`` with the same class folders are used as given;
+without them, test (then val) is held out of train with a fixed seed. Every image is decoded
+once — converted to RGB or grayscale and resized to ``image_size`` — into an in-memory uint8
+split, cached on disk (``lightning_cls.data.cache``) so the next run memory-maps it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lightning_cls.data import cache as image_cache
+from lightning_cls.data.base import ImageDataModule, Split, check_channels
+from lightning_cls.threads import available_cores
+
+log = logging.getLogger(__name__)
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+ON_CORRUPT = ("fail", "skip")
+# ImageNet statistics: a sensible start for photos; run `python -m lightning_cls.stats` for yours.
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+GRAY_MEAN, GRAY_STD = (0.449,), (0.226,)
+
+
+def _images_in(folder: Path) -> list[Path]:
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES
+    )
+
+
+def scan_split(split_dir: Path) -> tuple[list[str], list[Path], list[int]]:
+    """Class names (sorted folder names), image files and their labels of one split folder."""
+    classes = sorted(
+        p.name for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+    )
+    if not classes:
+        loose = " (it holds image files directly)" if _images_in(split_dir) else ""
+        raise ValueError(
+            f"{split_dir} has no class folders{loose}; put each class's images in "
+            f"{split_dir}/<class name>/."
+        )
+    files: list[Path] = []
+    labels: list[int] = []
+    for label, name in enumerate(classes):
+        found = _images_in(split_dir / name)
+        if not found:
+            raise ValueError(
+                f"Class folder {split_dir / name} has no images ({', '.join(IMAGE_SUFFIXES)}); "
+                "add images to it or remove the folder."
+            )
+        files += found
+        labels += [label] * len(found)
+    return classes, files, labels
+
+
+class ImageFolderDataModule(ImageDataModule):
+    def __init__(
+        self,
+        root: str,
+        image_size: int = 32,
+        num_channels: int = 3,
+        num_classes: int | None = None,
+        on_corrupt: str = "fail",
+        cache: bool = True,
+        cache_dir: str | None = None,
+        decode_workers: int | None = None,
+        test_size: float = 0.1,  # a fraction of train, or an image count (int)
+        split_seed: int = 0,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        **kwargs,
+    ):
+        """``root`` holds ``train/<class>/*`` (+ optional ``val/``, ``test/``). ``num_classes``
+        (optional) is checked against the class folders. ``on_corrupt``: "fail" names the
+        first unreadable file, "skip" leaves such files out (``self.skipped``). ``cache``
+        keeps decoded arrays in ``cache_dir`` (default ``<root>/.lightning_cls_cache``).
+        ``mean``/``std`` default to ImageNet's. Other keyword arguments go to
+        ``ImageDataModule`` (batch_size, pipeline, crop_padding, hflip, val_size, seed, ...).
+        """
+        super().__init__(num_classes=num_classes, **kwargs)
+        if num_channels not in (1, 3):
+            raise ValueError(f"num_channels must be 1 (grayscale) or 3 (RGB), got {num_channels}.")
+        if on_corrupt not in ON_CORRUPT:
+            raise ValueError(
+                f"Unknown on_corrupt '{on_corrupt}'; use one of {', '.join(ON_CORRUPT)}."
+            )
+        if image_size < 1:
+            raise ValueError(f"image_size must be >= 1, got {image_size}.")
+        self.root = Path(root).expanduser()
+        self.image_size, self.num_channels = image_size, num_channels
+        self.on_corrupt, self.cache, self.cache_dir = on_corrupt, cache, cache_dir
+        self.decode_workers = decode_workers or available_cores()
+        # The held-out test split must not move when the training seed changes (a model
+        # trained with seed=7 and evaluated with seed=42 would otherwise see test images).
+        self.test_size, self.split_seed = test_size, split_seed
+        default_mean, default_std = (
+            (IMAGENET_MEAN, IMAGENET_STD) if num_channels == 3 else (GRAY_MEAN, GRAY_STD)
+        )
+        self.mean = check_channels(
+            mean if mean is not None else default_mean, num_channels, "data.mean"
+        )
+        self.std = check_channels(std if std is not None else default_std, num_channels, "data.std")
+        self.skipped: list[str] = []  # unreadable files left out (on_corrupt="skip")
+        self._classes: list[str] | None = None
+
+    # -- the class list comes from train/'s folders, without decoding anything -----------------
+    @property
+    def train_dir(self) -> Path:
+        if not self.root.is_dir():
+            raise FileNotFoundError(
+                f"ImageFolder root {self.root} does not exist; set data.root to a folder "
+                "with train/<class>/<images> (and optionally val/ and test/)."
+            )
+        train = self.root / "train"
+        if not train.is_dir():
+            raise FileNotFoundError(
+                f"{self.root} has no train/ folder; expected {train}/<class>/<images>, "
+                f"e.g. {train}/cat/0001.jpg."
+            )
+        return train
+
+    @property
+    def classes(self) -> list[str]:
+        if self._classes is None:
+            self._classes = scan_split(self.train_dir)[0]
+        return self._classes
+
+    def _check_config(self) -> None:
+        expected = self.expected.get("num_classes")
+        if expected is not None and expected != self.num_classes:
+            raise ValueError(
+                f"data.num_classes={expected} but {self.train_dir} has {self.num_classes} class "
+                f"folders; set data.num_classes={self.num_classes}."
+            )
+        super()._check_config()
+
+    # -- splits --------------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        """Build the caches once (Lightning calls this on one process; DDP ranks then read them)."""
+        if self.cache:
+            for name in ("train", "val", "test"):
+                if name == "train" or (self.root / name).is_dir():
+                    self._load(name)
+
+    def load_splits(self) -> dict[str, Split]:
+        splits = {"train": self._load("train")}
+        for name in ("val", "test"):
+            if (self.root / name).is_dir():
+                splits[name] = self._load(name)
+        if "test" not in splits:
+            log.info(
+                "%s has no test/ folder: holding out %s of train as test (split_seed %d).",
+                self.root,
+                self.test_size,
+                self.split_seed,
+            )
+            splits["train"], splits["test"] = self._carve(splits["train"], self.test_size, "test")
+        return splits
+
+    def _carve(self, train: Split, size: float, what: str) -> tuple[Split, Split]:
+        n = len(train)
+        k = round(size * n) if isinstance(size, float) else size
+        if not 0 < k < n:
+            raise ValueError(
+                f"data.{what}_size={size} leaves no train or no {what} images out of {n} in "
+                f"{self.root / 'train'}; add a {self.root / what} folder or change "
+                f"data.{what}_size."
+            )
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
+        return train.subset(perm[k:]), train.subset(perm[:k])
+
+    def _load(self, split: str) -> Split:
+        split_dir = self.train_dir if split == "train" else self.root / split
+        classes, files, labels = scan_split(split_dir)
+        unknown = sorted(set(classes) - set(self.classes))
+        if unknown:
+            raise ValueError(
+                f"{split_dir} has class folders not in {self.train_dir}: {', '.join(unknown)}; "
+                "every split must use the train classes."
+            )
+        index = {name: i for i, name in enumerate(self.classes)}
+        labels = [index[classes[i]] for i in labels]
+        images, labels = self._decode_cached(split, [str(f) for f in files], labels)
+        return Split(torch.from_numpy(images), torch.as_tensor(labels, dtype=torch.int64))
+
+    def _decode_cached(self, split: str, files: list[str], labels: list[int]):
+        root = str(self.root)
+        name = image_cache.cache_name(root, split, self.image_size, self.num_channels)
+        key = image_cache.fingerprint(root, files, self.image_size, self.num_channels)
+        cache_dir = image_cache.writable_cache_dir(root, self.cache_dir) if self.cache else None
+        if cache_dir is not None and (hit := image_cache.load_cache(cache_dir, name, key)):
+            images, meta = hit
+            self._handle_unreadable(meta["skipped"], split)
+            return images, meta["labels"]
+        log.info(
+            "Decoding %d images of %s with %d workers...", len(files), split, self.decode_workers
+        )
+        images, errors = image_cache.decode_images(
+            files, self.image_size, self.num_channels, self.decode_workers
+        )
+        skipped = [f"{files[i]}: {e}" for i, e in errors]
+        self._handle_unreadable(skipped, split)
+        bad = {i for i, _ in errors}
+        keep = [i for i in range(len(files)) if i not in bad]
+        if bad:
+            images, labels = images[keep], [labels[i] for i in keep]
+        if not keep:
+            raise ValueError(
+                f"No readable images in {self.root / split}; every file failed to decode."
+            )
+        if cache_dir is not None:
+            meta = {"fingerprint": key, "labels": labels, "skipped": skipped, "root": root}
+            image_cache.write_cache(cache_dir, name, np.ascontiguousarray(images), meta)
+            log.info("Cached %s decoded images in %s.", split, cache_dir / f"{name}.npy")
+        return images, labels
+
+    def _handle_unreadable(self, skipped: list[str], split: str) -> None:
+        """Fail naming the first unreadable file, or count and log them (on_corrupt="skip")."""
+        if not skipped:
+            return
+        if self.on_corrupt == "fail":
+            more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+            raise ValueError(
+                f"Cannot read image {skipped[0]}{more}. Fix or remove the file, or set "
+                "data.on_corrupt=skip to leave unreadable images out."
+            )
+        self.skipped += skipped
+        log.warning(
+            "Skipped %d unreadable image(s) in %s; first: %s",
+            len(skipped),
+            self.root / split,
+            skipped[0],
+        )

@@ -1,0 +1,147 @@
+"""Batch augmentation: exact against torchvision's per-sample transforms, and statistically fair."""
+
+import pytest
+import torch
+from torchvision import transforms as T
+
+from lightning_cls.data.augment import (
+    BatchAugment,
+    batch_crop,
+    batch_flip_lr,
+    normalize,
+    random_flips,
+    random_offsets,
+)
+
+
+def _images(b=8, c=3, h=32, w=32, seed=0):
+    return torch.randint(
+        0, 256, (b, c, h, w), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)
+    )
+
+
+def test_crop_matches_torchvision_random_crop_for_its_own_offsets():
+    images = _images(16)
+    crop = T.RandomCrop(32, padding=4)
+    expected, offsets = [], []
+    for i, img in enumerate(images):
+        torch.manual_seed(100 + i)
+        expected.append(crop(img))  # (C, H, W): torchvision's draw and crop
+        torch.manual_seed(100 + i)  # replay the same draw to learn the offsets it used
+        top, left, _, _ = T.RandomCrop.get_params(torch.zeros(3, 40, 40), (32, 32))
+        offsets.append((top, left))
+    out = batch_crop(images, 4, offsets=torch.tensor(offsets))
+    assert len(set(offsets)) > 4  # the comparison covered several distinct offsets
+    torch.testing.assert_close(out, torch.stack(expected), rtol=0, atol=0)
+
+
+def test_crop_corner_offsets_zero_fill():
+    images = torch.full((2, 1, 4, 4), 7, dtype=torch.uint8)
+    out = batch_crop(images, 2, offsets=torch.tensor([[0, 0], [4, 4]]))
+    assert out[0, 0, :2].eq(0).all() and out[0, 0, :, :2].eq(0).all()  # shifted down-right
+    assert out[0, 0, 2:, 2:].eq(7).all()
+    assert out[1, 0, 2:].eq(0).all() and out[1, 0, :2, :2].eq(7).all()  # shifted up-left
+
+
+def test_flip_matches_torchvision_random_horizontal_flip():
+    images = _images(16)
+    flip = T.RandomHorizontalFlip(0.5)
+    expected, mask = [], []
+    for i, img in enumerate(images):
+        torch.manual_seed(i)
+        expected.append(flip(img))
+        torch.manual_seed(i)
+        mask.append(bool(torch.rand(1) < 0.5))  # RandomHorizontalFlip's own test
+    out = batch_flip_lr(images, mask=torch.tensor(mask))
+    assert 0 < sum(mask) < len(mask)
+    torch.testing.assert_close(out, torch.stack(expected), rtol=0, atol=0)
+
+
+def test_normalize_matches_to_tensor_and_normalize():
+    images = _images(4)
+    mean, std = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
+    tv = T.Compose([T.ToTensor(), T.Normalize(mean, std)])
+    expected = torch.stack([tv(img.permute(1, 2, 0).numpy()) for img in images])
+    torch.testing.assert_close(normalize(images, mean, std), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_offsets_are_uniform_chi_square():
+    n, padding = 81_000, 4
+    offsets = random_offsets(n, padding, torch.Generator().manual_seed(0))  # (N, 2)
+    cells = offsets[:, 0] * 9 + offsets[:, 1]
+    counts = torch.bincount(cells, minlength=81).double()
+    expected = n / 81
+    chi2 = ((counts - expected) ** 2 / expected).sum().item()
+    assert chi2 < 124.8  # 80 degrees of freedom, p = 0.001
+    assert offsets.min() == 0 and offsets.max() == 2 * padding
+
+
+def test_crop_output_reveals_uniform_offsets():
+    # Pixel values store their column (1..8), so a crop's leading zeros (padding) or its first
+    # value tell the left offset it was cut at: this checks the crop path itself, not just the draw.
+    n = 9_000
+    cols = torch.arange(1, 9, dtype=torch.uint8).expand(n, 1, 8, 8).contiguous()  # (N, 1, 8, 8)
+    out = batch_crop(cols, 4, torch.Generator().manual_seed(1))  # (N, 1, 8, 8)
+    row = out[:, 0].amax(1).long()  # (N, 8): max over rows ignores vertical padding
+    lead_zeros = (row == 0).long().cumprod(1).sum(1)  # (N,) padded columns on the left
+    left = torch.where(lead_zeros > 0, 4 - lead_zeros, 3 + row[:, 0])  # (N,) offset in 0..8
+    counts = torch.bincount(left, minlength=9).double()
+    chi2 = ((counts - n / 9) ** 2 / (n / 9)).sum().item()
+    assert counts.numel() == 9 and counts.min() > 0
+    assert chi2 < 26.1  # 8 degrees of freedom, p = 0.001
+
+
+def test_flip_frequency_is_half():
+    n = 20_000
+    flips = random_flips(n, 0.5, torch.Generator().manual_seed(2)).double().mean().item()
+    assert abs(flips - 0.5) < 4 * (0.25 / n) ** 0.5
+    images = torch.arange(2, dtype=torch.uint8).view(1, 1, 1, 2).expand(n, 1, 1, 2)  # (N, 1, 1, 2)
+    out = batch_flip_lr(images.contiguous(), generator=torch.Generator().manual_seed(3))
+    assert abs(out[:, 0, 0, 0].double().mean().item() - 0.5) < 4 * (0.25 / n) ** 0.5
+
+
+def test_seeded_augment_is_deterministic_and_independent_of_global_rng():
+    images = _images(32)
+    a = BatchAugment((0.5,) * 3, (0.25,) * 3, crop_padding=4, hflip=True, seed=7)
+    b = BatchAugment((0.5,) * 3, (0.25,) * 3, crop_padding=4, hflip=True, seed=7)
+    torch.manual_seed(0)
+    first = a(images, train=True)
+    torch.manual_seed(123)
+    torch.testing.assert_close(first, b(images, train=True), rtol=0, atol=0)
+    assert not torch.equal(first, a(images, train=True))  # the generator moves on
+
+
+def test_augment_state_dict_resumes_the_same_draws():
+    images = _images(8)
+    a = BatchAugment((0.5,) * 3, (0.25,) * 3, crop_padding=4, hflip=True, seed=1)
+    a(images, train=True)
+    state = a.state_dict()
+    expected = a(images, train=True)
+    b = BatchAugment((0.5,) * 3, (0.25,) * 3, crop_padding=4, hflip=True, seed=99)
+    b.load_state_dict(state)
+    torch.testing.assert_close(b(images, train=True), expected, rtol=0, atol=0)
+
+
+def test_eval_mode_does_not_augment_and_keeps_layout_and_dtype():
+    images = _images(4)
+    aug = BatchAugment((0.5,) * 3, (0.25,) * 3, 4, True, channels_last=True, dtype="bfloat16")
+    out = aug(images, train=False)
+    assert out.dtype == torch.bfloat16
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    expected = normalize(images, (0.5,) * 3, (0.25,) * 3).to(torch.bfloat16)  # rounded once
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_bad_inputs_name_the_value():
+    with pytest.raises(ValueError, match="crop_padding must be >= 0, got -1"):
+        BatchAugment((0.5,), (0.5,), crop_padding=-1)
+    with pytest.raises(ValueError, match="Unknown input dtype 'fp8'"):
+        BatchAugment((0.5,), (0.5,), dtype="fp8")
+    with pytest.raises(ValueError, match=r"std values must be > 0, got \(0.0,\)"):
+        BatchAugment((0.5,), (0.0,))
+    with pytest.raises(TypeError, match="expects uint8 images.*float32"):
+        normalize(torch.zeros(1, 1, 2, 2), (0.5,), (0.5,))
+    with pytest.raises(ValueError, match="mean/std have 3/3 values but the batch has 1 channels"):
+        normalize(torch.zeros(1, 1, 2, 2, dtype=torch.uint8), (0.5,) * 3, (0.5,) * 3)
+    with pytest.raises(ValueError, match="flip probability must be in"):
+        batch_flip_lr(_images(1), p=1.5)

@@ -1,0 +1,147 @@
+"""ImageFolderDataModule: layout, splits, resizing, channels, corrupt files and clear errors."""
+
+import logging
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from lightning_cls.data.imagefolder import ImageFolderDataModule
+from lightning_cls.module import ClassificationModule
+
+
+def _dm(root, **kw):
+    kw.setdefault("cache", False)
+    kw.setdefault("batch_size", 4)
+    kw.setdefault("val_size", 3)
+    kw.setdefault("test_size", 3)
+    return ImageFolderDataModule(str(root), image_size=8, **kw)
+
+
+def test_carves_test_and_val_from_train_with_fixed_seed(image_root):
+    dm = _dm(image_root)
+    dm.setup()
+    assert dm.classes == ["cat", "dog", "eel"] and dm.num_classes == 3
+    assert {k: len(v) for k, v in dm.splits.items()} == {"train": 24, "test": 3, "val": 3}
+    assert dm.splits["train"].images.shape == (24, 3, 8, 8)  # resized from 12x12
+    assert dm.splits["train"].images.dtype == torch.uint8
+    again = _dm(image_root)
+    again.setup()
+    for name in ("train", "val", "test"):
+        assert torch.equal(dm.splits[name].labels, again.splits[name].labels)
+        assert torch.equal(dm.splits[name].images, again.splits[name].images)
+    # class k was drawn around k*40+20: labels follow the sorted folder names
+    means = dm.splits["train"].images.float().mean((1, 2, 3))
+    for k in range(3):
+        assert abs(means[dm.splits["train"].labels == k].mean().item() - (k * 40 + 20)) < 5
+
+
+def test_carved_test_split_does_not_depend_on_the_training_seed(image_root):
+    a, b = _dm(image_root, seed=1), _dm(image_root, seed=2)
+    a.setup()
+    b.setup()
+    assert torch.equal(a.splits["test"].images, b.splits["test"].images)
+    assert not torch.equal(a.splits["val"].images, b.splits["val"].images)  # val follows seed
+    c = _dm(image_root, split_seed=5)
+    c.setup()
+    assert not torch.equal(a.splits["test"].images, c.splits["test"].images)
+
+
+def test_uses_given_val_and_test_folders(full_root):
+    dm = _dm(full_root, num_classes=3)
+    dm.setup()
+    assert {k: len(v) for k, v in dm.splits.items()} == {"train": 24, "val": 6, "test": 9}
+    assert dm.splits["test"].labels.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+
+def test_grayscale_and_loader_in_a_plain_loop(image_root):
+    dm = _dm(image_root, num_channels=1, crop_padding=1, hflip=True)
+    dm.setup()
+    assert dm.splits["train"].images.shape[1] == 1 and dm.mean == (0.449,)
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (4, 1, 8, 8) and x.dtype == torch.float32 and y.dtype == torch.int64
+
+
+def test_fast_dev_run_trains(image_root):
+    dm = _dm(image_root, crop_padding=1, hflip=True)
+    module = ClassificationModule(
+        "simplecnn", {"num_classes": 3, "in_channels": 3, "image_size": 8}, **dm.meta
+    )
+    trainer = pl.Trainer(
+        fast_dev_run=2,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, datamodule=dm)
+    assert trainer.state.finished
+
+
+def test_num_classes_mismatch_names_the_folder(image_root):
+    with pytest.raises(
+        ValueError,
+        match=r"data.num_classes=10 but .*images/train has 3 class folders; set data.num_classes=3\.",
+    ):
+        _dm(image_root, num_classes=10).setup()
+
+
+def test_missing_root_and_missing_train(tmp_path):
+    with pytest.raises(
+        FileNotFoundError, match=r"ImageFolder root .*nowhere does not exist; set data.root"
+    ):
+        _dm(tmp_path / "nowhere").setup()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(
+        FileNotFoundError, match=r"empty has no train/ folder; expected .*train/<class>/<images>"
+    ):
+        _ = _dm(tmp_path / "empty").classes
+
+
+def test_no_class_folders_and_empty_class(tmp_path, make_folder):
+    (tmp_path / "r" / "train").mkdir(parents=True)
+    with pytest.raises(
+        ValueError, match=r"r/train has no class folders; put each class's images in"
+    ):
+        _dm(tmp_path / "r").setup()
+    make_folder(tmp_path / "r", "train", {"a": 2})
+    (tmp_path / "r" / "train" / "b").mkdir()
+    with pytest.raises(
+        ValueError,
+        match=r"Class folder .*train/b has no images .*add images to it or remove the folder",
+    ):
+        _dm(tmp_path / "r").setup()
+
+
+def test_val_folder_with_unknown_class(full_root, make_folder):
+    make_folder(full_root, "val", {"zebra": 1})
+    with pytest.raises(ValueError, match=r"val has class folders not in .*train: zebra"):
+        _dm(full_root).setup()
+
+
+def test_corrupt_file_fails_by_path_or_is_skipped_and_counted(image_root, caplog):
+    bad = image_root / "train" / "dog" / "bad.jpg"
+    bad.write_bytes(b"not an image")
+    with pytest.raises(
+        ValueError, match=r"Cannot read image .*dog/bad\.jpg: .*data\.on_corrupt=skip"
+    ):
+        _dm(image_root).setup()
+    dm = _dm(image_root, on_corrupt="skip")
+    with caplog.at_level(logging.WARNING):
+        dm.setup()
+    assert len(dm.skipped) == 1 and "bad.jpg" in dm.skipped[0]
+    assert sum(len(s) for s in dm.splits.values()) == 30
+    assert any("Skipped 1 unreadable image(s)" in r.getMessage() for r in caplog.records)
+
+
+def test_bad_arguments(image_root):
+    with pytest.raises(ValueError, match="Unknown on_corrupt 'ignore'; use one of fail, skip"):
+        _dm(image_root, on_corrupt="ignore")
+    with pytest.raises(ValueError, match="num_channels must be 1 .* or 3 .*got 4"):
+        _dm(image_root, num_channels=4)
+    with pytest.raises(ValueError, match="data.mean has 1 values but the images have 3 channels"):
+        _dm(image_root, mean=(0.5,))
+    with pytest.raises(
+        ValueError, match=r"data.test_size=30 leaves no train or no test images out of 30"
+    ):
+        _dm(image_root, test_size=30).setup()

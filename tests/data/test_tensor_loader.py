@@ -1,0 +1,184 @@
+"""TensorBatchLoader: batching, DistributedSampler-identical sharding, seeded and exact resume."""
+
+import os
+import socket
+
+import pytest
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from pytorch_lightning.callbacks import ModelCheckpoint
+from torch.utils.data.distributed import DistributedSampler
+
+from lightning_cls.data.augment import BatchAugment
+from lightning_cls.data.tensor_loader import TensorBatchLoader, batch_generator
+
+
+def _data(n, c=1, s=4):
+    images = torch.arange(n, dtype=torch.uint8).view(n, 1, 1, 1).expand(n, c, s, s).contiguous()
+    return images, torch.arange(n)  # label == sample id
+
+
+def _epoch_ids(loader):
+    return torch.cat([y for _, y in loader]).tolist()
+
+
+def test_len_and_batches_cover_the_split():
+    images, labels = _data(10)
+    loader = TensorBatchLoader(images, labels, batch_size=4)
+    assert len(loader) == 3 and [len(y) for _, y in loader] == [4, 4, 2]
+    assert _epoch_ids(loader) == list(range(10))
+    dropping = TensorBatchLoader(images, labels, batch_size=4, drop_last=True)
+    assert len(dropping) == 2 and len(_epoch_ids(dropping)) == 8
+
+
+@pytest.mark.parametrize("n,world", [(20, 2), (21, 2), (10, 3), (2, 3)])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_shards_equal_distributed_sampler(n, world, shuffle):
+    images, labels = _data(n)
+    for epoch in (0, 1):
+        for rank in range(world):
+            sampler = DistributedSampler(range(n), world, rank, shuffle=shuffle, seed=5)
+            sampler.set_epoch(epoch)
+            loader = TensorBatchLoader(
+                images, labels, 3, shuffle, seed=5, rank=rank, world_size=world
+            )
+            loader.set_epoch(epoch)
+            assert _epoch_ids(loader) == list(sampler)
+            assert len(loader) == -(-len(sampler) // 3)
+
+
+def test_epochs_reshuffle_and_repeat_under_the_same_seed():
+    images, labels = _data(32)
+    a = TensorBatchLoader(images, labels, 8, shuffle=True, seed=1)
+    b = TensorBatchLoader(images, labels, 8, shuffle=True, seed=1)
+    first, second = _epoch_ids(a), _epoch_ids(a)
+    assert sorted(first) == list(range(32)) and first != second
+    assert [_epoch_ids(b), _epoch_ids(b)] == [first, second]
+
+
+def test_abandoned_epoch_moves_on():
+    images, labels = _data(32)
+    loader = TensorBatchLoader(images, labels, 8, shuffle=True, seed=1)
+    next(iter(loader))  # e.g. limit_train_batches=1
+    assert _epoch_ids(loader) == loader.indices(1).tolist()
+
+
+def test_state_dict_resumes_mid_epoch_exactly():
+    images, labels = _data(40)
+    aug = BatchAugment((0.5,), (0.5,), crop_padding=1, hflip=True)
+    ref = TensorBatchLoader(images, labels, 8, shuffle=True, seed=3, augment=aug, train=True)
+    expected = [b for _ in range(2) for b in ref]  # 2 epochs x 5 batches
+    run = TensorBatchLoader(images, labels, 8, shuffle=True, seed=3, augment=aug, train=True)
+    seen = list(run)
+    it = iter(run)
+    seen += [next(it), next(it)]
+    state = run.state_dict()
+    assert state["epoch"] == 1 and state["batches_yielded"] == 2
+    resumed = TensorBatchLoader(images, labels, 8, shuffle=True, seed=3, augment=aug, train=True)
+    resumed.load_state_dict(state)
+    seen += list(resumed)
+    assert len(seen) == len(expected)
+    for (x, y), (ex, ey) in zip(seen, expected):
+        assert torch.equal(y, ey) and torch.equal(x, ex)  # same samples, same augmentation
+    assert _epoch_ids(resumed) == resumed.indices(2).tolist()
+
+
+def test_last_batch_tells_a_later_hook_how_to_seed_the_batch():
+    images, labels = _data(20)
+    aug = BatchAugment((0.5,), (0.5,), crop_padding=1, hflip=True)
+    inside = TensorBatchLoader(images, labels, 8, shuffle=True, seed=2, augment=aug, train=True)
+    outside = TensorBatchLoader(images, labels, 8, shuffle=True, seed=2)  # uint8, augmented later
+    for _ in range(2):
+        for (x_in, _), (x_raw, _) in zip(inside, outside):
+            generator = batch_generator(2, *outside.last_batch)
+            assert torch.equal(x_in, aug(x_raw, train=True, generator=generator))
+    assert outside.last_batch == (1, 2)
+
+
+def test_bad_arguments_are_explained():
+    images, labels = _data(4)
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        TensorBatchLoader(images, labels, 0)
+    with pytest.raises(ValueError, match="4 images but 3 labels"):
+        TensorBatchLoader(images, labels[:3], 2)
+    with pytest.raises(ValueError, match="rank=2 is outside world_size=2"):
+        TensorBatchLoader(images, labels, 2, rank=2, world_size=2)
+    with pytest.raises(ValueError, match="empty split"):
+        TensorBatchLoader(images[:0], labels[:0], 2)
+
+
+class _Recorder(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1))
+        self.seen: list[int] = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.seen += y.tolist()
+        return (self.w * x.float().mean()).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def _fit(tmp_path, ckpt_path=None, callbacks=()):
+    images, labels = _data(40)
+    loader = TensorBatchLoader(images, labels, 8, shuffle=True, seed=11)
+    model = _Recorder()
+    trainer = pl.Trainer(
+        max_epochs=3,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=list(callbacks),
+        default_root_dir=tmp_path,
+        enable_checkpointing=bool(callbacks),
+    )
+    trainer.fit(model, loader, ckpt_path=ckpt_path)
+    return model.seen
+
+
+@pytest.mark.filterwarnings("ignore:Be aware that when using `ckpt_path`")
+def test_lightning_resume_from_mid_and_end_of_epoch_is_exact(tmp_path):
+    # 5 batches per epoch: steps 3 and 12 are mid-epoch, 5 and 10 end an epoch.
+    every_step = ModelCheckpoint(tmp_path, "{step}", every_n_train_steps=1, save_top_k=-1)
+    full = _fit(tmp_path, callbacks=[every_step])
+    assert len(full) == 3 * 40
+    for step in (3, 5, 10, 12):
+        assert _fit(tmp_path, ckpt_path=tmp_path / f"step={step}.ckpt") == full[step * 8 :]
+
+
+def _ddp_worker(rank, world, port, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        images, labels = _data(21)
+        loader = TensorBatchLoader(images, labels, 4, shuffle=True, seed=9)  # rank from dist
+        torch.save(
+            [_epoch_ids(loader), _epoch_ids(loader), len(loader)], f"{out_dir}/rank{rank}.pt"
+        )
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_process_ddp_shards_cover_the_data_like_distributed_sampler(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    for epoch in (0, 1):
+        shards = [r[epoch] for r in results]
+        assert len(shards[0]) == len(shards[1]) == 11  # ceil(21 / 2), one sample padded
+        assert set(shards[0]) | set(shards[1]) == set(range(21))
+        assert len(set(shards[0]) & set(shards[1])) == 1  # only the wrap-around sample repeats
+        for rank in range(2):
+            sampler = DistributedSampler(range(21), 2, rank, shuffle=True, seed=9)
+            sampler.set_epoch(epoch)
+            assert shards[rank] == list(sampler)
+    assert results[0][0] != results[0][1]  # a new permutation each epoch
+    assert results[0][2] == results[1][2] == 3
