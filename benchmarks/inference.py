@@ -43,6 +43,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--epochs-simplecnn", type=int, default=10)
     p.add_argument("--epochs-resnet18", type=int, default=3)
+    p.add_argument("--train-fraction-simplecnn", type=float, default=1.0,
+                   help="fraction of the train split per epoch when training SimpleCNN here")
+    p.add_argument("--train-fraction-resnet18", type=float, default=1.0,
+                   help="fraction of the train split per epoch when training ResNet-18 here")
+    p.add_argument("--train-precision", default="32-true",
+                   help="Lightning precision for the short training runs (e.g. bf16-mixed)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--b64-iters", type=int, default=10, help="batch-64 calls per runtime per round")
     p.add_argument("--b1-iters", type=int, default=100, help="batch-1 calls per runtime per round")

@@ -125,7 +125,8 @@ def prepare_model(name: str, data, args) -> tuple[torch.nn.Module, ModelMeta, Pa
             enable_progress_bar=False,
             enable_model_summary=False,
             num_sanity_val_steps=0,
-            limit_train_batches=20 if args.quick else None,
+            limit_train_batches=20 if args.quick else getattr(args, f"train_fraction_{name}"),
+            precision=args.train_precision,
         )
         log.info("Training %s for %d epoch(s) on %s", name, epochs, data.source)
         trainer.fit(module, datamodule=data)

@@ -25,6 +25,7 @@ import json
 import logging
 import platform
 import statistics
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -180,17 +181,18 @@ def run_lightning(dm: ImageDataModule, args, fast: bool = False) -> float:
 
 
 def markdown(results: dict, source: str, args) -> str:
+    command = " ".join(["python benchmarks/train_throughput.py", *sys.argv[1:]])
     med = results["median"]
     rows = "\n".join(
         f"| {v} | {med[v]:,.0f} | {', '.join(f'{x:,.0f}' for x in results['runs'][v])} |"
         for v in VARIANTS
     )
     return f"""{DOC_START}
-## Training throughput (`benchmarks/train_throughput.py`)
 
-`python benchmarks/train_throughput.py` — SimpleCNN, batch {args.batch_size}, {source};
+`{command}` — SimpleCNN, batch {args.batch_size}, {source};
 {args.rounds} interleaved rounds x {args.steps} timed steps; {platform.processor() or platform.machine()},
-{torch.get_num_threads()} torch threads, torch {torch.__version__}.
+{torch.get_num_threads()} torch intra-op threads per variant (the pil variant's 2 workers
+make lightning_cls cap it to 1 there), torch {torch.__version__}.
 
 | variant | median img/s | runs |
 |---|---|---|
@@ -234,11 +236,16 @@ def main(argv=None) -> dict:
         "plain": lambda: run_plain(plain_dm, args),
     }
     runs: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    default_threads = torch.get_num_threads()
     for r in range(args.rounds):
         order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
         for v in order:
+            # Thread sanity in the pil variant caps torch's threads for its 2 workers; every
+            # variant starts from the process default, as a fresh script would.
+            torch.set_num_threads(default_threads)
             runs[v].append(runners[v]())
             log.info("round %d %-8s %8.0f img/s", r + 1, v, runs[v][-1])
+    torch.set_num_threads(default_threads)
     med = {v: statistics.median(x) for v, x in runs.items()}
     results = {
         "median": med,

@@ -30,6 +30,9 @@ def bench(cfg: DictConfig) -> dict:
     batches = iter(loader)
     for _ in range(cfg.warmup_batches):  # worker start-up, first-touch of a memory map
         next(batches, None)
+    # Close the warm-up iterator: its (non-persistent) workers would otherwise keep running
+    # and prefetching beside the timed passes' own.
+    del batches
 
     # Whole passes include what a real epoch pays (e.g. starting non-persistent workers);
     # the per-batch median is robust to other jobs stealing the CPU for a moment.

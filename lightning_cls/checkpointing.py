@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -47,6 +48,24 @@ def resolve_ckpt_path(ckpt_path: str | None, ckpt_root: Path) -> str | None:
     return str(path)
 
 
+def network_state_dict(
+    state: Mapping[str, torch.Tensor], attribute: str = "net"
+) -> dict[str, torch.Tensor]:
+    """Keys of the bare network: drop the LightningModule's ``<attribute>.`` prefix and the
+    ``_orig_mod.`` that a ``torch.compile`` wrapper inserts; skip metric buffers. A state
+    without that prefix (already a bare network's) keeps all its keys."""
+    prefix = f"{attribute}."
+    has_prefix = any(k.startswith(prefix) for k in state)
+    out = {}
+    for key, value in state.items():
+        if has_prefix:
+            if not key.startswith(prefix):
+                continue  # metrics, criterion
+            key = key[len(prefix) :]
+        out[key.replace("_orig_mod.", "")] = value
+    return out
+
+
 def state_dict_differences(
     saved: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]
 ) -> dict[str, list[str]]:
@@ -76,7 +95,10 @@ def check_compatible(ckpt_path: str | Path, module: nn.Module) -> None:
         ) from err
     saved = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(saved, dict):
-        raise ValueError(f"{path} holds no state_dict; it is not a model checkpoint.")
+        raise ValueError(
+            f"{path} holds a {type(ckpt).__name__} with no state_dict; it is not a model "
+            "checkpoint. Pass a Lightning .ckpt or a model_weights.pt written by training."
+        )
     diff = state_dict_differences(saved, module.state_dict())
     if not any(diff.values()):
         return

@@ -24,11 +24,28 @@ log = logging.getLogger(__name__)
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     pl.seed_everything(cfg.seed, workers=True)
+    if not Path(str(cfg.ckpt_path)).is_file():
+        raise FileNotFoundError(
+            f"Checkpoint not found: ckpt_path={cfg.ckpt_path!r}; pass the path of a .ckpt file "
+            "(quote paths containing '=' for Hydra: 'ckpt_path=\"/x/epoch=3.ckpt\"')."
+        )
     module = ClassificationModule.load_from_checkpoint(cfg.ckpt_path, map_location="cpu")
     datamodule = instantiate(cfg.data)
     trained = module.hparams
     if trained.get("mean") is not None:
         datamodule.mean, datamodule.std = tuple(trained.mean), tuple(trained.std)
+    datamodule.prepare_data()
+    datamodule.setup("test")
+    if trained.get("classes") and list(trained.classes) != list(datamodule.classes):
+        raise ValueError(
+            f"The checkpoint was trained on classes {list(trained.classes)} but data={cfg.data.name} "
+            f"has classes {list(datamodule.classes)}; evaluate on data with the same class folders."
+        )
+    if trained.get("num_channels") and trained.num_channels != datamodule.num_channels:
+        raise ValueError(
+            f"The checkpoint expects num_channels={trained.num_channels} but the data has "
+            f"num_channels={datamodule.num_channels}; set data.num_channels={trained.num_channels}."
+        )
     if trained.get("image_size") and trained.image_size != datamodule.image_size:
         raise ValueError(
             f"The checkpoint expects image_size={trained.image_size} but the data has "

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import UnidentifiedImageError
 
 from lightning_cls.data.augment import normalize
-
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
+from lightning_cls.data.decode import IMAGE_SUFFIXES, decode_image
+from lightning_cls.fileio import atomic_path
 
 
 def find_images(inputs: Iterable[str | Path]) -> list[Path]:
@@ -35,16 +35,6 @@ def find_images(inputs: Iterable[str | Path]) -> list[Path]:
     return files
 
 
-def read_image(path: Path, image_size: int, num_channels: int) -> np.ndarray:
-    """Decode one file to uint8 (C, H, W), converted to L/RGB and resized to image_size."""
-    with Image.open(path) as img:
-        img = img.convert("L" if num_channels == 1 else "RGB")
-        if img.size != (image_size, image_size):
-            img = img.resize((image_size, image_size), Image.BILINEAR)
-        arr = np.asarray(img, dtype=np.uint8)
-    return arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
-
-
 def load_image_batch(
     paths: Sequence[Path],
     image_size: int,
@@ -56,7 +46,7 @@ def load_image_batch(
     arrays, ok, failed = [], [], []
     for path in paths:
         try:
-            arrays.append(read_image(path, image_size, num_channels))
+            arrays.append(decode_image(path, image_size, num_channels))
             ok.append(path)
         except UnidentifiedImageError:
             failed.append((path, "not a readable image"))
@@ -71,12 +61,13 @@ def load_image_batch(
 def write_predictions_csv(
     output: str | Path, rows: list[dict], failures: list[tuple[Path, str]], top_k: int
 ) -> None:
-    """One row per file: file, label_1..k, prob_1..k, error (empty unless it failed)."""
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
+    """One row per file: file, label_1..k, prob_1..k, error (empty unless it failed).
+
+    Written to a temp file renamed over ``output``: an earlier CSV is never left half-written.
+    """
     header = ["file"] + [f"label_{i + 1}" for i in range(top_k)]
     header += [f"prob_{i + 1}" for i in range(top_k)] + ["error"]
-    with output.open("w", newline="") as fh:
+    with atomic_path(output) as tmp, tmp.open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(header)
         for row in rows:

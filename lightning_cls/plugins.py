@@ -115,10 +115,11 @@ def _register_builtins() -> None:
     for name, cls in {
         "atomic_checkpoint": callbacks.AtomicModelCheckpoint, "compile": callbacks.CompileModel,
         "data_wait": callbacks.DataWaitProfiler, "grad_norm": callbacks.GradNormLogger,
-        "mixup": callbacks.MixupCutmix, "model_weights": callbacks.SaveModelWeights,
-        "nan_guard": callbacks.NanGuard, "oom": callbacks.OOMAdvisor,
-        "plots": callbacks.TrainingPlots, "rng_state": callbacks.RngState,
-        "shape_check": callbacks.ShapeCheck, "unused_params": callbacks.UnusedParameterFinder,
+        "lr_finder": callbacks.LRFinderPlot, "mixup": callbacks.MixupCutmix,
+        "model_weights": callbacks.SaveModelWeights, "nan_guard": callbacks.NanGuard,
+        "oom": callbacks.OOMAdvisor, "plots": callbacks.TrainingPlots,
+        "rng_state": callbacks.RngState, "shape_check": callbacks.ShapeCheck,
+        "unused_params": callbacks.UnusedParameterFinder, "wall_clock": callbacks.WallClock,
     }.items():  # fmt: skip
         CALLBACKS.register(name)(cls)
     for name, cls in {"synthetic": data.SyntheticDataModule, "digits": data.DigitsDataModule}.items():

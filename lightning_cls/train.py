@@ -16,6 +16,7 @@ import pytorch_lightning as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
+from pytorch_lightning.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 def train(cfg: DictConfig) -> dict:
     """Run one training job described by ``cfg``; return what goes into results.json."""
     started = time.time()
-    print_config(OmegaConf.to_container(cfg, resolve=True))
+    if rank_zero_only.rank == 0:
+        print_config(OmegaConf.to_container(cfg, resolve=True))
     pl.seed_everything(cfg.seed, workers=True)
 
     datamodule = instantiate(cfg.data)
@@ -71,13 +73,15 @@ def train(cfg: DictConfig) -> dict:
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     test_metrics: dict = {}
     if cfg.test:
-        results = trainer.test(module, datamodule=datamodule, ckpt_path=best or None)
+        # The best checkpoint of this fit; without a fit (train=false), the given checkpoint.
+        results = trainer.test(module, datamodule=datamodule, ckpt_path=best or ckpt_path)
         test_metrics = to_floats(results[0]) if results else {}
 
     output_dir = Path(cfg.paths.output_dir)
     summary = {
         "run_dir": str(output_dir),
         "best_ckpt": best,
+        "best_val_acc": _best_score(trainer),
         "val": {k: v for k, v in fit_metrics.items() if k.startswith("val/")},
         "test": test_metrics,
         "wall_time_s": round(time.time() - started, 2),
@@ -93,11 +97,16 @@ def train(cfg: DictConfig) -> dict:
     return summary
 
 
+def _best_score(trainer: pl.Trainer) -> float | None:
+    score = getattr(trainer.checkpoint_callback, "best_model_score", None)
+    return float(score) if score is not None else None
+
+
 @hydra.main(config_path=config_dir(), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     summary = train(cfg)
     # Returned for sweepers that optimize a value (e.g. Optuna): the best val accuracy.
-    return summary["val"].get("val/acc")
+    return summary["best_val_acc"]
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from lightning_cls.checkpointing import check_compatible, resolve_ckpt_path
+from lightning_cls.checkpointing import check_compatible, network_state_dict, resolve_ckpt_path
 from lightning_cls.module import ClassificationModule
 
 
@@ -63,3 +63,21 @@ def test_truncated_checkpoint_is_reported(tmp_path):
     (tmp_path / "a.ckpt").write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match=r"Cannot read checkpoint .*damaged"):
         check_compatible(tmp_path / "a.ckpt", _module())
+
+
+def test_a_file_without_a_state_dict_names_the_fix(tmp_path):
+    torch.save([1, 2, 3], tmp_path / "list.pt")
+    with pytest.raises(
+        ValueError,
+        match=r"list\.pt holds a list with no state_dict; it is not a model checkpoint\. "
+        r"Pass a Lightning \.ckpt or a model_weights\.pt",
+    ):
+        check_compatible(tmp_path / "list.pt", _module())
+
+
+def test_network_state_dict_strips_the_prefix_and_the_compile_wrapper():
+    t = torch.zeros(1)
+    state = {"net.a": t, "net._orig_mod.b.weight": t, "train_acc.tp": t}
+    assert sorted(network_state_dict(state)) == ["a", "b.weight"]
+    assert sorted(network_state_dict({"model.c": t, "x": t}, attribute="model")) == ["c"]
+    assert sorted(network_state_dict({"c": t, "_orig_mod.d": t})) == ["c", "d"]  # bare weights

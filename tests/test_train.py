@@ -138,3 +138,24 @@ def test_command_line_as_documented(tmp_path):
                  f"paths.root_dir={tmp_path}"], cwd=tmp_path)  # fmt: skip
     assert "Best checkpoint:" in proc.stderr + proc.stdout
     assert list((tmp_path / "outputs" / "train").glob("*/*/results.json"))
+
+
+def test_train_false_tests_the_given_checkpoint(trained, tmp_path):
+    _, summary = trained
+    cfg = compose(overrides=[*QUIET_TRAINER, "train=false", f"ckpt_path={summary['best_ckpt']}"], tmp=tmp_path)
+    result = train(cfg)
+    assert result["test"]["test/acc"] == pytest.approx(summary["test"]["test/acc"], abs=1e-4)
+
+
+def test_eval_refuses_data_with_other_classes(trained, tmp_path):
+    _, summary = trained
+    cfg = compose("eval", [f"ckpt_path={summary['best_ckpt']}", "data=synthetic", "data.num_channels=1",
+                           "data.image_size=8", *QUIET_TRAINER[:4]], tmp=tmp_path)  # fmt: skip
+    with pytest.raises(ValueError, match=r"trained on classes \['0', '1'.*data=synthetic has classes \['class_0'"):
+        evaluate(cfg)
+
+
+def test_eval_missing_checkpoint_names_the_path(tmp_path):
+    cfg = compose("eval", [f"ckpt_path={tmp_path}/nope.ckpt", *QUIET_TRAINER[:4]], tmp=tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"Checkpoint not found: ckpt_path='.*nope\.ckpt'"):
+        evaluate(cfg)

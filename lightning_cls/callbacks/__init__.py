@@ -13,6 +13,7 @@ from lightning_cls.callbacks.plots import TrainingPlots
 from lightning_cls.callbacks.rng_state import RngState
 from lightning_cls.callbacks.shape_check import ShapeCheck
 from lightning_cls.callbacks.unused_params import UnusedParameterFinder
+from lightning_cls.callbacks.wall_clock import WallClock
 
 __all__ = [
     "AtomicModelCheckpoint",
@@ -29,4 +30,5 @@ __all__ = [
     "ShapeCheck",
     "TrainingPlots",
     "UnusedParameterFinder",
+    "WallClock",
 ]

@@ -19,38 +19,9 @@ from weakref import proxy
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 
+from lightning_cls.fileio import TMP_SUFFIX, fsync_dir, replace_atomically, temp_path_for
+
 log = logging.getLogger(__name__)
-
-TMP_SUFFIX = ".tmp"
-
-
-def fsync_file(path: str | os.PathLike) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def fsync_dir(path: str | os.PathLike) -> None:
-    """Persist a rename: on POSIX the directory entry is only durable once the dir is synced."""
-    if os.name != "posix":
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def temp_path_for(filepath: str | os.PathLike) -> Path:
-    path = Path(filepath)
-    return path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
-
-
-def replace_atomically(tmp: str | os.PathLike, filepath: str | os.PathLike) -> None:
-    """fsync ``tmp``, rename it over ``filepath``, fsync the folder (a symlink at
-    ``filepath`` is replaced itself, its target is left alone)."""
-    fsync_file(tmp)
-    os.replace(tmp, filepath)
-    fsync_dir(os.path.dirname(os.path.abspath(filepath)))
 
 
 class AtomicModelCheckpoint(ModelCheckpoint):

@@ -16,16 +16,10 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from lightning_cls.callbacks.atomic_checkpoint import replace_atomically, temp_path_for
+from lightning_cls.checkpointing import network_state_dict
+from lightning_cls.fileio import atomic_path
 
 log = logging.getLogger(__name__)
-
-
-def net_state_from_checkpoint(ckpt_path: str | Path, attribute: str = "net") -> dict:
-    """The ``<attribute>.``-prefixed entries of a Lightning checkpoint, prefix stripped."""
-    state = torch.load(ckpt_path, map_location="cpu", weights_only=True)["state_dict"]
-    prefix = f"{attribute}."
-    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 class SaveModelWeights(pl.Callback):
@@ -36,21 +30,20 @@ class SaveModelWeights(pl.Callback):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         best = getattr(trainer.checkpoint_callback, "best_model_path", "") or ""
         if best and Path(best).is_file():
-            state, folder = net_state_from_checkpoint(best, self.attribute), Path(best).parent
+            ckpt = torch.load(best, map_location="cpu", weights_only=True)
+            state = network_state_dict(ckpt["state_dict"], self.attribute)
+            folder = Path(best).parent
         else:
             net = getattr(pl_module, self.attribute)
             state = {k: v.detach().cpu() for k, v in net.state_dict().items()}
             folder = Path(trainer.default_root_dir)
         self.path = folder / self.filename
         if trainer.is_global_zero:
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = temp_path_for(self.path)
-            torch.save(state, tmp)
-            replace_atomically(tmp, self.path)
+            with atomic_path(self.path) as tmp:
+                torch.save(state, tmp)
             meta = json.dumps(_plain(dict(pl_module.hparams)), indent=2, sort_keys=True)
-            tmp = temp_path_for(self.path.with_suffix(".json"))
-            tmp.write_text(meta + "\n")
-            replace_atomically(tmp, self.path.with_suffix(".json"))
+            with atomic_path(self.path.with_suffix(".json")) as tmp:
+                tmp.write_text(meta + "\n")
             log.info("Saved the network weights (%s) to %s", "best" if best else "final", self.path)
 
 

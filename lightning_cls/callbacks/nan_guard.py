@@ -8,6 +8,7 @@ no later checkpoint is written from it: the last checkpoint on disk stays the la
 from __future__ import annotations
 
 import logging
+import os
 
 import pytorch_lightning as pl
 import torch
@@ -16,9 +17,9 @@ log = logging.getLogger(__name__)
 
 _ADVICE = (
     "Common fixes: lower the learning rate (optimizer.lr), clip gradients "
-    "(trainer.gradient_clip_val=1.0), use precision=32-true or bf16-mixed instead of 16-mixed, "
-    "and check the inputs for NaN/Inf. To find the operation that produced it, rerun with "
-    "trainer.detect_anomaly=true (slow)."
+    "(trainer.gradient_clip_val=1.0), use trainer.precision=32-true or bf16-mixed instead of "
+    "16-mixed, and check the inputs for NaN/Inf. To find the operation that produced it, rerun "
+    "with trainer.detect_anomaly=true (slow)."
 )
 
 
@@ -37,6 +38,17 @@ def first_non_finite(named: dict[str, torch.Tensor | None]) -> tuple[str, torch.
 def describe(tensor: torch.Tensor) -> str:
     nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
     return f"shape {tuple(tensor.shape)}: {nan} NaN and {inf} Inf of {tensor.numel()} values"
+
+
+def newest_checkpoint(trainer: pl.Trainer) -> str | None:
+    """The most recently written of every checkpoint callback's last and best files."""
+    paths = {
+        path
+        for ckpt in trainer.checkpoint_callbacks
+        for path in (getattr(ckpt, "last_model_path", ""), getattr(ckpt, "best_model_path", ""))
+        if path and os.path.isfile(path)
+    }
+    return max(paths, key=os.path.getmtime) if paths else None
 
 
 class NanGuard(pl.Callback):
@@ -67,7 +79,6 @@ class NanGuard(pl.Callback):
             f"global step {trainer.global_step} (epoch {trainer.current_epoch}, "
             f"batch {trainer.fit_loop.epoch_loop.batch_idx})"
         )
-        ckpt = trainer.checkpoint_callback
-        last = getattr(ckpt, "last_model_path", "") or getattr(ckpt, "best_model_path", "")
+        last = newest_checkpoint(trainer)
         kept = f" The last good checkpoint is {last}." if last else ""
         raise NonFiniteError(f"Training stopped at {where}: {what}.{kept} {_ADVICE}")

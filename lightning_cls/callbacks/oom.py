@@ -23,15 +23,17 @@ def is_out_of_memory(err: BaseException) -> bool:
 def oom_advice(batch_size: int | None, accumulate: int) -> str:
     if not batch_size or batch_size < 2:
         return (
-            "Out of memory even at batch_size=1: use a smaller model or image_size, "
-            "precision=bf16-mixed, or model.checkpoint_activations=true."
+            "Out of memory even at data.batch_size=1: use a smaller model or data.image_size, "
+            "trainer.precision=bf16-mixed, or model.checkpoint_activations=true (simplecnn, "
+            "resnet18)."
         )
     half = batch_size // 2
     return (
         f"Out of memory at data.batch_size={batch_size}. Try data.batch_size={half} "
         f"trainer.accumulate_grad_batches={accumulate * 2} (same effective batch of "
         f"{batch_size * accumulate}), or find the largest batch that fits with tuner=batch_size. "
-        "precision=bf16-mixed and model.checkpoint_activations=true also save memory."
+        "trainer.precision=bf16-mixed and model.checkpoint_activations=true (simplecnn, "
+        "resnet18) also save memory."
     )
 
 

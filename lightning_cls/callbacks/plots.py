@@ -16,6 +16,8 @@ import torch
 log = logging.getLogger(__name__)
 
 CURVES = {"loss": ("train/loss_epoch", "val/loss"), "accuracy": ("train/acc", "val/acc")}
+# Logged by the module's own on_train_epoch_end, which Lightning calls after the callbacks'.
+LATE = ("train/acc",)
 
 
 def plot_curves(history: list[dict[str, float]], path: Path) -> None:
@@ -89,13 +91,26 @@ class TrainingPlots(pl.Callback):
         return path
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module) -> None:
-        row = {"epoch": trainer.current_epoch}
-        for key in {k for keys in CURVES.values() for k in keys}:
-            if key in trainer.callback_metrics:
-                row[key] = float(trainer.callback_metrics[key])
-        self.history.append(row)
+        metrics = self._curve_metrics(trainer)  # train/acc here would be last epoch's value
+        self.history.append({"epoch": trainer.current_epoch, **{k: v for k, v in metrics.items() if k not in LATE}})
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module) -> None:
+        self._complete_last_row(trainer)
+
+    def _complete_last_row(self, trainer: pl.Trainer) -> None:
+        # Callbacks' on_train_epoch_end runs before the module's, which logs train/acc; the
+        # epoch's row is completed once those values exist (next epoch start or fit end).
+        row = self.history[-1] if self.history else None
+        if row is not None and not any(k in row for k in LATE):
+            row.update({k: v for k, v in self._curve_metrics(trainer).items() if k in LATE})
+
+    @staticmethod
+    def _curve_metrics(trainer: pl.Trainer) -> dict[str, float]:
+        keys = {k for keys in CURVES.values() for k in keys}
+        return {k: float(trainer.callback_metrics[k]) for k in keys if k in trainer.callback_metrics}
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module) -> None:
+        self._complete_last_row(trainer)
         if self.history and trainer.is_global_zero:
             path = self._dir(trainer) / "curves.png"
             plot_curves(self.history, path)
@@ -108,9 +123,16 @@ class TrainingPlots(pl.Callback):
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         x, y = batch  # (B, C, H, W), (B,)
         with torch.no_grad():
-            pred = pl_module(x).argmax(1).cpu()  # (B,)
+            # The same logits test_step scores (flip TTA included), so the matrix matches test/acc.
+            logits = pl_module._logits(x, tta=True) if hasattr(pl_module, "_logits") else pl_module(x)
+            pred = logits.argmax(1).cpu()  # (B,)
         k = self._matrix.shape[0]
         self._matrix += torch.bincount(y.cpu() * k + pred, minlength=k * k).view(k, k)
+
+    def on_test_epoch_end(self, trainer, pl_module) -> None:
+        if self._matrix is not None and trainer.world_size > 1:  # sum every rank's shard
+            total = trainer.strategy.reduce(self._matrix.to(pl_module.device), reduce_op="sum")
+            self._matrix = total.cpu()
 
     def on_test_end(self, trainer, pl_module) -> None:
         if self._matrix is None or not trainer.is_global_zero:

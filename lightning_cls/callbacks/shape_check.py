@@ -21,7 +21,11 @@ class ShapeCheck(pl.Callback):
         net = getattr(pl_module, "net", None)
         if net is None or not channels or not size:
             return  # nothing to compare against
-        x = torch.zeros(2, channels, size, size, device=pl_module.device)  # (2, C, H, W)
+        # The network's own dtype: under bf16-true/16-true its weights are already converted.
+        param = next(net.parameters(), None)
+        dtype = param.dtype if param is not None and param.is_floating_point() else torch.float32
+        shape = (2, channels, size, size)  # (B, C, H, W)
+        x = torch.zeros(shape, device=pl_module.device, dtype=dtype)
         was_training = net.training
         net.eval()
         try:

@@ -154,7 +154,11 @@ class ImageDataModule(pl.LightningDataModule):
         n = len(train)
         n_val = int(round(self.val_size * n)) if isinstance(self.val_size, float) else self.val_size
         if not 0 < n_val < n:
-            raise ValueError(f"val_size={self.val_size} leaves no train or no val data out of {n}.")
+            raise ValueError(
+                f"data.val_size={self.val_size} leaves no train or no val data out of {n} "
+                f"training images; set data.val_size to a fraction in (0, 1) or a count from 1 "
+                f"to {n - 1}."
+            )
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed))
         return train.subset(perm[n_val:]), train.subset(perm[:n_val])
 
@@ -231,9 +235,15 @@ class ImageDataModule(pl.LightningDataModule):
         x, y = batch
         train = bool(self.trainer and self.trainer.training)
         generator = None
-        if train and self._train_loader is not None and self._train_loader.last_batch is not None:
-            generator = batch_generator(self.seed, *self._train_loader.last_batch)
-        return self.batch_augment()(x, train=train, generator=generator), y
+        loader = self._train_loader
+        if train and loader is not None and loader.last_batch is not None:
+            generator = batch_generator(self.seed, *loader.last_batch, rank=loader.rank)
+        x = self.batch_augment()(x, train=train, generator=generator)  # (B, C, H, W) float32
+        if self._attached():
+            # Lightning's convert_input ran before this hook, on the uint8 batch: cast the
+            # augmented batch ourselves (bf16-true/16-true/64-true), or the model gets float32.
+            x = self.trainer.precision_plugin.convert_input(x)
+        return x, y
 
     # -- per-sample (PIL) transforms ----------------------------------------------------------
     def train_transform(self) -> Callable:
@@ -267,5 +277,8 @@ def as_split(images, labels) -> Split:
 def check_channels(value: Sequence[float], num_channels: int, name: str) -> tuple[float, ...]:
     value = tuple(float(v) for v in value)
     if len(value) != num_channels:
-        raise ValueError(f"{name} has {len(value)} values but the images have {num_channels} channels.")
+        raise ValueError(
+            f"{name} has {len(value)} values but the images have {num_channels} channels "
+            f"({name}={list(value)}); set {name} to {num_channels} values, one per channel."
+        )
     return value

@@ -21,20 +21,13 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from lightning_cls.data.decode import decode_image
+from lightning_cls.fileio import atomic_path
+
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
 _CHUNK = 256  # files per decode task: large enough to amortize inter-process overhead
-
-
-def decode_image(path: str, image_size: int, num_channels: int) -> np.ndarray:
-    """One file -> (C, H, W) uint8, converted to RGB/grayscale and resized to a square."""
-    with Image.open(path) as img:
-        img = img.convert("RGB" if num_channels == 3 else "L")
-        if img.size != (image_size, image_size):
-            img = img.resize((image_size, image_size), Image.BILINEAR)
-        arr = np.asarray(img, dtype=np.uint8)  # (H, W, 3) or (H, W)
-    return arr.transpose(2, 0, 1) if arr.ndim == 3 else arr[None]  # (C, H, W)
 
 
 def _decode_chunk(paths: Sequence[str], image_size: int, num_channels: int):
@@ -86,16 +79,6 @@ def cache_name(root: str, split: str, image_size: int, num_channels: int) -> str
     return f"{split}-{image_size}px-{num_channels}ch-{tag}"
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def load_cache(cache_dir: Path, name: str, expected: str) -> tuple[np.ndarray, dict] | None:
     """The cached (images, meta) if present and its fingerprint is ``expected``, else None."""
     meta_path, array_path = cache_dir / f"{name}.json", cache_dir / f"{name}.npy"
@@ -118,8 +101,10 @@ def load_cache(cache_dir: Path, name: str, expected: str) -> tuple[np.ndarray, d
 
 def write_cache(cache_dir: Path, name: str, images: np.ndarray, meta: dict) -> None:
     cache_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(cache_dir / f"{name}.npy", lambda f: np.save(f, images))
-    _atomic_write(cache_dir / f"{name}.json", lambda f: f.write(json.dumps(meta).encode()))
+    with atomic_path(cache_dir / f"{name}.npy") as tmp, open(tmp, "wb") as f:
+        np.save(f, images)  # to an open file: np.save would add ".npy" to a bare temp name
+    with atomic_path(cache_dir / f"{name}.json") as tmp:
+        tmp.write_text(json.dumps(meta))
 
 
 def writable_cache_dir(root: str, cache_dir: str | None) -> Path:

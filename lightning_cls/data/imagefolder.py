@@ -17,11 +17,11 @@ import torch
 
 from lightning_cls.data import cache as image_cache
 from lightning_cls.data.base import ImageDataModule, Split, check_channels
+from lightning_cls.data.decode import IMAGE_SUFFIXES
 from lightning_cls.threads import available_cores
 
 log = logging.getLogger(__name__)
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 ON_CORRUPT = ("fail", "skip")
 # ImageNet statistics: a sensible start for photos; run `python -m lightning_cls.stats` for yours.
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -214,7 +214,9 @@ class ImageFolderDataModule(ImageDataModule):
             images, labels = images[keep], [labels[i] for i in keep]
         if not keep:
             raise ValueError(
-                f"No readable images in {self.root / split}; every file failed to decode."
+                f"No readable images in {self.root / split}: all {len(files)} files failed to "
+                f"decode (first: {skipped[0]}). Fix or replace them (e.g. re-save them as PNG), "
+                "or point data.root at another folder."
             )
         if cache_dir is not None:
             meta = {"fingerprint": key, "labels": labels, "skipped": skipped, "root": root}

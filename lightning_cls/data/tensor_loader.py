@@ -17,8 +17,9 @@ was left unfinished (``limit_train_batches``) moves on to the next epoch.
 ``device`` moves the split to that device once (e.g. the GPU), so batches are gathered there.
 
 Augmentation randomness. When ``augment`` is given, batch ``i`` of epoch ``e`` is augmented
-with a generator seeded from ``(seed, e, i)`` (``batch_generator``), so augmentation is
-deterministic, independent of the global RNG and exact across a resume.
+with a generator seeded from ``(seed, e, i)`` and the DDP rank (``batch_generator``), so
+augmentation is deterministic, independent of the global RNG, exact across a resume, and
+different on each rank.
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ import torch.distributed as dist
 from lightning_cls.data.augment import BatchAugment
 
 
-def batch_generator(seed: int, epoch: int, batch: int) -> torch.Generator:
-    """A CPU generator unique to one batch of one epoch (tuples of ints hash reproducibly)."""
-    return torch.Generator().manual_seed(hash((seed, epoch, batch)) & 0x7FFF_FFFF_FFFF_FFFF)
+def batch_generator(seed: int, epoch: int, batch: int, rank: int = 0) -> torch.Generator:
+    """A CPU generator unique to one batch of one epoch on one rank (tuples of ints hash
+    reproducibly). Rank 0 keeps the key of a single process, so its draws (and a resume of a
+    single-process run) do not change; every other DDP rank draws its own crops and flips."""
+    key = (seed, epoch, batch) if rank == 0 else (seed, epoch, batch, rank)
+    return torch.Generator().manual_seed(hash(key) & 0x7FFF_FFFF_FFFF_FFFF)
 
 
 def shard_indices(
@@ -92,7 +96,7 @@ class TensorBatchLoader:
         self._yielded = 0  # batches of ``epoch`` already yielded
         self._resume = False  # set by load_state_dict: continue ``epoch`` at ``_yielded``
         # (epoch, batch index) of the batch last yielded: a hook that augments it later (e.g.
-        # ``on_after_batch_transfer``) seeds ``batch_generator(seed, *last_batch)`` from it.
+        # ``on_after_batch_transfer``) seeds ``batch_generator(seed, *last_batch, rank)`` from it.
         self.last_batch: tuple[int, int] | None = None
 
     @property
@@ -134,6 +138,7 @@ class TensorBatchLoader:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch, start = self._start()
         order = self.indices(epoch)  # (per_rank,)
+        rank = self.rank
         for i in range(start, len(self)):
             idx = order[i * self.batch_size : (i + 1) * self.batch_size].to(
                 self.images.device
@@ -142,9 +147,8 @@ class TensorBatchLoader:
             x = self.images.index_select(0, idx)  # (B, C, H, W) uint8
             y = self.labels.index_select(0, idx)  # (B,)
             if self.augment is not None:
-                x = self.augment(
-                    x, train=self.train, generator=batch_generator(self.seed, epoch, i)
-                )
+                generator = batch_generator(self.seed, epoch, i, rank)
+                x = self.augment(x, train=self.train, generator=generator)
             elif self.transform is not None:
                 x = self.transform(x)
             self._yielded, self.last_batch = i + 1, (epoch, i)

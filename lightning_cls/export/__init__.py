@@ -5,10 +5,17 @@ Hydra entry point; this package itself never imports Hydra, and imports onnx/onn
 
 from lightning_cls.export.artifacts import Predictor, load_artifact, load_torch_model, predict_files
 from lightning_cls.export.callback import ExportCallback
-from lightning_cls.export.exporter import ExportConfig, ExportResult, QuantizeConfig, export_model
+from lightning_cls.export.exporter import (
+    AccuracyDropError,
+    ExportConfig,
+    ExportResult,
+    QuantizeConfig,
+    export_model,
+)
 from lightning_cls.export.meta import ExportCheckError, ModelMeta
 
 __all__ = [
+    "AccuracyDropError",
     "ExportCallback",
     "ExportCheckError",
     "ExportConfig",

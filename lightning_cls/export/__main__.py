@@ -18,7 +18,12 @@ from omegaconf import DictConfig
 
 from lightning_cls import config_dir
 from lightning_cls.export.artifacts import load_torch_model
-from lightning_cls.export.exporter import ExportConfig, ExportResult, export_model
+from lightning_cls.export.exporter import (
+    AccuracyDropError,
+    ExportConfig,
+    ExportResult,
+    export_model,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +50,6 @@ def export(cfg: DictConfig) -> ExportResult:
 
 @hydra.main(config_path=config_dir(), config_name="export", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from lightning_cls.export.quantize import AccuracyDropError
-
     try:
         export(cfg)
     except AccuracyDropError as err:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lightning_cls.checkpointing import network_state_dict
 from lightning_cls.export.meta import META_FILE, ModelMeta
 from lightning_cls.images import load_image_batch
 from lightning_cls.models import create_model
@@ -140,10 +141,10 @@ def artifact_kind(path: Path) -> str:
         return _SUFFIX_KIND[path.suffix]
     if path.suffix in (".pt", ".pth"):
         # A TorchScript archive holds compiled code; a state_dict archive holds only data.
-        if zipfile.is_zipfile(path) and any(
-            "/code/" in n for n in zipfile.ZipFile(path).namelist()
-        ):
-            return "torchscript"
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                if any("/code/" in n for n in archive.namelist()):
+                    return "torchscript"
         return "weights"
     raise ValueError(
         f"Cannot tell what kind of model {path.name} is from its suffix '{path.suffix}'; "
@@ -199,20 +200,6 @@ def load_torch_model(
         ) from err
     meta = ModelMeta.from_dict({**meta.to_dict(), "model_name": model_name, "model_kwargs": kwargs})
     return net.eval(), meta
-
-
-def network_state_dict(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Keys of the bare network: drop the LightningModule's ``net.`` prefix and the
-    ``_orig_mod.`` that a ``torch.compile`` wrapper inserts; skip metric buffers."""
-    out = {}
-    has_net = any(k.startswith("net.") for k in state)
-    for key, value in state.items():
-        if has_net:
-            if not key.startswith("net."):
-                continue  # metrics, criterion
-            key = key[len("net.") :]
-        out[key.replace("_orig_mod.", "")] = value
-    return out
 
 
 def _find_meta(path: Path, hparams: Mapping[str, Any]) -> ModelMeta:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 from torch import nn
 
-from lightning_cls.export.artifacts import load_torch_model, network_state_dict
+from lightning_cls.checkpointing import network_state_dict
+from lightning_cls.export.artifacts import load_torch_model
 from lightning_cls.export.exporter import ExportConfig, ExportResult, export_model
 from lightning_cls.export.meta import ModelMeta
 from lightning_cls.models import create_model

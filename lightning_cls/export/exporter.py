@@ -21,6 +21,10 @@ FORMATS = ("onnx", "torchscript", "pt2")
 REPORT_FILE = "quantization_report.json"
 
 
+class AccuracyDropError(RuntimeError):
+    """A quantized model lost more validation accuracy than allowed."""
+
+
 @dataclass
 class QuantizeConfig:
     static: bool = False  # ONNX Runtime static int8 (needs "onnx" in formats)
@@ -70,6 +74,11 @@ class ExportConfig:
     def enabled(self) -> bool:
         return bool(self.formats) or self.quantize.enabled
 
+    @property
+    def check_kwargs(self) -> dict:
+        """The parity-check settings every format's export takes (ONNX, TorchScript, .pt2)."""
+        return {"check_batch_sizes": self.check_batch_sizes, "atol": self.atol, "rtol": self.rtol}
+
 
 @dataclass
 class ExportResult:
@@ -89,13 +98,11 @@ def export_model(
     out.mkdir(parents=True, exist_ok=True)
     result = ExportResult()
     (out / META_FILE).write_text(json.dumps(meta.to_dict(), indent=2) + "\n")
-    kw = {"check_batch_sizes": config.check_batch_sizes}
+    kw = config.check_kwargs
     if "onnx" in config.formats:
         from lightning_cls.export.onnx import export_onnx
 
-        result.paths["onnx"] = export_onnx(
-            net, meta, out / "model.onnx", config.opset, atol=config.atol, rtol=config.rtol, **kw
-        )
+        result.paths["onnx"] = export_onnx(net, meta, out / "model.onnx", config.opset, **kw)
     if "torchscript" in config.formats:
         from lightning_cls.export.torchscript import export_torchscript
 
@@ -141,8 +148,9 @@ def _quantize(net, meta, out: Path, config: ExportConfig, datamodule, result: Ex
         before, after = load_artifact(result.paths["onnx"]), load_artifact(int8)
         result.reports.append(q.compare("onnx_static_int8", before, after, val, qc.latency_runs))
     if qc.dynamic:
+        kw = config.check_kwargs
         fp32 = result.paths.get("torchscript_trace") or export_torchscript(
-            net, meta, out / "model_trace.torchscript", "trace", config.check_batch_sizes
+            net, meta, out / "model_trace.torchscript", "trace", **kw
         )
         result.paths["torchscript_trace"] = fp32
         int8 = export_torchscript(
@@ -150,7 +158,7 @@ def _quantize(net, meta, out: Path, config: ExportConfig, datamodule, result: Ex
             meta,
             out / "model_int8_dynamic.torchscript",
             "trace",
-            config.check_batch_sizes,
+            **kw,
         )
         result.paths["torchscript_int8_dynamic"] = int8
         before, after = load_artifact(fp32), load_artifact(int8)
@@ -161,8 +169,8 @@ def _quantize(net, meta, out: Path, config: ExportConfig, datamodule, result: Ex
     for report in result.reports:
         try:
             q.enforce_max_drop(report, qc.max_acc_drop, qc.force)
-        except q.AccuracyDropError as err:
+        except AccuracyDropError as err:
             errors.append(str(err))
             result.paths = {k: v for k, v in result.paths.items() if str(v) != report.int8_path}
     if errors:
-        raise q.AccuracyDropError("\n".join(errors))
+        raise AccuracyDropError("\n".join(errors))

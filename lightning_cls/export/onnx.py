@@ -19,6 +19,7 @@ from lightning_cls.export.meta import (
     check_outputs_close,
     example_batch,
 )
+from lightning_cls.fileio import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -37,38 +38,45 @@ def export_onnx(
     atol: float = 1e-4,
     rtol: float = 1e-3,
 ) -> Path:
-    """Export ``net`` (in eval mode) to one ``.onnx`` file and verify it in ONNX Runtime."""
+    """Export ``net`` (in eval mode) to one ``.onnx`` file and verify it in ONNX Runtime.
+
+    The file is written and checked under a temp name and only then renamed to ``path``, so
+    a failed check leaves an earlier export at ``path`` untouched.
+    """
     import onnx
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     was_training = net.training
     net.eval()
     try:
-        batch = torch.export.Dim("batch", min=1)
-        torch.onnx.export(
-            net,
-            (example_batch(meta, 2),),
-            str(path),
-            dynamo=True,
-            dynamic_shapes=({0: batch},),
-            opset_version=opset,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            external_data=False,
-            verbose=False,
-        )
-        model = onnx.load(str(path))
-        write_metadata(model, meta)
-        onnx.save_model(model, str(path), save_as_external_data=False)
-        onnx.checker.check_model(str(path))
-        side_files = [p.name for p in path.parent.glob(path.name + ".*")]
-        if side_files:
-            raise ExportCheckError(
-                f"ONNX export wrote side files {side_files}; expected one self-contained file."
+        with atomic_path(path) as tmp:
+            batch = torch.export.Dim("batch", min=1)
+            torch.onnx.export(
+                net,
+                (example_batch(meta, 2),),
+                str(tmp),
+                dynamo=True,
+                dynamic_shapes=({0: batch},),
+                opset_version=opset,
+                input_names=[INPUT_NAME],
+                output_names=[OUTPUT_NAME],
+                external_data=False,
+                verbose=False,
             )
-        if check_batch_sizes:
-            check_onnx_parity(path, net, meta, check_batch_sizes, atol, rtol)
+            model = onnx.load(str(tmp))
+            write_metadata(model, meta)
+            onnx.save_model(model, str(tmp), save_as_external_data=False)
+            onnx.checker.check_model(str(tmp))
+            side_files = list(tmp.parent.glob(tmp.name + ".*"))
+            if side_files:
+                for side_file in side_files:
+                    side_file.unlink()
+                raise ExportCheckError(
+                    f"ONNX export wrote side files {[p.name for p in side_files]}; expected one "
+                    "self-contained file."
+                )
+            if check_batch_sizes:
+                check_onnx_parity(tmp, net, meta, check_batch_sizes, atol, rtol, path.name)
     finally:
         net.train(was_training)
     log.info("Exported ONNX (opset %d) to %s", opset, path)
@@ -118,18 +126,21 @@ def check_onnx_parity(
     batch_sizes: Sequence[int] = PARITY_BATCH_SIZES,
     atol: float = 1e-4,
     rtol: float = 1e-3,
+    name: str | None = None,
 ) -> None:
     """Run the file in ONNX Runtime at each batch size; raise ``ExportCheckError`` on mismatch.
 
-    ``net`` must be in eval mode (dropout and batch-norm statistics as exported).
+    ``net`` must be in eval mode (dropout and batch-norm statistics as exported). ``name`` is
+    the file name the message uses (export_onnx passes the final name, not the temp one).
     """
     path = Path(path)
+    name = name or path.name
     session = make_session(path)
     for seed, batch_size in enumerate(batch_sizes):
         x = example_batch(meta, batch_size, seed=seed)
         with torch.no_grad():
             expected = net(x)
         check_outputs_close(
-            expected, run_session(session, x), atol, rtol, f"ONNX {path.name} at batch {batch_size}"
+            expected, run_session(session, x), atol, rtol, f"ONNX {name} at batch {batch_size}"
         )
     log.info("ONNX parity with eager PyTorch holds at batch sizes %s", list(batch_sizes))

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from lightning_cls.export.meta import META_FILE, ModelMeta, check_outputs_close, example_batch
+from lightning_cls.fileio import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +38,22 @@ def export_pt2(
 ) -> Path:
     """Save ``net`` as a ``.pt2`` program, reload it and compare with eager at other batch sizes."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     was_training = net.training
     try:
         program = to_exported_program(net, meta)
-        torch.export.save(program, str(path), extra_files={META_FILE: meta.to_json()})
-        loaded, loaded_meta = load_pt2(path)
-        if loaded_meta != meta:
-            raise ValueError(f"Metadata did not survive the round trip: {loaded_meta} != {meta}.")
-        for seed, batch_size in enumerate(check_batch_sizes):
-            x = example_batch(meta, batch_size, seed=seed)
-            with torch.no_grad():
-                expected, actual = net(x), loaded(x)
-            check_outputs_close(expected, actual, atol, rtol, f".pt2 at batch {batch_size}")
+        # Saved and checked under a temp name: a failed check leaves an earlier file intact.
+        with atomic_path(path, keep_suffix=True) as tmp:
+            torch.export.save(program, str(tmp), extra_files={META_FILE: meta.to_json()})
+            loaded, loaded_meta = load_pt2(tmp)
+            if loaded_meta != meta:
+                raise ValueError(
+                    f"Metadata did not survive the round trip: {loaded_meta} != {meta}."
+                )
+            for seed, batch_size in enumerate(check_batch_sizes):
+                x = example_batch(meta, batch_size, seed=seed)
+                with torch.no_grad():
+                    expected, actual = net(x), loaded(x)
+                check_outputs_close(expected, actual, atol, rtol, f".pt2 at batch {batch_size}")
     finally:
         net.train(was_training)
     log.info("Exported torch.export program to %s", path)

@@ -30,15 +30,12 @@ from onnxruntime.quantization import (
 
 from lightning_cls.data.base import Split
 from lightning_cls.export.artifacts import Predictor
+from lightning_cls.export.exporter import AccuracyDropError  # re-exported: defined with no ORT
 from lightning_cls.export.meta import ModelMeta
 
 log = logging.getLogger(__name__)
 
 ACTIVATION_TYPES = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
-
-
-class AccuracyDropError(RuntimeError):
-    """A quantized model lost more validation accuracy than allowed."""
 
 
 class SplitCalibrationReader(CalibrationDataReader):

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from lightning_cls.export.meta import META_FILE, ModelMeta, check_outputs_close, example_batch
+from lightning_cls.fileio import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -69,22 +70,25 @@ def export_torchscript(
 ) -> Path:
     """Save ``net`` as TorchScript (``meta.json`` inside), reload it and compare with eager."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     was_training = net.training
     try:
         scripted = to_torchscript(net, meta, mode)
-        with quiet_jit():
-            torch.jit.save(scripted, str(path), _extra_files={META_FILE: meta.to_json()})
-        loaded, loaded_meta = load_torchscript(path)
-        if loaded_meta != meta:
-            raise ValueError(f"Metadata did not survive the round trip: {loaded_meta} != {meta}.")
-        for seed, batch_size in enumerate(check_batch_sizes):
-            x = example_batch(meta, batch_size, seed=seed)
-            with torch.no_grad(), quiet_jit():
-                expected, actual = net(x), loaded(x)
-            check_outputs_close(
-                expected, actual, atol, rtol, f"TorchScript ({mode}) at batch {batch_size}"
-            )
+        # Saved and checked under a temp name: a failed check leaves an earlier file intact.
+        with atomic_path(path) as tmp:
+            with quiet_jit():
+                torch.jit.save(scripted, str(tmp), _extra_files={META_FILE: meta.to_json()})
+            loaded, loaded_meta = load_torchscript(tmp)
+            if loaded_meta != meta:
+                raise ValueError(
+                    f"Metadata did not survive the round trip: {loaded_meta} != {meta}."
+                )
+            for seed, batch_size in enumerate(check_batch_sizes):
+                x = example_batch(meta, batch_size, seed=seed)
+                with torch.no_grad(), quiet_jit():
+                    expected, actual = net(x), loaded(x)
+                check_outputs_close(
+                    expected, actual, atol, rtol, f"TorchScript ({mode}) at batch {batch_size}"
+                )
     finally:
         net.train(was_training)
     log.info("Exported TorchScript (%s) to %s", mode, path)

@@ -49,9 +49,13 @@ class AirbenchNet(nn.Module):
         bn_momentum: float = 0.4,
     ):
         super().__init__()
-        if image_size < 8:
+        # Three 2x2 max-pools need 8 pixels; the unpadded 2x2 whitening stem takes one more.
+        min_size = 9 if whiten else 8
+        if image_size < min_size:
+            stem = "a 2x2 whitening stem, then " if whiten else ""
             raise ValueError(
-                f"airbench needs image_size >= 8 (three 2x2 max-pools), got {image_size}."
+                f"airbench needs image_size >= {min_size} ({stem}three 2x2 max-pools), got "
+                f"image_size={image_size}; set data.image_size>={min_size} (resize the data)."
             )
         if len(widths) != 3:
             raise ValueError(f"airbench takes three block widths, got widths={list(widths)}.")

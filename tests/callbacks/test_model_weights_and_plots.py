@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 import torch
 from PIL import Image
 
@@ -63,7 +64,11 @@ def test_curves_and_confusion_matrix_are_written(tmp_path, tiny_data, tiny_modul
     trainer = tiny_trainer([plots], max_epochs=2)
     trainer.fit(module, datamodule=data)
     assert [row["epoch"] for row in plots.history] == [0, 1]
-    assert {"train/loss_epoch", "val/acc"} <= set(plots.history[0])
+    assert {"train/loss_epoch", "val/acc", "train/acc"} <= set(plots.history[0])
+    assert {"train/loss_epoch", "val/acc", "train/acc"} <= set(plots.history[1])
+    # Each row holds its own epoch's train accuracy (logged after the callbacks' epoch end).
+    logged = trainer.logged_metrics["train/acc"].item()
+    assert plots.history[1]["train/acc"] == pytest.approx(logged)
     with caplog.at_level(logging.INFO, logger="lightning_cls"):
         trainer.test(module, datamodule=data)
     _assert_png(tmp_path / "curves.png")

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import os
+from types import SimpleNamespace
+
 import pytest
 import pytorch_lightning as pl
 import torch
 
 from lightning_cls.callbacks import AtomicModelCheckpoint, NanGuard, NonFiniteError
+from lightning_cls.callbacks.nan_guard import newest_checkpoint
 
 
 class PoisonInput(pl.Callback):
@@ -39,3 +43,20 @@ def test_nan_gradient_names_the_parameter(tiny_data, tiny_module, tiny_trainer):
     with pytest.raises(NonFiniteError, match=r"global step 0 .*first non-finite gradient is net\.classifier\.4\.weight \(shape \(4, 16\): 0 NaN and 64 Inf of 64 values\)"):
         trainer.fit(module, datamodule=data)
     assert trainer.global_step == 0  # the step was not applied
+
+
+def test_last_good_checkpoint_is_the_newest_of_every_callback(tmp_path):
+    best, last, gone = tmp_path / "best.ckpt", tmp_path / "last.ckpt", tmp_path / "gone.ckpt"
+    for i, path in enumerate((best, last)):
+        path.write_bytes(b"x")
+        os.utime(path, (1000 + i, 1000 + i))
+    # The first callback (trainer.checkpoint_callback) only keeps the best; the newest file is
+    # another callback's last.ckpt.
+    trainer = SimpleNamespace(checkpoint_callbacks=[
+        SimpleNamespace(last_model_path="", best_model_path=str(best)),
+        SimpleNamespace(last_model_path=str(last), best_model_path=str(gone)),
+    ])  # fmt: skip
+    assert newest_checkpoint(trainer) == str(last)
+    os.utime(best, (2000, 2000))
+    assert newest_checkpoint(trainer) == str(best)
+    assert newest_checkpoint(SimpleNamespace(checkpoint_callbacks=[])) is None

@@ -25,4 +25,7 @@ def test_simulated_cuda_oom_gets_halved_batch_doubled_accumulation(tiny_data, ti
 def test_advice_edge_cases():
     assert is_out_of_memory(RuntimeError("CUDA error: out of memory"))
     assert not is_out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
-    assert "batch_size=1" in oom_advice(1, 1)
+    assert "data.batch_size=1" in oom_advice(1, 1)
+    for advice in (oom_advice(1, 1), oom_advice(16, 1)):  # config keys that exist (test_configs)
+        assert "trainer.precision=bf16-mixed" in advice
+        assert "model.checkpoint_activations=true" in advice

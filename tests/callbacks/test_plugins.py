@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
 
-from lightning_cls import plugins
+from lightning_cls import callbacks, plugins
 from lightning_cls.callbacks import NanGuard
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_callback_plugin"
@@ -18,6 +19,14 @@ def test_builtins_use_the_same_registry():
     assert "synthetic" in plugins.list_datasets()
     with pytest.raises(ValueError, match=r"Unknown callback 'nan_gard'\. Did you mean 'nan_guard'\?"):
         plugins.create_callback("nan_gard")
+
+
+def test_every_builtin_callback_is_registered():
+    builtins = {getattr(callbacks, name) for name in callbacks.__all__}
+    builtins = {c for c in builtins if isinstance(c, type) and issubclass(c, pl.Callback)}
+    plugins.list_callbacks()  # registers the built-ins
+    assert builtins <= set(plugins.CALLBACKS._factories.values())
+    assert {"lr_finder", "wall_clock"} <= set(plugins.list_callbacks())
 
 
 def test_duplicate_name_is_an_error():

@@ -26,7 +26,7 @@ def test_build_then_reuse_memory_mapped(image_root, tmp_path, monkeypatch):
     first = _dm(image_root, tmp_path)
     first.setup()
     assert len(_arrays(tmp_path)) == 1 and _arrays(tmp_path)[0].startswith("train-8px-3ch-")
-    assert not list((tmp_path / "cache").glob("*.tmp-*"))  # temporaries renamed away
+    assert not list((tmp_path / "cache").glob("*.tmp"))  # temporaries renamed away
 
     def no_decode(*a, **k):
         raise AssertionError("a valid cache must not be decoded again")

@@ -7,6 +7,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
+from lightning_cls.callbacks import ShapeCheck
 from lightning_cls.data import DigitsDataModule, SyntheticDataModule
 from lightning_cls.module import ClassificationModule
 
@@ -68,6 +69,44 @@ def test_bad_settings_are_named():
         DigitsDataModule(batch_size=0)
     with pytest.raises(ValueError, match=r"data\.image_size=32 but DigitsDataModule has image_size=8; set data\.image_size=8"):
         DigitsDataModule(image_size=32).setup()
+
+
+def test_val_size_error_names_the_fix():
+    dm = SyntheticDataModule(train_size=20, test_size=8, val_size=20)
+    with pytest.raises(
+        ValueError,
+        match=r"data\.val_size=20 leaves no train or no val data out of 20 training images; "
+        r"set data\.val_size to a fraction in \(0, 1\) or a count from 1 to 19\.",
+    ):
+        dm.setup()
+
+
+class _InputDtypes(pl.Callback):
+    def __init__(self):
+        self.dtypes: list[torch.dtype] = []
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.dtypes.append(batch[0].dtype)
+
+
+def test_bf16_true_hands_the_model_a_bf16_batch():
+    # Lightning casts the input before on_after_batch_transfer, i.e. the uint8 batch; the
+    # augmented float batch must be cast again, or a bf16 network gets float32 and fails.
+    dm = SyntheticDataModule(
+        num_classes=3, image_size=8, train_size=32, test_size=8, batch_size=8, crop_padding=1,
+        hflip=True,
+    )  # fmt: skip
+    kwargs = dict(num_classes=3, in_channels=3, image_size=8, widths=(4, 8), hidden=8)
+    module = ClassificationModule("simplecnn", kwargs, **dm.meta)
+    dtypes = _InputDtypes()
+    trainer = pl.Trainer(
+        fast_dev_run=True, accelerator="cpu", precision="bf16-true", logger=False,
+        enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[ShapeCheck(), dtypes],
+    )  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+    assert trainer.state.finished
+    assert dtypes.dtypes == [torch.bfloat16]
 
 
 def test_importing_data_does_not_import_hydra():

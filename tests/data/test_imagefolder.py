@@ -134,12 +134,28 @@ def test_corrupt_file_fails_by_path_or_is_skipped_and_counted(image_root, caplog
     assert any("Skipped 1 unreadable image(s)" in r.getMessage() for r in caplog.records)
 
 
+def test_a_split_with_no_readable_image_names_a_file_and_the_fix(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / "r" / "train" / name).mkdir(parents=True)
+        (tmp_path / "r" / "train" / name / "x.png").write_bytes(b"not an image")
+    with pytest.raises(
+        ValueError,
+        match=r"No readable images in .*r/train: all 2 files failed to decode "
+        r"\(first: .*a/x\.png: .*\)\. Fix or replace them .*or point data\.root at another",
+    ):
+        _dm(tmp_path / "r", on_corrupt="skip").setup()
+
+
 def test_bad_arguments(image_root):
     with pytest.raises(ValueError, match="Unknown on_corrupt 'ignore'; use one of fail, skip"):
         _dm(image_root, on_corrupt="ignore")
     with pytest.raises(ValueError, match="num_channels must be 1 .* or 3 .*got 4"):
         _dm(image_root, num_channels=4)
-    with pytest.raises(ValueError, match="data.mean has 1 values but the images have 3 channels"):
+    with pytest.raises(
+        ValueError,
+        match=r"data\.mean has 1 values but the images have 3 channels \(data\.mean=\[0\.5\]\); "
+        r"set data\.mean to 3 values, one per channel\.",
+    ):
         _dm(image_root, mean=(0.5,))
     with pytest.raises(
         ValueError, match=r"data.test_size=30 leaves no train or no test images out of 30"

@@ -14,12 +14,9 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from lightning_cls.data.base import ImageDataModule
 from lightning_cls.data.synthetic import SyntheticDataModule
 from lightning_cls.module import ClassificationModule
 from lightning_cls.optim import cosine
-
-NEEDS_BASE_PATCH = ImageDataModule.state_dict is pl.LightningDataModule.state_dict
 
 
 class _Record(pl.Callback):
@@ -71,9 +68,6 @@ def _fit(tmp_path, ckpt_path=None, every_step=False):
     return record.batches
 
 
-@pytest.mark.xfail(
-    NEEDS_BASE_PATCH, strict=True, reason="ImageDataModule.state_dict not in base.py yet"
-)
 @pytest.mark.filterwarnings("ignore:Be aware that when using `ckpt_path`")
 def test_resume_with_scheduler_sees_the_same_batches_and_augmentation(tmp_path):
     full = _fit(tmp_path, every_step=True)  # 5 batches per epoch

@@ -97,6 +97,31 @@ def test_last_batch_tells_a_later_hook_how_to_seed_the_batch():
     assert outside.last_batch == (1, 2)
 
 
+def test_each_ddp_rank_draws_its_own_augmentation_and_rank_0_keeps_the_old_seed():
+    def draws(generator):
+        return torch.rand(4, generator=generator)
+
+    # Rank 0's key is (seed, epoch, batch), as before the rank was part of it: single-process
+    # runs (and resumes from their checkpoints) augment exactly as they did.
+    old = hash((5, 1, 3)) & 0x7FFF_FFFF_FFFF_FFFF
+    assert torch.equal(draws(batch_generator(5, 1, 3)), draws(torch.Generator().manual_seed(old)))
+    assert torch.equal(draws(batch_generator(5, 1, 3, rank=0)), draws(batch_generator(5, 1, 3)))
+    assert not torch.equal(draws(batch_generator(5, 1, 3, rank=1)), draws(batch_generator(5, 1, 3)))
+
+    # Every sample is the same image, so the two ranks' batches differ only by augmentation.
+    images = torch.arange(36, dtype=torch.uint8).view(1, 1, 6, 6).repeat(8, 1, 1, 1)
+    labels = torch.zeros(8, dtype=torch.int64)
+    aug = BatchAugment((0.5,), (0.5,), crop_padding=2, hflip=True)
+
+    def first_batch(rank: int) -> torch.Tensor:
+        loader = TensorBatchLoader(
+            images, labels, 4, seed=0, rank=rank, world_size=2, augment=aug, train=True
+        )
+        return next(iter(loader))[0]
+
+    assert not torch.equal(first_batch(0), first_batch(1))
+
+
 def test_bad_arguments_are_explained():
     images, labels = _data(4)
     with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):

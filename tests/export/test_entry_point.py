@@ -21,7 +21,7 @@ SYNTHETIC = [  # the fixture's data, so INT8 calibrates and validates on what th
     "data.image_size=16",
     "data.train_size=384",
     "data.test_size=64",
-    "+data.val_size=128",
+    "data.val_size=128",
     "+data.noise=0.8",
     "seed=0",
 ]
@@ -58,6 +58,28 @@ def _run_cli(args: list[str], tmp_path, repo) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
     cmd = [sys.executable, "-m", "lightning_cls.export", f"paths.root_dir={tmp_path}", *args]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_torchscript_and_pt2_run_without_onnx_installed(trained, helpers, tmp_path):
+    # sys.modules[name] = None makes "import name" fail, as if the export extra were missing.
+    code = (
+        "import runpy, sys; sys.modules['onnx'] = sys.modules['onnxruntime'] = None; "
+        "runpy.run_module('lightning_cls.export', run_name='__main__')"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(helpers.repo)}
+    args = [
+        f"paths.root_dir={tmp_path}",
+        f"ckpt_path={trained.ckpt}",
+        "export=torchscript",
+        "export.formats=[torchscript,pt2]",
+        "export.torchscript_modes=[trace]",
+        f"output_dir={tmp_path}/out",
+    ]
+    cmd = [sys.executable, "-c", code, *args]
+    run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (tmp_path / "out" / "model_trace.torchscript").is_file()
+    assert (tmp_path / "out" / "model.pt2").is_file()
 
 
 def test_cli_int8_passes_then_fails_the_threshold_with_exit_1(trained, helpers, tmp_path):

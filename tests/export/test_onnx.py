@@ -6,6 +6,7 @@ import onnx
 import pytest
 import torch
 
+from lightning_cls.export import onnx as onnx_module
 from lightning_cls.export.meta import ExportCheckError, ModelMeta, example_batch
 from lightning_cls.export.onnx import (
     INPUT_NAME,
@@ -53,6 +54,23 @@ def test_parity_check_fails_loudly_on_a_different_model(trained, tmp_path):
         ExportCheckError, match=r"ONNX m\.onnx at batch 1: outputs differ from eager PyTorch"
     ):
         check_onnx_parity(path, other, trained.meta, batch_sizes=(1, 7))
+
+
+def test_failed_parity_check_keeps_the_previous_file(trained, tmp_path, monkeypatch):
+    path = export_onnx(trained.net, trained.meta, tmp_path / "m.onnx", check_batch_sizes=())
+    before = path.read_bytes()
+    seen = []
+
+    def fail(expected, actual, atol, rtol, what):  # the new file is "wrong"
+        seen.append(what)
+        raise ExportCheckError(f"{what}: outputs differ from eager PyTorch")
+
+    monkeypatch.setattr(onnx_module, "check_outputs_close", fail)
+    with pytest.raises(ExportCheckError, match=r"ONNX m\.onnx at batch 1: outputs differ"):
+        export_onnx(trained.net, trained.meta, path, check_batch_sizes=(1,))
+    assert seen == ["ONNX m.onnx at batch 1"]  # the final name, not the temp file's
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # no temp file left behind
 
 
 def test_meta_rejects_wrong_channel_count():

@@ -6,7 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_cls.export.meta import example_batch
+from lightning_cls.export import pt2 as pt2_module
+from lightning_cls.export import torchscript as torchscript_module
+from lightning_cls.export.exporter import ExportConfig, export_model
+from lightning_cls.export.meta import ExportCheckError, example_batch
 from lightning_cls.export.pt2 import export_pt2, load_pt2
 from lightning_cls.export.torchscript import export_torchscript, load_torchscript, quiet_jit
 from lightning_cls.models import create_model
@@ -71,3 +74,40 @@ def test_pt2_training_mode_is_restored(trained, tmp_path):
         assert net.training
     finally:
         net.eval()
+
+
+def _fail_check(*args, **kwargs):
+    raise ExportCheckError("outputs differ from eager PyTorch")
+
+
+@pytest.mark.parametrize("suffix", [".torchscript", ".pt2"])
+def test_failed_check_keeps_the_previous_file(trained, tmp_path, monkeypatch, suffix):
+    def export(path):
+        if suffix == ".pt2":
+            return export_pt2(trained.net, trained.meta, path, (1,))
+        return export_torchscript(trained.net, trained.meta, path, "trace", (1,))
+
+    path = export(tmp_path / f"m{suffix}")
+    before = path.read_bytes()
+    module = pt2_module if suffix == ".pt2" else torchscript_module
+    monkeypatch.setattr(module, "check_outputs_close", _fail_check)  # the new file is "wrong"
+    with pytest.raises(ExportCheckError, match="outputs differ from eager"):
+        export(path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp file left behind
+
+
+def test_export_atol_rtol_reach_torchscript_and_pt2(trained, tmp_path, monkeypatch):
+    checks = []
+
+    def record(expected, actual, atol, rtol, what):
+        checks.append((what, atol, rtol))
+
+    for module in (torchscript_module, pt2_module):
+        monkeypatch.setattr(module, "check_outputs_close", record)
+    config = ExportConfig(
+        formats=["torchscript", "pt2"], torchscript_modes=["trace"], check_batch_sizes=[1],
+        atol=0.5, rtol=0.25,
+    )  # fmt: skip
+    export_model(trained.net, trained.meta, tmp_path, config)
+    assert checks == [("TorchScript (trace) at batch 1", 0.5, 0.25), (".pt2 at batch 1", 0.5, 0.25)]

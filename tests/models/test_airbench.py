@@ -42,7 +42,17 @@ def test_whitening_decorrelates_patches_and_is_frozen():
 def test_errors_name_the_value_and_fix():
     with pytest.raises(ValueError, match=r"three block widths, got widths=\[8, 8\]"):
         AirbenchNet(widths=(8, 8))
-    with pytest.raises(ValueError, match="image_size >= 8.*got 4"):
+    with pytest.raises(
+        ValueError, match=r"image_size >= 8.*got image_size=4; set data\.image_size>=8"
+    ):
         AirbenchNet(image_size=4)
+    with pytest.raises(
+        ValueError,
+        match=r"image_size >= 9 \(a 2x2 whitening stem, then three 2x2 max-pools\), got "
+        r"image_size=8; set data\.image_size>=9",
+    ):
+        AirbenchNet(image_size=8, whiten=True)
+    smallest = AirbenchNet(image_size=9, whiten=True, widths=(4, 4, 4)).eval()
+    assert smallest(torch.zeros(1, 3, 9, 9)).shape == (1, 10)
     with pytest.raises(ValueError, match="build with whiten=True"):
         AirbenchNet().init_whitening(torch.rand(2, 3, 8, 8))

@@ -1,0 +1,32 @@
+"""ClassificationModule: shared step, flip TTA, schedulers."""
+
+import pytest
+import torch
+from torch import nn
+
+from lightning_cls.module import ClassificationModule
+
+
+class LeftHalf(nn.Module):
+    """Class 0 if the left half of the image is brighter, else class 1: flip-sensitive."""
+
+    def forward(self, x):
+        left, right = x[..., : x.shape[-1] // 2].mean((1, 2, 3)), x[..., x.shape[-1] // 2 :].mean((1, 2, 3))
+        return torch.stack([left - right, right - left], dim=1) * 10
+
+
+def test_flip_tta_averages_the_mirror_image_logits():
+    x = torch.zeros(2, 1, 4, 4)
+    x[0, ..., :2] = 1.0  # bright left half
+    plain = ClassificationModule(net=LeftHalf(), classes=["left", "right"])
+    tta = ClassificationModule(net=LeftHalf(), classes=["left", "right"], tta_flip=True)
+    assert plain._logits(x, tta=True)[0, 0] > 0  # no TTA configured: the plain logits
+    torch.testing.assert_close(tta._logits(x, tta=True), torch.zeros(2, 2))  # mirror cancels
+    torch.testing.assert_close(tta._logits(x, tta=False), plain(x))  # training never uses TTA
+
+
+def test_module_needs_a_network():
+    with pytest.raises(ValueError, match="needs model_name .* or net"):
+        ClassificationModule()
+    with pytest.raises(ValueError, match="Cannot size the accuracy metrics"):
+        ClassificationModule(net=nn.Identity())
