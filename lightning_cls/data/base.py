@@ -147,20 +147,8 @@ class ImageDataModule(pl.LightningDataModule):
         splits = self.load_splits()
         self._check_config()
         if "val" not in splits:
-            splits["train"], splits["val"] = self._carve_val(splits["train"])
+            splits["train"], splits["val"] = hold_out(splits["train"], self.val_size, self.seed, "val")
         self.splits = splits
-
-    def _carve_val(self, train: Split) -> tuple[Split, Split]:
-        n = len(train)
-        n_val = int(round(self.val_size * n)) if isinstance(self.val_size, float) else self.val_size
-        if not 0 < n_val < n:
-            raise ValueError(
-                f"data.val_size={self.val_size} leaves no train or no val data out of {n} "
-                f"training images; set data.val_size to a fraction in (0, 1) or a count from 1 "
-                f"to {n - 1}."
-            )
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed))
-        return train.subset(perm[n_val:]), train.subset(perm[:n_val])
 
     def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:
         return BatchAugment(
@@ -263,6 +251,23 @@ class ImageDataModule(pl.LightningDataModule):
 
     def _to_normalized_tensor(self) -> list:
         return [T.ToTensor(), T.Normalize(self.mean, self.std)]
+
+
+def hold_out(
+    split: Split, size: int | float, seed: int, what: str, hint: str = ""
+) -> tuple[Split, Split]:
+    """Split off ``size`` (a fraction or a count) at random with a fixed ``seed``:
+    returns (rest, held out)."""
+    n = len(split)
+    k = int(round(size * n)) if isinstance(size, float) else size
+    if not 0 < k < n:
+        raise ValueError(
+            f"data.{what}_size={size} leaves no train or no {what} data out of {n} training "
+            f"images; set data.{what}_size to a fraction in (0, 1) or a count from 1 to {n - 1}"
+            f"{hint}."
+        )
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return split.subset(perm[k:]), split.subset(perm[:k])
 
 
 def as_split(images, labels) -> Split:

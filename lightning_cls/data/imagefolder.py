@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from lightning_cls.data import cache as image_cache
-from lightning_cls.data.base import ImageDataModule, Split, check_channels
+from lightning_cls.data.base import ImageDataModule, Split, check_channels, hold_out
 from lightning_cls.data.decode import IMAGE_SUFFIXES
 from lightning_cls.threads import available_cores
 
@@ -162,20 +162,11 @@ class ImageFolderDataModule(ImageDataModule):
                 self.test_size,
                 self.split_seed,
             )
-            splits["train"], splits["test"] = self._carve(splits["train"], self.test_size, "test")
-        return splits
-
-    def _carve(self, train: Split, size: float, what: str) -> tuple[Split, Split]:
-        n = len(train)
-        k = round(size * n) if isinstance(size, float) else size
-        if not 0 < k < n:
-            raise ValueError(
-                f"data.{what}_size={size} leaves no train or no {what} images out of {n} in "
-                f"{self.root / 'train'}; add a {self.root / what} folder or change "
-                f"data.{what}_size."
+            hint = f", or add a {self.root / 'test'} folder"
+            splits["train"], splits["test"] = hold_out(
+                splits["train"], self.test_size, self.split_seed, "test", hint
             )
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
-        return train.subset(perm[k:]), train.subset(perm[:k])
+        return splits
 
     def _load(self, split: str) -> Split:
         split_dir = self.train_dir if split == "train" else self.root / split

@@ -158,6 +158,6 @@ def test_bad_arguments(image_root):
     ):
         _dm(image_root, mean=(0.5,))
     with pytest.raises(
-        ValueError, match=r"data.test_size=30 leaves no train or no test images out of 30"
+        ValueError, match=r"data\.test_size=30 leaves no train or no test data out of 30 training images; .*or add a .*test folder"
     ):
         _dm(image_root, test_size=30).setup()
