@@ -1,4 +1,4 @@
-"""Tiny image folders generated in tmp_path (nothing downloads, nothing from ../shared)."""
+"""Tiny image folders generated in tmp_path (nothing downloads; the real CIFAR JPEGs are for benchmarks only)."""
 
 from pathlib import Path
 
