@@ -1,6 +1,8 @@
-"""The classic two-conv CNN of the PyTorch CIFAR-10 tutorial, parameterized."""
+"""The classic two-conv CNN of the PyTorch CIFAR-10 tutorial, parameterized.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: torch.jit.script cannot resolve string
+annotations on this module's methods, and `export=all` scripts the model.
+"""
 
 import torch
 from torch import nn

@@ -88,3 +88,12 @@ def test_simplecnn_rejects_bad_options():
         create_model("simplecnn", image_size=30)
     with pytest.raises(ValueError, match="Unknown init 'xavier'"):
         create_model("simplecnn", init="xavier")
+
+
+@pytest.mark.parametrize("name", list_models())
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
+def test_every_registered_model_scripts(name):
+    """`export=all` includes TorchScript's script mode, so every built-in must compile."""
+    net = create_model(name, num_classes=10, in_channels=3, image_size=32).eval()
+    x = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(torch.jit.script(net)(x), net(x), atol=1e-5, rtol=1e-4)
