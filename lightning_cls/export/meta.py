@@ -8,11 +8,12 @@ checkpoints as Lightning ``hparams``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from lightning_cls.data.augment import normalize
 
@@ -126,6 +127,26 @@ def check_outputs_close(
             f"{what}: outputs differ from eager PyTorch by up to {diff:.3g} "
             f"(atol={atol}, rtol={rtol}). The exported file does not compute what the model does."
         )
+
+
+def check_round_trip(
+    net: nn.Module,
+    loaded: Callable[[torch.Tensor], torch.Tensor],
+    meta: ModelMeta,
+    loaded_meta: ModelMeta,
+    check_batch_sizes: Sequence[int],
+    atol: float,
+    rtol: float,
+    what: str,
+) -> None:
+    """A reloaded artifact must carry ``meta`` and match eager ``net`` at each batch size."""
+    if loaded_meta != meta:
+        raise ValueError(f"Metadata did not survive the round trip: {loaded_meta} != {meta}.")
+    for seed, batch_size in enumerate(check_batch_sizes):
+        x = example_batch(meta, batch_size, seed=seed)
+        with torch.no_grad():
+            expected, actual = net(x), loaded(x)
+        check_outputs_close(expected, actual, atol, rtol, f"{what} at batch {batch_size}")
 
 
 class ExportCheckError(RuntimeError):

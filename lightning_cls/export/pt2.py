@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lightning_cls.export.meta import META_FILE, ModelMeta, check_outputs_close, example_batch
+from lightning_cls.export.meta import META_FILE, ModelMeta, check_round_trip, example_batch
 from lightning_cls.fileio import atomic_path
 
 log = logging.getLogger(__name__)
@@ -45,15 +45,7 @@ def export_pt2(
         with atomic_path(path, keep_suffix=True) as tmp:
             torch.export.save(program, str(tmp), extra_files={META_FILE: meta.to_json()})
             loaded, loaded_meta = load_pt2(tmp)
-            if loaded_meta != meta:
-                raise ValueError(
-                    f"Metadata did not survive the round trip: {loaded_meta} != {meta}."
-                )
-            for seed, batch_size in enumerate(check_batch_sizes):
-                x = example_batch(meta, batch_size, seed=seed)
-                with torch.no_grad():
-                    expected, actual = net(x), loaded(x)
-                check_outputs_close(expected, actual, atol, rtol, f".pt2 at batch {batch_size}")
+            check_round_trip(net, loaded, meta, loaded_meta, check_batch_sizes, atol, rtol, ".pt2")
     finally:
         net.train(was_training)
     log.info("Exported torch.export program to %s", path)

@@ -42,15 +42,6 @@ def make_trainer(tmp_path, callbacks=(), **kwargs) -> pl.Trainer:
     return pl.Trainer(callbacks=list(callbacks), **options)
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    """Two cores are shared by several people: keep each test on one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def tiny_data():
     return make_data

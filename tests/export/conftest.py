@@ -119,10 +119,3 @@ def helpers():
     )
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    """Two cores are shared by several people: keep each test on one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

@@ -6,8 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_cls.export import pt2 as pt2_module
-from lightning_cls.export import torchscript as torchscript_module
+from lightning_cls.export import meta as meta_module
 from lightning_cls.export.exporter import ExportConfig, export_model
 from lightning_cls.export.meta import ExportCheckError, example_batch
 from lightning_cls.export.pt2 import export_pt2, load_pt2
@@ -89,8 +88,7 @@ def test_failed_check_keeps_the_previous_file(trained, tmp_path, monkeypatch, su
 
     path = export(tmp_path / f"m{suffix}")
     before = path.read_bytes()
-    module = pt2_module if suffix == ".pt2" else torchscript_module
-    monkeypatch.setattr(module, "check_outputs_close", _fail_check)  # the new file is "wrong"
+    monkeypatch.setattr(meta_module, "check_outputs_close", _fail_check)  # the new file is "wrong"
     with pytest.raises(ExportCheckError, match="outputs differ from eager"):
         export(path)
     assert path.read_bytes() == before
@@ -103,8 +101,7 @@ def test_export_atol_rtol_reach_torchscript_and_pt2(trained, tmp_path, monkeypat
     def record(expected, actual, atol, rtol, what):
         checks.append((what, atol, rtol))
 
-    for module in (torchscript_module, pt2_module):
-        monkeypatch.setattr(module, "check_outputs_close", record)
+    monkeypatch.setattr(meta_module, "check_outputs_close", record)
     config = ExportConfig(
         formats=["torchscript", "pt2"], torchscript_modes=["trace"], check_batch_sizes=[1],
         atol=0.5, rtol=0.25,
