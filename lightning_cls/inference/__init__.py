@@ -1,0 +1,1 @@
+"""Inference without Lightning or Hydra."""
