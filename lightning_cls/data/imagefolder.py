@@ -18,6 +18,7 @@ import torch
 from lightning_cls.data import cache as image_cache
 from lightning_cls.data.base import ImageDataModule, Split, check_channels, hold_out
 from lightning_cls.data.decode import IMAGE_SUFFIXES
+from lightning_cls.data.registry import register_dataset
 from lightning_cls.threads import available_cores
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ def scan_split(split_dir: Path) -> tuple[list[str], list[Path], list[int]]:
     return classes, files, labels
 
 
+@register_dataset("imagefolder")
 class ImageFolderDataModule(ImageDataModule):
     def __init__(
         self,
