@@ -1,6 +1,5 @@
 """Lightning callbacks of lightning_cls, one per module (see docs/training.md)."""
 
-from lightning_cls.callbacks.atomic_checkpoint import AtomicModelCheckpoint
 from lightning_cls.callbacks.compile import CompileModel
 from lightning_cls.callbacks.data_profiler import DataWaitProfiler
 from lightning_cls.callbacks.grad_norm import GradNormLogger
@@ -16,7 +15,6 @@ from lightning_cls.callbacks.unused_params import UnusedParameterFinder
 from lightning_cls.callbacks.wall_clock import WallClock
 
 __all__ = [
-    "AtomicModelCheckpoint",
     "CompileModel",
     "DataWaitProfiler",
     "GradNormLogger",

@@ -9,6 +9,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
+from lightning_cls.checkpoint_io import AtomicCheckpointIO
 from lightning_cls.data import SyntheticDataModule
 from lightning_cls.module import ClassificationModule
 
@@ -36,7 +37,8 @@ def make_module(data: SyntheticDataModule | None = None, **model_kwargs) -> Clas
 def make_trainer(tmp_path, callbacks=(), **kwargs) -> pl.Trainer:
     options = dict(default_root_dir=tmp_path, accelerator="cpu", devices=1, max_epochs=1,
                    logger=False, enable_progress_bar=False, enable_model_summary=False,
-                   enable_checkpointing=False, num_sanity_val_steps=0)  # fmt: skip
+                   enable_checkpointing=False, num_sanity_val_steps=0,
+                   plugins=[AtomicCheckpointIO()])  # fmt: skip
     options["enable_checkpointing"] = any(isinstance(c, ModelCheckpoint) for c in callbacks)
     options.update(kwargs)
     return pl.Trainer(callbacks=list(callbacks), **options)

@@ -14,7 +14,7 @@ from lightning_fabric.plugins.io import torch_io
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from conftest import make_data, make_module
-from lightning_cls.callbacks import AtomicModelCheckpoint
+from lightning_cls.checkpoint_io import AtomicCheckpointIO
 
 out, kind = Path(sys.argv[1]), sys.argv[2]
 saves = 0
@@ -35,21 +35,26 @@ def slow_save(checkpoint, filepath):
             time.sleep(0.01)
 
 
+class SlowAtomicCheckpointIO(AtomicCheckpointIO):
+    def write(self, checkpoint, path):
+        slow_save(checkpoint, path)
+
+
 class StepMarker(pl.Callback):
     def on_train_batch_end(self, trainer, *args):
         (out / f"step-{trainer.global_step}").touch()
         time.sleep(0.05)
 
 
-torch_io._atomic_save = slow_save
+torch_io._atomic_save = slow_save  # Lightning's writer, used by the "plain" control run
 torch.set_num_threads(1)
 pl.seed_everything(0)
-cls = AtomicModelCheckpoint if kind == "atomic" else ModelCheckpoint
-checkpoint = cls(dirpath=out / "ckpt", save_last=True, save_top_k=0, every_n_train_steps=1)
+plugins = [SlowAtomicCheckpointIO()] if kind == "atomic" else []
+checkpoint = ModelCheckpoint(dirpath=out / "ckpt", save_last=True, save_top_k=0, every_n_train_steps=1)
 data = make_data()
 trainer = pl.Trainer(
     accelerator="cpu", max_epochs=1000, logger=False, enable_progress_bar=False,
     enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-    callbacks=[checkpoint, StepMarker()], default_root_dir=out,
+    callbacks=[checkpoint, StepMarker()], default_root_dir=out, plugins=plugins,
 )  # fmt: skip
 trainer.fit(make_module(data), datamodule=data)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 from lightning_cls import config_dir
-from lightning_cls.callbacks import AtomicModelCheckpoint
 
 
 @pytest.mark.parametrize("overrides", [
@@ -20,7 +20,7 @@ def test_callback_configs_instantiate(overrides):
         cfg = compose("train", overrides=overrides + ["paths.output_dir=/tmp/out"],
                       return_hydra_config=True)  # fmt: skip
     callbacks = {name: instantiate(c) for name, c in cfg.callbacks.items()}
-    assert isinstance(callbacks["model_checkpoint"], AtomicModelCheckpoint)
+    assert isinstance(callbacks["model_checkpoint"], ModelCheckpoint)
     extra = overrides[0].split("=")[1].strip("[]").split(",")[0]
     expected = {"compile": "compile", "ema": "ema", "swa": "swa", "mixup": "mixup",
                 "debug": "grad_norm", "lr": "lr_finder", "batch_size": "batch_size_finder"}  # fmt: skip

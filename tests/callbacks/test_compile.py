@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 
-from lightning_cls.callbacks import AtomicModelCheckpoint, CompileModel
+from lightning_cls.callbacks import CompileModel
 from lightning_cls.checkpointing import check_compatible
 from lightning_cls.models import create_model
 
@@ -15,7 +16,7 @@ def _failing_backend(gm, example_inputs):
 def _fit(tmp_path, tiny_data, tiny_module, tiny_trainer, callback):
     data = tiny_data()
     module = tiny_module(data)
-    ckpt = AtomicModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0)
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0)
     trainer = tiny_trainer([callback, ckpt], limit_val_batches=0, limit_train_batches=2)
     trainer.fit(module, datamodule=data)
     return module, tmp_path / "ckpt" / "last.ckpt"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 
-from lightning_cls.callbacks import AtomicModelCheckpoint, RngState
+from lightning_cls.callbacks import RngState
 
 # The train loader's position travels in the DataModule's state (ImageDataModule.state_dict),
 # which Lightning restores even for end-of-epoch checkpoints.
@@ -17,7 +18,7 @@ def _fit(tiny_data, tiny_module, tmp_path, max_epochs, ckpt_path=None):
     # Random crop + flip make the run depend on the global RNG as well as the loader order.
     data = tiny_data(crop_padding=1, hflip=True)
     module = tiny_module(data, dropout=0.2)
-    checkpoint = AtomicModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0)
     trainer = pl.Trainer(
         default_root_dir=tmp_path, accelerator="cpu", devices=1, max_epochs=max_epochs,
         deterministic=True, logger=False, enable_progress_bar=False,

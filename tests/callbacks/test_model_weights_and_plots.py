@@ -5,15 +5,16 @@ import logging
 import pytest
 import torch
 from PIL import Image
+from pytorch_lightning.callbacks import ModelCheckpoint
 
-from lightning_cls.callbacks import AtomicModelCheckpoint, SaveModelWeights, TrainingPlots
+from lightning_cls.callbacks import SaveModelWeights, TrainingPlots
 from lightning_cls.models import create_model
 
 
 def test_model_weights_next_to_best_ckpt_load_into_create_model(tmp_path, tiny_data, tiny_module, tiny_trainer):
     data = tiny_data()
     module = tiny_module(data)
-    ckpt = AtomicModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val/acc", mode="max")
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val/acc", mode="max")
     trainer = tiny_trainer([ckpt, SaveModelWeights()], max_epochs=2)
     trainer.fit(module, datamodule=data)
     weights = tmp_path / "ckpt" / "model_weights.pt"

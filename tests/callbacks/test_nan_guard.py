@@ -6,8 +6,9 @@ from types import SimpleNamespace
 import pytest
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 
-from lightning_cls.callbacks import AtomicModelCheckpoint, NanGuard, NonFiniteError
+from lightning_cls.callbacks import NanGuard, NonFiniteError
 from lightning_cls.callbacks.nan_guard import newest_checkpoint
 
 
@@ -23,7 +24,7 @@ class PoisonInput(pl.Callback):
 
 
 def test_nan_loss_stops_with_step_named_and_last_good_ckpt_kept(tmp_path, tiny_data, tiny_module, tiny_trainer):
-    ckpt = AtomicModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0,
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0,
                                  every_n_train_steps=1)  # fmt: skip
     trainer = tiny_trainer([ckpt, NanGuard(), PoisonInput(step=2)], max_epochs=3,
                            limit_val_batches=0)  # fmt: skip
