@@ -5,7 +5,7 @@ PIP := $(PYTHON) -m pip
 # constraint file caps them (as on our CI machines) the pin matches the cap.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install install-dev train test test-fast bench clean
+.PHONY: install install-dev train test test-fast bench docs clean
 
 install:
 	$(PYTHON) -c "import torch, torchvision" 2>/dev/null || $(PIP) install $(TORCH)
@@ -23,6 +23,10 @@ test: install-dev
 
 test-fast: install-dev
 	$(PYTHON) -m pytest -n 2 -m "not slow"
+
+docs: install  # the documentation site, into site/ (broken links and missing references fail)
+	$(PIP) install -e ".[docs]"
+	$(PYTHON) -m mkdocs build --strict
 
 clean:
 	rm -rf build dist *.egg-info outputs .pytest_cache
