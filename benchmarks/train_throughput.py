@@ -6,6 +6,7 @@
     (D) ceiling   the same model trained on pre-made float batches in a bare loop (compute only)
     (E) fast      lightning_cls, tensor pipeline + channels_last + bf16-mixed (if the CPU has bf16)
     (+) plain     C's tensor loader in the bare loop of D: separates pipeline cost from Lightning's
+    (+) pil_nocap B without lightning_cls's thread cap (torch's default intra-op threads)
 
     python benchmarks/train_throughput.py            # full run; updates docs/benchmarks.md
     python benchmarks/train_throughput.py --quick    # smoke run: synthetic data, few steps
@@ -13,9 +14,12 @@
 Data: ../shared/data/cifar10-train-jpg.tar.gz, unpacked once and decoded through the
 ImageFolder cache; without it a synthetic task of the same shape is used and the output says
 so. Each round runs every variant once (order rotated per round); each run trains ``--steps``
-timed steps after ``--warmup`` untimed ones. Reported: median img/s per variant, C/D
-(pipeline + Lightning cost), E/A (fast settings vs the tutorial), Lightning's overhead
-(1 - C/plain) and the tensor pipeline's (1 - plain/D). The last output line is one JSON object.
+timed steps after ``--warmup`` untimed ones. Every ratio is computed per round from that round's
+own runs (a paired comparison: both sides saw the same machine load) and reported as median,
+min and max over the rounds: C/D ``tensor_over_ceiling``, E/A ``fast_over_classic``,
+``lightning_overhead`` (1 - C/plain), ``pipeline_overhead`` (1 - plain/D) and
+``thread_cap_gain`` (B/pil_nocap - 1). The last output line is one JSON object with the
+per-round img/s (``rounds``), the ratios, and whether E really trained in bf16 (``bf16_used``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import platform
 import statistics
 import sys
 import tarfile
@@ -35,6 +38,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
+from paired import cpu_name, summarize, write_section  # sibling file in benchmarks/
+
 from lightning_cls.data.base import ArrayDataset, ImageDataModule
 from lightning_cls.data.imagefolder import ImageFolderDataModule
 from lightning_cls.data.synthetic import SyntheticDataModule
@@ -44,7 +49,15 @@ from lightning_cls.module import ClassificationModule
 REPO = Path(__file__).resolve().parents[1]
 DOC_START, DOC_END = "<!-- train_throughput:start -->", "<!-- train_throughput:end -->"
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
-VARIANTS = ("classic", "pil", "tensor", "ceiling", "fast", "plain")
+VARIANTS = ("classic", "pil", "tensor", "ceiling", "fast", "plain", "pil_nocap")
+# name -> (numerator, denominator, as overhead: 1 - num/den, or gain: num/den - 1, or ratio)
+RATIOS = {
+    "tensor_over_ceiling": ("tensor", "ceiling", "ratio"),
+    "fast_over_classic": ("fast", "classic", "ratio"),
+    "lightning_overhead": ("tensor", "plain", "overhead"),
+    "pipeline_overhead": ("plain", "ceiling", "overhead"),
+    "thread_cap_gain": ("pil", "pil_nocap", "gain"),
+}
 log = logging.getLogger("train_throughput")
 
 
@@ -62,7 +75,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="synthetic data, 1 round, few steps")
     args = p.parse_args(argv)
     if args.quick:
-        args.rounds, args.steps, args.warmup, args.data = 1, 5, 2, Path("/nonexistent")
+        args.rounds, args.steps, args.warmup, args.data = 2, 3, 1, Path("/nonexistent")
+    if args.rounds < 1 or args.steps < 1:
+        p.error(f"--rounds and --steps must be >= 1, got {args.rounds} and {args.steps}")
     return args
 
 
@@ -77,7 +92,7 @@ def load_datamodule(args, **kw) -> tuple[ImageDataModule, str]:
             str(args.unpack_dir), mean=MEAN, std=STD, val_size=5000, test_size=0.0001, **common
         )
         return dm, f"CIFAR-10 JPEGs ({args.data})"
-    size = 1024 if args.quick else 50_000
+    size = 512 if args.quick else 50_000
     dm = SyntheticDataModule(10, 3, 32, train_size=size, test_size=64, **common)
     return dm, f"SYNTHETIC 32x32x3 data ({args.data} not found)"
 
@@ -159,10 +174,16 @@ class _Clock(pl.Callback):
             self.end = time.perf_counter()
 
 
-def run_lightning(dm: ImageDataModule, args, fast: bool = False) -> float:
-    """(B, C, E) lightning_cls: ClassificationModule + Trainer on the given DataModule."""
+def run_lightning(dm: ImageDataModule, args, fast: bool = False, seen_dtypes=None) -> float:
+    """(B, C, E) lightning_cls: ClassificationModule + Trainer on the given DataModule.
+
+    ``seen_dtypes`` (a set) collects the dtype of every logits tensor the network produced,
+    so the caller can tell whether bf16-mixed really ran in bf16.
+    """
     bf16 = fast and torch.cpu._is_avx512_bf16_supported()
     module = ClassificationModule(net=make_model(channels_last=fast), classes=dm.classes)
+    if seen_dtypes is not None:
+        module.net.register_forward_hook(lambda mod, inp, out: seen_dtypes.add(str(out.dtype)))
     clock = _Clock(args.warmup)
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -180,38 +201,75 @@ def run_lightning(dm: ImageDataModule, args, fast: bool = False) -> float:
     return clock.seen / (clock.end - clock.start)
 
 
+def run_uncapped(dm: ImageDataModule, args) -> float:
+    """(B without the cap) lightning_cls with pipeline=pil, the thread cap switched off.
+
+    The DataModule calls ``configure_threads`` when it builds a worker loader; replacing that
+    name in ``lightning_cls.data.base`` for this one run is the benchmark's way to measure
+    the cap against no cap on the same code path (not something a user should do).
+    """
+    from lightning_cls.data import base
+
+    capped = base.configure_threads
+    base.configure_threads = lambda num_workers, on_cpu=True: torch.get_num_threads()
+    try:
+        return run_lightning(dm, args)
+    finally:
+        base.configure_threads = capped
+
+
+def paired(rounds: list[dict[str, float]]) -> dict[str, dict]:
+    """Each ratio of RATIOS computed per round, then its median, min and max over rounds."""
+    out = {}
+    for name, (num, den, kind) in RATIOS.items():
+        values = [r[num] / r[den] for r in rounds]
+        sign = {"overhead": (1, -1), "gain": (-1, 1), "ratio": (0, 1)}[kind]
+        out[name] = summarize([sign[0] + sign[1] * v for v in values])
+    return out
+
+
 def markdown(results: dict, source: str, args) -> str:
     command = " ".join(["python benchmarks/train_throughput.py", *sys.argv[1:]])
-    med = results["median"]
     rows = "\n".join(
-        f"| {v} | {med[v]:,.0f} | {', '.join(f'{x:,.0f}' for x in results['runs'][v])} |"
+        f"| {v} | {statistics.median(r[v] for r in results['rounds']):,.0f} | "
+        f"{', '.join(f'{r[v]:,.0f}' for r in results['rounds'])} |"
         for v in VARIANTS
+    )
+    ratios = "\n".join(
+        f"| {name} | {_formula(num, den, kind)} | {_fmt(results[name], kind)} | "
+        f"{', '.join(_fmt1(x, kind) for x in results[name]['per_round'])} |"
+        for name, (num, den, kind) in RATIOS.items()
     )
     return f"""{DOC_START}
 
 `{command}` — SimpleCNN, batch {args.batch_size}, {source};
-{args.rounds} interleaved rounds x {args.steps} timed steps; {platform.processor() or platform.machine()},
-{torch.get_num_threads()} torch intra-op threads per variant (the pil variant's 2 workers
-make lightning_cls cap it to 1 there), torch {torch.__version__}.
+{args.rounds} interleaved rounds x {args.steps} timed steps; {cpu_name()},
+{torch.get_num_threads()} torch intra-op threads per variant at start, torch {torch.__version__};
+E trained in bf16: {results["bf16_used"]}.
 
-| variant | median img/s | runs |
+| variant | median img/s | per round |
 |---|---|---|
 {rows}
 
-C/D = {results["c_over_d"]:.2f} (target >= 0.90) · E/A = {results["e_over_a"]:.2f} (target >= 2.5) ·
-Lightning overhead (1 - C/plain) = {results["lightning_overhead"]:.1%} ·
-tensor pipeline overhead (1 - plain/D) = {results["pipeline_overhead"]:.1%}
+Ratios, each computed within one round (paired), median [min, max] over rounds:
+
+| ratio | of | median [min, max] | per round |
+|---|---|---|---|
+{ratios}
 {DOC_END}"""
 
 
-def write_docs(path: Path, section: str) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if DOC_START in text and DOC_END in text:
-        head, rest = text.split(DOC_START, 1)
-        text = head + section + rest.split(DOC_END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
+def _formula(num: str, den: str, kind: str) -> str:
+    return {"overhead": f"1 - {num}/{den}", "gain": f"{num}/{den} - 1"}.get(kind, f"{num}/{den}")
+
+
+def _fmt1(x: float, kind: str) -> str:
+    return f"{x:+.1%}" if kind != "ratio" else f"{x:.2f}"
+
+
+def _fmt(stats: dict, kind: str) -> str:
+    lo, hi = _fmt1(stats["min"], kind), _fmt1(stats["max"], kind)
+    return f"{_fmt1(stats['median'], kind)} [{lo}, {hi}]"
 
 
 def main(argv=None) -> dict:
@@ -227,51 +285,46 @@ def main(argv=None) -> dict:
     for dm in (tensor_dm, fast_dm, plain_dm):  # share the decoded splits; no second decode
         dm.splits = pil_dm.splits
     log.info("Data: %s", source)
+    fast_dtypes: set[str] = set()
     runners = {
         "classic": lambda: run_classic(pil_dm, args),
         "pil": lambda: run_lightning(pil_dm, args),
         "tensor": lambda: run_lightning(tensor_dm, args),
         "ceiling": lambda: run_ceiling(tensor_dm, args),
-        "fast": lambda: run_lightning(fast_dm, args, fast=True),
+        "fast": lambda: run_lightning(fast_dm, args, fast=True, seen_dtypes=fast_dtypes),
         "plain": lambda: run_plain(plain_dm, args),
+        "pil_nocap": lambda: run_uncapped(pil_dm, args),
     }
-    runs: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    rounds: list[dict[str, float]] = []
     default_threads = torch.get_num_threads()
     for r in range(args.rounds):
         order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
+        rounds.append({})
         for v in order:
-            # Thread sanity in the pil variant caps torch's threads for its 2 workers; every
-            # variant starts from the process default, as a fresh script would.
+            # The thread cap (pil) lowers torch's threads for its 2 workers; every variant
+            # starts from the process default, as a fresh script would.
             torch.set_num_threads(default_threads)
-            runs[v].append(runners[v]())
-            log.info("round %d %-8s %8.0f img/s", r + 1, v, runs[v][-1])
+            rounds[-1][v] = runners[v]()
+            log.info("round %d %-9s %8.0f img/s", r + 1, v, rounds[-1][v])
     torch.set_num_threads(default_threads)
-    med = {v: statistics.median(x) for v, x in runs.items()}
     results = {
-        "median": med,
-        "runs": runs,
+        "rounds": [{v: round(r[v], 1) for v in VARIANTS} for r in rounds],
+        **paired(rounds),
+        "bf16_supported": bool(torch.cpu._is_avx512_bf16_supported()),
+        "bf16_used": "torch.bfloat16" in fast_dtypes,
+        "fast_logits_dtypes": sorted(fast_dtypes),
         "data": source,
+        "cpu": cpu_name(),
+        "torch_threads": default_threads,
         "quick": args.quick,
-        "c_over_d": med["tensor"] / med["ceiling"],
-        "e_over_a": med["fast"] / med["classic"],
-        "lightning_overhead": 1 - med["tensor"] / med["plain"],
-        "pipeline_overhead": 1 - med["plain"] / med["ceiling"],
-        "bf16": bool(torch.cpu._is_avx512_bf16_supported()),
+        "steps": args.steps,
     }
     section = markdown(results, source, args)
     log.info("\n%s", section)
     if not args.quick:
-        write_docs(args.docs, section)
-    summary = {f"{v}_img_s": round(med[v], 1) for v in VARIANTS}
-    summary.update(
-        {
-            k: round(results[k], 4)
-            for k in ("c_over_d", "e_over_a", "lightning_overhead", "pipeline_overhead")
-        }
-    )
-    summary.update(data=source, quick=args.quick, rounds=args.rounds, steps=args.steps)
-    print(json.dumps(summary), flush=True)
-    return summary
+        write_section(args.docs, DOC_START, DOC_END, section)
+    print(json.dumps(results), flush=True)
+    return results
 
 
 if __name__ == "__main__":

@@ -1,0 +1,40 @@
+"""benchmarks/train_throughput.py: paired per-round ratios and a --quick smoke run."""
+
+import pytest
+
+
+def test_paired_ratios_are_computed_within_each_round(benchmark_module):
+    tt = benchmark_module("train_throughput")
+    # Round 2 is uniformly 2x slower (a busy machine): paired ratios must not move.
+    r1 = {v: 100.0 for v in tt.VARIANTS} | {"tensor": 90.0, "fast": 300.0, "pil": 120.0}
+    r2 = {v: x / 2 for v, x in r1.items()}
+    r3 = {v: 100.0 for v in tt.VARIANTS} | {"tensor": 80.0, "fast": 250.0, "pil": 100.0}
+    out = tt.paired([r1, r2, r3])
+    assert out["tensor_over_ceiling"]["per_round"] == pytest.approx([0.9, 0.9, 0.8])
+    assert out["tensor_over_ceiling"]["median"] == pytest.approx(0.9)
+    assert out["fast_over_classic"]["min"] == pytest.approx(2.5)
+    assert out["fast_over_classic"]["max"] == pytest.approx(3.0)
+    assert out["lightning_overhead"]["per_round"] == pytest.approx([0.1, 0.1, 0.2])
+    assert out["thread_cap_gain"]["per_round"] == pytest.approx([0.2, 0.2, 0.0])
+
+
+def test_summarize_rejects_no_rounds(benchmark_module):
+    paired = benchmark_module("paired")
+    with pytest.raises(ValueError, match="at least one round"):
+        paired.summarize([])
+
+
+@pytest.mark.slow
+def test_quick_mode_prints_per_round_json(run_quick):
+    out = run_quick("train_throughput.py")
+    assert out["quick"] is True
+    assert len(out["rounds"]) == 2
+    for r in out["rounds"]:
+        assert set(r) == {"classic", "pil", "tensor", "ceiling", "fast", "plain", "pil_nocap"}
+        assert all(v > 0 for v in r.values())
+    for key in ("tensor_over_ceiling", "fast_over_classic", "lightning_overhead"):
+        stats = out[key]
+        assert stats["min"] <= stats["median"] <= stats["max"]
+        assert len(stats["per_round"]) == 2
+    # bf16 is used exactly when the CPU supports it (and never claimed otherwise).
+    assert out["bf16_used"] == out["bf16_supported"]
