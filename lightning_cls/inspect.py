@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
+from lightning_cls.cli import run_cli
 from lightning_cls.models import create_model
 from lightning_cls.shapes import ShapeMismatchError, format_table, trace
 
@@ -28,6 +29,8 @@ def inspect_model(cfg: DictConfig) -> str:
     datamodule.setup("fit")
     x, _ = next(iter(datamodule.train_dataloader()))  # (B, C, H, W) float, augmented
     model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
+    if model_kwargs.get("num_classes") is None:  # data=imagefolder counts its class folders
+        model_kwargs["num_classes"] = datamodule.num_classes
     net = create_model(model_kwargs.pop("name"), **model_kwargs)
     net.eval()
     with torch.no_grad():
@@ -45,4 +48,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -161,3 +161,21 @@ def test_bad_arguments(image_root):
         ValueError, match=r"data\.test_size=30 leaves no train or no test data out of 30 training images; .*or add a .*test folder"
     ):
         _dm(image_root, test_size=30).setup()
+
+
+def test_imagefolder_from_the_command_line_infers_the_classes(image_root, tmp_path):
+    from hydra_helpers import QUIET_TRAINER, compose
+
+    from lightning_cls.train import train
+
+    overrides = QUIET_TRAINER + [
+        "data=imagefolder", f"data.root={image_root}", "data.image_size=8", "data.cache=false",
+        "data.val_size=3", "data.test_size=3", "data.batch_size=4", "trainer.max_epochs=1",
+        "model.image_size=8",
+    ]  # fmt: skip
+    cfg = compose("train", overrides, tmp_path)
+    assert cfg.data.num_classes is None  # no `Missing mandatory value: data.num_classes`
+    summary = train(cfg)
+    ckpt = torch.load(summary["best_ckpt"], map_location="cpu", weights_only=False)
+    assert ckpt["hyper_parameters"]["classes"] == ["cat", "dog", "eel"]
+    assert ckpt["state_dict"]["net.classifier.4.weight"].shape[0] == 3
