@@ -50,7 +50,10 @@ class ClassificationModule(pl.LightningModule):
         if net is None:
             if model_name is None:
                 raise ValueError("ClassificationModule needs model_name (a registry name) or net.")
-            net = create_model(model_name, **(model_kwargs or {}))
+            kwargs = dict(model_kwargs or {})
+            if kwargs.get("num_classes") is None and classes:
+                kwargs["num_classes"] = len(classes)  # data=imagefolder counts its class folders
+            net = create_model(model_name, **kwargs)
         self.net = net
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
