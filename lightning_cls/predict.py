@@ -1,28 +1,40 @@
 """``python -m lightning_cls.predict ckpt_path=<any model artifact> inputs=<files or folder>``:
 batched inference to a CSV (file, top-k labels, probabilities), using the preprocessing stored
-with the artifact. ``ckpt_path`` may be a ``.ckpt``, a ``model_weights.pt`` (+ ``model_name=``
-if nothing beside it says which network), a ``.torchscript``, an ``.onnx`` (fp32 or int8) or a
-``.pt2``. Files that are not readable images are listed with the reason, never silently dropped."""
+with the artifact (flip TTA included when the model was trained with it). ``ckpt_path`` may be
+a ``.ckpt``, a ``model_weights.pt`` (+ ``model_name=`` if nothing beside it says which
+network), a ``.torchscript``, an ``.onnx`` (fp32 or int8) or a ``.pt2``. An artifact without
+lightning_cls metadata (an ONNX file from another tool) takes ``+spec.classes=[...]
++spec.mean=[...] +spec.std=[...] +spec.image_size=N +spec.num_channels=C``. Files that are not
+readable images are listed with the reason, never silently dropped. A user error (bad path,
+bad batch_size, missing metadata) ends in one line on stderr and exit code 1."""
 
 from __future__ import annotations
 
 import logging
+import sys
 
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
-from lightning_cls.export.artifacts import load_artifact, predict_files
+from lightning_cls.cli import run_cli
 from lightning_cls.images import find_images, write_predictions_csv
+from lightning_cls.inference import load_artifact, predict_files
 
 log = logging.getLogger(__name__)
 
 
 def predict(cfg: DictConfig) -> list[dict]:
+    for key in ("batch_size", "top_k"):
+        if not isinstance(cfg[key], int) or cfg[key] < 1:
+            raise ValueError(f"{key}={cfg[key]} must be an integer >= 1; e.g. {key}=32.")
     device = "cuda" if cfg.device == "auto" and torch.cuda.is_available() else cfg.device
     device = "cpu" if device == "auto" else device
-    predictor = load_artifact(cfg.ckpt_path, model_name=cfg.get("model_name"), device=device)
+    spec = OmegaConf.to_container(cfg.spec) if cfg.get("spec") else None
+    predictor = load_artifact(
+        cfg.ckpt_path, model_name=cfg.get("model_name"), spec=spec, device=device
+    )
     log.info("Loaded %s", predictor)
     inputs = OmegaConf.to_container(cfg.inputs) if OmegaConf.is_list(cfg.inputs) else [cfg.inputs]
     files = find_images(inputs)
@@ -36,8 +48,12 @@ def predict(cfg: DictConfig) -> list[dict]:
 
 @hydra.main(config_path=config_dir(), config_name="predict", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    predict(cfg)
+    try:
+        predict(cfg)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        print(f"predict: {err}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -13,6 +13,7 @@ from lightning_cls.export.exporter import (
     export_model,
 )
 from lightning_cls.export.meta import ExportCheckError, ModelMeta
+from lightning_cls.inference.spec import InputSpec
 
 __all__ = [
     "AccuracyDropError",
@@ -20,6 +21,7 @@ __all__ = [
     "ExportCheckError",
     "ExportConfig",
     "ExportResult",
+    "InputSpec",
     "ModelMeta",
     "Predictor",
     "QuantizeConfig",

@@ -12,7 +12,7 @@ from torch import nn
 from lightning_cls.checkpointing import network_state_dict
 from lightning_cls.export.artifacts import load_torch_model
 from lightning_cls.export.exporter import ExportConfig, ExportResult, export_model
-from lightning_cls.export.meta import ModelMeta
+from lightning_cls.inference.spec import InputSpec
 from lightning_cls.models import create_model
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class ExportCallback(pl.Callback):
             log.info("Exporting the best checkpoint %s", best)
             net, meta = load_torch_model(best)
         else:
-            net, meta = final_network(pl_module), ModelMeta.from_hparams(pl_module.hparams)
+            net, meta = final_network(pl_module), InputSpec.from_hparams(pl_module.hparams)
         out = Path(self.dirpath) if self.dirpath else Path(trainer.default_root_dir) / "export"
         datamodule = trainer.datamodule if self.config.quantize.enabled else None
         self.result = export_model(net, meta, out, self.config, datamodule)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from torch import nn
 
-from lightning_cls.export.meta import META_FILE, ModelMeta
+from lightning_cls.inference.spec import META_FILE, InputSpec
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class ExportResult:
 
 
 def export_model(
-    net: nn.Module, meta: ModelMeta, out_dir: str | Path, config: ExportConfig, datamodule=None
+    net: nn.Module, meta: InputSpec, out_dir: str | Path, config: ExportConfig, datamodule=None
 ) -> ExportResult:
     """Export ``net`` as ``config`` says; quantization calibrates and validates on ``datamodule``.
 

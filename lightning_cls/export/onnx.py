@@ -1,7 +1,7 @@
 """ONNX export with the dynamo exporter, preprocessing metadata, and an ORT parity check.
 
 The file is self-contained (no external-data side file), has a dynamic batch axis named
-``batch``, a pinned opset, and carries ``ModelMeta`` in its ``metadata_props``.
+``batch``, a pinned opset, and carries ``InputSpec`` in its ``metadata_props``.
 """
 
 from __future__ import annotations
@@ -13,13 +13,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lightning_cls.export.meta import (
-    ExportCheckError,
-    ModelMeta,
-    check_outputs_close,
-    example_batch,
-)
+from lightning_cls.export.meta import ExportCheckError, check_outputs_close, example_batch
 from lightning_cls.fileio import atomic_path
+from lightning_cls.inference.runtimes import make_session
+from lightning_cls.inference.spec import InputSpec
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +28,7 @@ PARITY_BATCH_SIZES = (1, 7)
 
 def export_onnx(
     net: nn.Module,
-    meta: ModelMeta,
+    meta: InputSpec,
     path: str | Path,
     opset: int = OPSET,
     check_batch_sizes: Sequence[int] = PARITY_BATCH_SIZES,
@@ -83,7 +80,7 @@ def export_onnx(
     return path
 
 
-def write_metadata(model, meta: ModelMeta, **extra: str) -> None:
+def write_metadata(model, meta: InputSpec, **extra: str) -> None:
     """Replace the model's ``metadata_props`` with ``meta`` (+ ``extra`` string entries)."""
     del model.metadata_props[:]
     for key, value in {**meta.to_props(), **extra}.items():
@@ -91,25 +88,13 @@ def write_metadata(model, meta: ModelMeta, **extra: str) -> None:
         entry.key, entry.value = key, value
 
 
-def read_metadata(path: str | Path) -> ModelMeta:
-    """The ``ModelMeta`` stored in an ``.onnx`` file's ``metadata_props``."""
+def read_metadata(path: str | Path) -> InputSpec:
+    """The ``InputSpec`` stored in an ``.onnx`` file's ``metadata_props``."""
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
-    return ModelMeta.from_props({p.key: p.value for p in model.metadata_props})
-
-
-def make_session(path: str | Path, threads: int | None = None):
-    """An ONNX Runtime CPU session with full graph optimization and one intra-op pool."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if threads:
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    props = {p.key: p.value for p in model.metadata_props}
+    return InputSpec.from_props(props, f"{Path(path).name} (metadata_props)")
 
 
 def run_session(session, x: torch.Tensor) -> torch.Tensor:
@@ -122,7 +107,7 @@ def run_session(session, x: torch.Tensor) -> torch.Tensor:
 def check_onnx_parity(
     path: str | Path,
     net: nn.Module,
-    meta: ModelMeta,
+    meta: InputSpec,
     batch_sizes: Sequence[int] = PARITY_BATCH_SIZES,
     atol: float = 1e-4,
     rtol: float = 1e-3,

@@ -13,15 +13,17 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lightning_cls.export.meta import META_FILE, ModelMeta, check_round_trip, example_batch
+from lightning_cls.export.meta import META_FILE, check_round_trip, example_batch
 from lightning_cls.fileio import atomic_path
+from lightning_cls.inference.runtimes import Pt2Runtime
+from lightning_cls.inference.spec import InputSpec
 
 log = logging.getLogger(__name__)
 
 SUFFIX = ".pt2"
 
 
-def to_exported_program(net: nn.Module, meta: ModelMeta) -> torch.export.ExportedProgram:
+def to_exported_program(net: nn.Module, meta: InputSpec) -> torch.export.ExportedProgram:
     """``torch.export.export`` of ``net`` in eval mode, batch axis dynamic (any size >= 1)."""
     net.eval()
     batch = torch.export.Dim("batch", min=1)
@@ -30,7 +32,7 @@ def to_exported_program(net: nn.Module, meta: ModelMeta) -> torch.export.Exporte
 
 def export_pt2(
     net: nn.Module,
-    meta: ModelMeta,
+    meta: InputSpec,
     path: str | Path,
     check_batch_sizes: Sequence[int] = (1, 7),
     atol: float = 1e-5,
@@ -52,10 +54,7 @@ def export_pt2(
     return path
 
 
-def load_pt2(path: str | Path) -> tuple[nn.Module, ModelMeta]:
-    """The program's callable module (``ExportedProgram.module()``) and its ``ModelMeta``."""
-    extra = {META_FILE: ""}
-    program = torch.export.load(str(path), extra_files=extra)
-    if not extra[META_FILE]:
-        raise ValueError(f"{path} has no {META_FILE}; export it with lightning_cls.export.")
-    return program.module(), ModelMeta.from_json(extra[META_FILE])
+def load_pt2(path: str | Path) -> tuple[nn.Module, InputSpec]:
+    """The program's callable module (``ExportedProgram.module()``) and its spec."""
+    runtime = Pt2Runtime(Path(path))
+    return runtime.module, runtime.spec

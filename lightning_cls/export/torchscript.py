@@ -12,16 +12,16 @@ runtimes that still need it. Prefer ``.pt2`` (``lightning_cls.export.pt2``) for 
 from __future__ import annotations
 
 import logging
-import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from lightning_cls.export.meta import META_FILE, ModelMeta, check_round_trip, example_batch
+from lightning_cls.export.meta import META_FILE, check_round_trip, example_batch
 from lightning_cls.fileio import atomic_path
+from lightning_cls.inference.runtimes import TorchScriptRuntime, quiet_jit
+from lightning_cls.inference.spec import InputSpec
 
 log = logging.getLogger(__name__)
 
@@ -29,18 +29,7 @@ MODES = ("trace", "script")
 SUFFIX = ".torchscript"
 
 
-@contextmanager
-def quiet_jit() -> Iterator[None]:
-    """Silence torch.jit's per-call deprecation warnings (documented once in docs/export.md)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", category=FutureWarning, message=r".*torch\.jit.*deprecated"
-        )
-        warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*TorchScript.*")
-        yield
-
-
-def to_torchscript(net: nn.Module, meta: ModelMeta, mode: str = "trace") -> torch.jit.ScriptModule:
+def to_torchscript(net: nn.Module, meta: InputSpec, mode: str = "trace") -> torch.jit.ScriptModule:
     """Trace or script ``net`` (switched to eval mode, which the caller restores)."""
     if mode not in MODES:
         raise ValueError(f"Unknown TorchScript mode '{mode}'; use one of {', '.join(MODES)}.")
@@ -61,7 +50,7 @@ def to_torchscript(net: nn.Module, meta: ModelMeta, mode: str = "trace") -> torc
 
 def export_torchscript(
     net: nn.Module,
-    meta: ModelMeta,
+    meta: InputSpec,
     path: str | Path,
     mode: str = "trace",
     check_batch_sizes: Sequence[int] = (1, 7),
@@ -87,10 +76,7 @@ def export_torchscript(
     return path
 
 
-def load_torchscript(path: str | Path) -> tuple[torch.jit.ScriptModule, ModelMeta]:
-    extra = {META_FILE: ""}
-    with quiet_jit():
-        module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
-    if not extra[META_FILE]:
-        raise ValueError(f"{path} has no {META_FILE}; export it with lightning_cls.export.")
-    return module.eval(), ModelMeta.from_json(extra[META_FILE])
+def load_torchscript(path: str | Path) -> tuple[torch.jit.ScriptModule, InputSpec]:
+    """The scripted module (eval mode, CPU) and the spec stored inside it."""
+    runtime = TorchScriptRuntime(Path(path))
+    return runtime.module, runtime.spec

@@ -1,1 +1,41 @@
-"""Inference without Lightning or Hydra."""
+"""Inference without Lightning or Hydra: what a server or a script needs to run a classifier.
+
+- ``InputSpec`` (``spec``): the one description of the input every artifact carries.
+- ``load_artifact`` / ``Predictor`` (``predictor``): any artifact (.onnx, .ckpt,
+  model_weights.pt, .torchscript, .pt2) behind one batched API, flip TTA included.
+- ``RUNTIMES`` / ``register_runtime`` (``runtimes``): suffix -> runtime class; a new format is
+  one small class.
+- ``decode_image`` (``images``): files or raw bytes -> uint8 (C, H, W), as in training.
+
+Importing this package pulls in neither ``pytorch_lightning`` nor Hydra (a test checks it).
+"""
+
+from lightning_cls.inference.images import IMAGE_SUFFIXES, decode_image, find_images
+from lightning_cls.inference.predictor import (
+    Predictor,
+    flip_tta,
+    load_artifact,
+    predict_files,
+    top_k_labels,
+)
+from lightning_cls.inference.runtimes import RUNTIMES, Runtime, register_runtime, runtime_for
+from lightning_cls.inference.spec import META_FILE, InputSpec
+from lightning_cls.inference.torch_models import load_torch_model
+
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "META_FILE",
+    "RUNTIMES",
+    "InputSpec",
+    "Predictor",
+    "Runtime",
+    "decode_image",
+    "find_images",
+    "flip_tta",
+    "load_artifact",
+    "load_torch_model",
+    "predict_files",
+    "register_runtime",
+    "runtime_for",
+    "top_k_labels",
+]

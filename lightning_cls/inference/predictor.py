@@ -1,0 +1,177 @@
+"""``Predictor``: any artifact, its preprocessing and flip TTA, behind one batched API.
+
+Predictions equal ``ClassificationModule.predict_step`` on the same images: uint8 images are
+normalized with the artifact's mean/std, and with ``tta_flip`` the logits of each image and
+its horizontal mirror are averaged before the softmax, as in training's evaluation.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lightning_cls.inference.images import load_image_batch
+from lightning_cls.inference.runtimes import Runtime, runtime_for
+from lightning_cls.inference.spec import InputSpec
+
+log = logging.getLogger(__name__)
+
+
+def flip_tta(forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """Mean logits of ``x`` and its horizontal mirror (airbench's flip TTA). (B, C, H, W) -> (B, K)."""
+    return (forward(x) + forward(x.flip(-1))) / 2
+
+
+class Predictor:
+    """Runs one artifact on normalized float batches; ``predict_images`` takes uint8 images.
+
+    ``runtime`` is any callable (B, C, H, W) -> logits: a ``Runtime`` from ``load_artifact``
+    or an ``nn.Module`` (``Predictor(net, spec)`` runs eager PyTorch).
+    """
+
+    def __init__(
+        self,
+        runtime: Callable[[torch.Tensor], torch.Tensor],
+        spec: InputSpec,
+        kind: str | None = None,
+        path: Path | None = None,
+        device: str | torch.device | None = None,
+    ):
+        self.runtime, self.spec = runtime, spec
+        self.kind = kind or getattr(runtime, "kind", "eager")
+        self.path = Path(path) if path else Path(f"<{self.kind}>")
+        self.device = torch.device(device or getattr(runtime, "device", "cpu"))
+
+    @property
+    def meta(self) -> InputSpec:
+        """The spec under its former name (``ModelMeta``), for code written before the rename."""
+        return self.spec
+
+    def __repr__(self) -> str:
+        return f"Predictor({self.kind}: {self.path}, {self.spec.num_classes} classes)"
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalized float (B, C, H, W) -> logits (B, classes) of one pass (no TTA), on the CPU."""
+        self._check_input(x)
+        with torch.inference_mode():
+            return self.runtime(x.float().contiguous().to(self.device)).cpu()
+
+    def tta_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits with the artifact's TTA (flip averaging when ``spec.tta_flip``), on the CPU."""
+        if not self.spec.tta_flip:
+            return self.logits(x)
+        self._check_input(x)
+        with torch.inference_mode():
+            x = x.float().contiguous().to(self.device)
+            return flip_tta(self.runtime, x).cpu()
+
+    def predict_proba(self, x: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
+        """Normalized float (N, C, H, W) -> softmax probabilities (N, classes), in batches."""
+        _check_batch_size(batch_size)
+        outs = [
+            self.tta_logits(x[i : i + batch_size]).float().softmax(1)
+            for i in range(0, len(x), batch_size)
+        ]
+        return torch.cat(outs) if outs else torch.empty(0, self.spec.num_classes)
+
+    def predict_images(self, images: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
+        """uint8 (N, C, H, W) -> probabilities (N, classes), preprocessed as in training."""
+        _check_batch_size(batch_size)
+        outs = [
+            self.predict_proba(self.spec.preprocess(images[i : i + batch_size]), batch_size)
+            for i in range(0, len(images), batch_size)
+        ]
+        return torch.cat(outs) if outs else torch.empty(0, self.spec.num_classes)
+
+    def accuracy(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 256) -> float:
+        """Top-1 accuracy (0..1) on uint8 images (N, C, H, W) with int labels (N,)."""
+        if len(images) == 0:
+            raise ValueError("Cannot measure accuracy on an empty split.")
+        preds = self.predict_images(images, batch_size).argmax(1)
+        return (preds == labels).float().mean().item()
+
+    def _check_input(self, x: torch.Tensor) -> None:
+        expected = self.spec.input_shape
+        if x.ndim != 4 or tuple(x.shape[1:]) != expected:
+            raise ValueError(
+                f"{self.kind} model expects input (B, {', '.join(map(str, expected))}), "
+                f"got {tuple(x.shape)}."
+            )
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
+
+
+def load_artifact(
+    path: str | Path,
+    model_name: str | None = None,
+    spec: InputSpec | Mapping[str, Any] | None = None,
+    model_kwargs: Mapping[str, Any] | None = None,
+    threads: int | None = None,
+    device: str = "cpu",
+) -> Predictor:
+    """A ``Predictor`` for any artifact whose suffix is in ``runtimes.RUNTIMES``.
+
+    ``spec`` (an ``InputSpec`` or a partial mapping) fills or replaces the stored input
+    description, e.g. for an ONNX file written by another tool. ``device`` applies to the
+    PyTorch kinds; ONNX files run on ONNX Runtime's CPU provider with ``threads`` intra-op
+    threads (default: ORT's choice).
+    """
+    path = Path(path)
+    overrides = spec.to_dict() if isinstance(spec, InputSpec) else dict(spec or {})
+    runtime: Runtime = runtime_for(path)(
+        path,
+        spec=overrides,
+        threads=threads,
+        device=device,
+        model_name=model_name,
+        model_kwargs=model_kwargs,
+    )
+    return Predictor(runtime, runtime.spec, runtime.kind, path, runtime.device)
+
+
+def predict_files(
+    predictor: Predictor, files: Sequence[str | Path], batch_size: int = 64, top_k: int = 5
+) -> tuple[list[dict], list[tuple[Path, str]]]:
+    """Classify image files in batches.
+
+    Returns ``rows`` ({"file", "labels", "probs"} per readable image, top-k first) and
+    ``failures`` ([(path, reason)] for every file that could not be read as an image), the
+    shapes ``lightning_cls.images.write_predictions_csv`` takes.
+    """
+    if not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}.")
+    _check_batch_size(batch_size)
+    spec = predictor.spec
+    k = min(top_k, spec.num_classes)
+    rows: list[dict] = []
+    failures: list[tuple[Path, str]] = []
+    paths = [Path(f) for f in files]
+    for start in range(0, len(paths), batch_size):
+        images, ok, bad = load_image_batch(
+            paths[start : start + batch_size], spec.image_size, spec.num_channels
+        )
+        failures += bad
+        if not ok:
+            continue
+        top = predictor.predict_images(images, batch_size).topk(k, dim=1)  # (B, k)
+        for path, probs, idx in zip(ok, top.values.tolist(), top.indices.tolist()):
+            rows.append(
+                {"file": str(path), "labels": [spec.classes[i] for i in idx], "probs": probs}
+            )
+    return rows, failures
+
+
+def top_k_labels(spec: InputSpec, probs: torch.Tensor, k: int) -> list[list[dict[str, Any]]]:
+    """Probabilities (B, classes) -> per row the ``k`` best ``{"label", "prob"}``, best first."""
+    top = probs.topk(min(k, spec.num_classes), dim=1)
+    return [
+        [{"label": spec.classes[i], "prob": p} for p, i in zip(ps, idx)]
+        for ps, idx in zip(top.values.tolist(), top.indices.tolist())
+    ]

@@ -1,0 +1,184 @@
+"""Runtimes: one small class per artifact format, chosen by file suffix from ``RUNTIMES``.
+
+A runtime loads one file, resolves its ``InputSpec`` (stored in the file, or beside it, with
+caller overrides on top) and maps a normalized float batch (B, C, H, W) to logits (B, classes).
+
+Adding a runtime (e.g. OpenVINO for ``.xml``) is one subclass of ``Runtime`` that sets
+``kind``, loads in ``__init__`` (setting ``self.spec``) and implements ``__call__``, plus one
+line: ``RUNTIMES[".xml"] = OpenVINORuntime`` (or ``register_runtime(".xml", OpenVINORuntime)``).
+``Predictor`` and the server pick it up from the suffix; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import warnings
+import zipfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from lightning_cls.inference.spec import META_FILE, InputSpec, merge_spec, props_to_dict
+from lightning_cls.inference.torch_models import load_torch_model
+
+
+class Runtime:
+    """Base class: ``spec``, ``kind``, ``device`` and ``__call__(x) -> logits``.
+
+    ``threads`` is the intra-op thread budget where the runtime has its own pool (ONNX
+    Runtime); PyTorch's pool is process-wide, so callers set ``torch.set_num_threads``.
+    """
+
+    kind: ClassVar[str] = ""
+    spec: InputSpec
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        spec: Mapping[str, Any] | None = None,
+        threads: int | None = None,
+        device: str = "cpu",
+        model_name: str | None = None,
+        model_kwargs: Mapping[str, Any] | None = None,
+    ):
+        raise NotImplementedError
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class TorchRuntime(Runtime):
+    """Eager PyTorch from a Lightning ``.ckpt`` or a bare ``model_weights.pt`` state_dict."""
+
+    kind = "ckpt"
+
+    def __init__(self, path, *, spec=None, threads=None, device="cpu", model_name=None,
+                 model_kwargs=None):  # fmt: skip
+        self.kind = "ckpt" if path.suffix == ".ckpt" else "weights"
+        self.device = torch.device(device)
+        net, self.spec = load_torch_model(path, model_name, spec, model_kwargs)
+        self.net = net.to(self.device)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class TorchScriptRuntime(Runtime):
+    kind = "torchscript"
+
+    def __init__(self, path, *, spec=None, threads=None, device="cpu", model_name=None,
+                 model_kwargs=None):  # fmt: skip
+        self.device = torch.device(device)
+        extra = {META_FILE: ""}
+        with quiet_jit():
+            module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
+        stored = InputSpec.from_json(extra[META_FILE]).to_dict() if extra[META_FILE] else None
+        self.spec = merge_spec(stored, spec, f"{path.name} (no {META_FILE} inside)")
+        self.module = module.eval().to(self.device)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        with quiet_jit():
+            return self.module(x)
+
+
+class Pt2Runtime(Runtime):
+    """A torch.export program; runs its ``ExportedProgram.module()``."""
+
+    kind = "pt2"
+
+    def __init__(self, path, *, spec=None, threads=None, device="cpu", model_name=None,
+                 model_kwargs=None):  # fmt: skip
+        self.device = torch.device(device)
+        extra = {META_FILE: ""}
+        program = torch.export.load(str(path), extra_files=extra)
+        stored = InputSpec.from_json(extra[META_FILE]).to_dict() if extra[META_FILE] else None
+        self.spec = merge_spec(stored, spec, f"{path.name} (no {META_FILE} inside)")
+        self.module = program.module().to(self.device)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.module(x)
+
+
+class OnnxRuntime(Runtime):
+    """ONNX Runtime, CPU provider, full graph optimization, ``threads`` intra-op threads.
+
+    The spec is read through ORT's own metadata map, so serving needs no ``onnx`` package.
+    """
+
+    kind = "onnx"
+
+    def __init__(self, path, *, spec=None, threads=None, device="cpu", model_name=None,
+                 model_kwargs=None):  # fmt: skip
+        self.device = torch.device("cpu")
+        self.session = make_session(path, threads)
+        props = self.session.get_modelmeta().custom_metadata_map
+        stored = props_to_dict(props) or None
+        self.spec = merge_spec(stored, spec, f"{path.name} (no lightning_cls metadata_props)")
+        self.input_name = self.session.get_inputs()[0].name
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        (logits,) = self.session.run(None, {self.input_name: x.detach().cpu().contiguous().numpy()})
+        return torch.from_numpy(logits)
+
+
+def make_session(path: str | Path, threads: int | None = None):
+    """An ONNX Runtime CPU session with full graph optimization and one intra-op pool."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+# suffix -> runtime class. ``.pt``/``.pth`` are weights unless the archive holds TorchScript code.
+RUNTIMES: dict[str, type[Runtime]] = {
+    ".ckpt": TorchRuntime,
+    ".pt": TorchRuntime,
+    ".pth": TorchRuntime,
+    ".torchscript": TorchScriptRuntime,
+    ".pt2": Pt2Runtime,
+    ".onnx": OnnxRuntime,
+}
+
+
+def register_runtime(suffix: str, runtime: type[Runtime]) -> None:
+    """Serve files ending in ``suffix`` (".xml") with ``runtime``; a taken suffix is an error."""
+    if suffix in RUNTIMES and RUNTIMES[suffix] is not runtime:
+        raise ValueError(f"Suffix {suffix} is already served by {RUNTIMES[suffix].__name__}.")
+    RUNTIMES[suffix] = runtime
+
+
+def runtime_for(path: Path) -> type[Runtime]:
+    """The runtime class for ``path``, from its suffix (and, for ``.pt``/``.pth``, its content)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"Model artifact not found: {path}; check the path.")
+    runtime = RUNTIMES.get(path.suffix)
+    if runtime is None:
+        raise ValueError(
+            f"Cannot tell what kind of model {path.name} is from its suffix '{path.suffix}'; "
+            f"use one of {', '.join(sorted(RUNTIMES))}."
+        )
+    # A TorchScript archive holds compiled code; a state_dict archive holds only data.
+    if path.suffix in (".pt", ".pth") and zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            if any("/code/" in n for n in archive.namelist()):
+                return TorchScriptRuntime
+    return runtime
+
+
+@contextmanager
+def quiet_jit() -> Iterator[None]:
+    """Silence torch.jit's per-call deprecation warnings (documented once in docs/export.md)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", category=FutureWarning, message=r".*torch\.jit.*deprecated"
+        )
+        warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*TorchScript.*")
+        yield
