@@ -3,6 +3,8 @@
 from lightning_cls.callbacks.compile import CompileModel
 from lightning_cls.callbacks.data_profiler import DataWaitProfiler
 from lightning_cls.callbacks.grad_norm import GradNormLogger
+from lightning_cls.callbacks.gradient_clipping import GradientClipping
+from lightning_cls.callbacks.lookahead import Lookahead
 from lightning_cls.callbacks.lr_finder import LRFinderPlot
 from lightning_cls.callbacks.mixup import MixupCutmix
 from lightning_cls.callbacks.model_weights import SaveModelWeights
@@ -13,11 +15,14 @@ from lightning_cls.callbacks.rng_state import RngState
 from lightning_cls.callbacks.shape_check import ShapeCheck
 from lightning_cls.callbacks.unused_params import UnusedParameterFinder
 from lightning_cls.callbacks.wall_clock import WallClock
+from lightning_cls.callbacks.whitening import WhiteningInit
 
 __all__ = [
     "CompileModel",
     "DataWaitProfiler",
     "GradNormLogger",
+    "GradientClipping",
+    "Lookahead",
     "LRFinderPlot",
     "MixupCutmix",
     "NanGuard",
@@ -29,4 +34,5 @@ __all__ = [
     "TrainingPlots",
     "UnusedParameterFinder",
     "WallClock",
+    "WhiteningInit",
 ]

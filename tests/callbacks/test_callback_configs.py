@@ -12,7 +12,7 @@ from lightning_cls import config_dir
 
 @pytest.mark.parametrize("overrides", [
     ["callbacks=default"], ["callbacks=compile"], ["callbacks=ema"], ["callbacks=swa"],
-    ["callbacks=mixup"], ["callbacks=debug"], ["callbacks=[ema,mixup]"],
+    ["callbacks=clip"], ["callbacks=debug"], ["callbacks=[ema,clip]"],
     ["tuner=lr"], ["tuner=batch_size"],
 ])  # fmt: skip
 def test_callback_configs_instantiate(overrides):
@@ -22,7 +22,7 @@ def test_callback_configs_instantiate(overrides):
     callbacks = {name: instantiate(c) for name, c in cfg.callbacks.items()}
     assert isinstance(callbacks["model_checkpoint"], ModelCheckpoint)
     extra = overrides[0].split("=")[1].strip("[]").split(",")[0]
-    expected = {"compile": "compile", "ema": "ema", "swa": "swa", "mixup": "mixup",
+    expected = {"compile": "compile", "ema": "ema", "swa": "swa", "clip": "gradient_clipping",
                 "debug": "grad_norm", "lr": "lr_finder", "batch_size": "batch_size_finder"}  # fmt: skip
     if extra in expected:
         assert expected[extra] in callbacks
