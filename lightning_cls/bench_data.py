@@ -15,6 +15,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from lightning_cls import config_dir
+from lightning_cls.cli import run_cli
 
 log = logging.getLogger(__name__)
 
@@ -74,4 +75,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from lightning_cls import config_dir
+from lightning_cls.cli import run_cli
 from lightning_cls.module import ClassificationModule
 from lightning_cls.report import to_floats
 
@@ -69,4 +70,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

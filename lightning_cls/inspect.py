@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
+from lightning_cls.cli import run_cli
 from lightning_cls.models import create_model
 from lightning_cls.shapes import ShapeMismatchError, format_table, trace
 
@@ -47,4 +48,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

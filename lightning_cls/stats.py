@@ -8,6 +8,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from lightning_cls import config_dir
+from lightning_cls.cli import run_cli
 from lightning_cls.data.stats import channel_stats
 
 
@@ -31,4 +32,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -1,8 +1,13 @@
-"""LightningDataModules for image classification; importable and usable without Hydra."""
+"""LightningDataModules for image classification; importable and usable without Hydra.
+
+Every built-in DataModule is in the dataset registry under its config's name
+(``list_datasets()``); plug-ins add theirs through the ``lightning_cls.datasets`` entry points.
+"""
 
 from lightning_cls.data.base import ImageDataModule, Split
 from lightning_cls.data.digits import DigitsDataModule
 from lightning_cls.data.imagefolder import ImageFolderDataModule
+from lightning_cls.data.registry import create_dataset, list_datasets, register_dataset
 from lightning_cls.data.synthetic import SyntheticDataModule
 from lightning_cls.data.torchvision_sets import (
     CIFAR10DataModule,
@@ -21,4 +26,7 @@ __all__ = [
     "MNISTDataModule",
     "Split",
     "SyntheticDataModule",
+    "create_dataset",
+    "list_datasets",
+    "register_dataset",
 ]

@@ -6,12 +6,14 @@ import numpy as np
 import torch
 
 from lightning_cls.data.base import ImageDataModule, Split, as_split
+from lightning_cls.data.registry import register_dataset
 
 # Per-channel statistics of the training split (python -m lightning_cls.stats data=digits).
 DIGITS_MEAN = (0.3057,)
 DIGITS_STD = (0.3761,)
 
 
+@register_dataset("digits")
 class DigitsDataModule(ImageDataModule):
     """The embedded default dataset: a fixed 20% test split, 10% of the rest for validation."""
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import torch
 
 from lightning_cls.data.base import ImageDataModule, Split
+from lightning_cls.data.registry import register_dataset
 
 
+@register_dataset("synthetic")
 class SyntheticDataModule(ImageDataModule):
     def __init__(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lightning_cls.data.base import ImageDataModule, Split, as_split
+from lightning_cls.data.registry import register_dataset
 
 
 class TorchvisionDataModule(ImageDataModule):
@@ -59,6 +60,7 @@ CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
 
 
+@register_dataset("cifar10")
 class CIFAR10DataModule(TorchvisionDataModule):
     dataset_name = "CIFAR10"
     hint = "Expected data_dir/cifar-10-batches-py/ (the python version of the archive)."
@@ -71,6 +73,7 @@ class CIFAR10DataModule(TorchvisionDataModule):
         self.mean, self.std = tuple(mean), tuple(std)
 
 
+@register_dataset("cifar100")
 class CIFAR100DataModule(CIFAR10DataModule):
     dataset_name = "CIFAR100"
     hint = "Expected data_dir/cifar-100-python/."
@@ -83,6 +86,7 @@ class CIFAR100DataModule(CIFAR10DataModule):
         return super().load_splits()
 
 
+@register_dataset("mnist")
 class MNISTDataModule(TorchvisionDataModule):
     dataset_name = "MNIST"
     hint = "Expected data_dir/MNIST/raw/ with the four idx files."
@@ -94,6 +98,7 @@ class MNISTDataModule(TorchvisionDataModule):
         self.mean, self.std = tuple(mean), tuple(std)
 
 
+@register_dataset("fashion_mnist")
 class FashionMNISTDataModule(MNISTDataModule):
     dataset_name = "FashionMNIST"
     hint = "Expected data_dir/FashionMNIST/raw/ with the four idx files."

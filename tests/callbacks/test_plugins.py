@@ -1,3 +1,5 @@
+"""Callbacks by name: the built-ins and plug-in packages share one registry."""
+
 from __future__ import annotations
 
 import shutil
@@ -8,32 +10,25 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 
-from lightning_cls import callbacks, plugins
-from lightning_cls.callbacks import NanGuard
+from lightning_cls import callbacks
+from lightning_cls.callbacks import NanGuard, registry
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_callback_plugin"
 
 
 def test_builtins_use_the_same_registry():
-    assert isinstance(plugins.create_callback("nan_guard"), NanGuard)
-    assert "synthetic" in plugins.list_datasets()
+    assert isinstance(registry.create_callback("nan_guard"), NanGuard)
     with pytest.raises(ValueError, match=r"Unknown callback 'nan_gard'\. Did you mean 'nan_guard'\?"):
-        plugins.create_callback("nan_gard")
+        registry.create_callback("nan_gard")
 
 
-def test_every_builtin_callback_is_registered():
+def test_every_builtin_callback_is_registered_under_its_module_name():
     builtins = {getattr(callbacks, name) for name in callbacks.__all__}
     builtins = {c for c in builtins if isinstance(c, type) and issubclass(c, pl.Callback)}
-    plugins.list_callbacks()  # registers the built-ins
-    assert builtins <= set(plugins.CALLBACKS._factories.values())
-    assert {"lr_finder", "wall_clock"} <= set(plugins.list_callbacks())
-
-
-def test_duplicate_name_is_an_error():
-    registry = plugins.PluginRegistry("lightning_cls.test_group", "callback")
-    registry.register("a")(dict)
-    with pytest.raises(ValueError, match="'a' is already registered"):
-        registry.register("a")(list)
+    names = registry.list_callbacks()
+    assert {registry.CALLBACKS.get(n) for n in names} >= builtins
+    assert {"lr_finder", "wall_clock", "nan_guard"} <= set(names)
+    assert all(registry.CALLBACKS.get(c.__module__.rsplit(".", 1)[-1]) is c for c in builtins)
 
 
 def test_installed_example_plugin_is_found_by_name_and_trains(tmp_path, monkeypatch, tiny_data, tiny_module, tiny_trainer):
@@ -45,10 +40,11 @@ def test_installed_example_plugin_is_found_by_name_and_trains(tmp_path, monkeypa
         check=True, capture_output=True, cwd=tmp_path,
     )  # fmt: skip
     monkeypatch.syspath_prepend(str(target))
-    fresh = plugins.PluginRegistry("lightning_cls.callbacks", "callback")
-    monkeypatch.setattr(plugins, "CALLBACKS", fresh)
-    assert "epoch_timer" in plugins.list_callbacks()
-    timer = plugins.create_callback("epoch_timer")
+    # A registry that has not read the entry points yet, as in a fresh process.
+    fresh = registry.Registry("callback", "lightning_cls.callbacks", returns=pl.Callback)
+    monkeypatch.setattr(registry, "CALLBACKS", fresh)
+    assert "epoch_timer" in registry.list_callbacks()
+    timer = registry.create_callback("epoch_timer")
     data = tiny_data()
     trainer = tiny_trainer([timer], max_epochs=2, limit_val_batches=0)
     trainer.fit(tiny_module(data), datamodule=data)

@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from lightning_cls.models import create_model, list_models, register_model
-from lightning_cls.models import registry
+from lightning_cls.models.registry import MODELS
 
 
 @pytest.mark.parametrize("name", list_models())
@@ -68,19 +68,33 @@ def test_unknown_model_suggests_closest_and_lists_known():
         create_model("resnet81")
 
 
-def test_duplicate_name_is_an_error():
-    @register_model("_test_dup")
-    def first(**kw):
-        return nn.Identity()
+def test_duplicate_name_is_an_error_and_classes_register_like_builders():
+    class Tiny(nn.Linear):
+        def __init__(self, num_classes: int = 10, in_channels: int = 3, image_size: int = 32):
+            super().__init__(in_channels * image_size * image_size, num_classes)
 
+        def forward(self, x):
+            return super().forward(torch.flatten(x, 1))
+
+    register_model("_test_tiny")(Tiny)
     try:
-        with pytest.raises(ValueError, match="'_test_dup' is already registered"):
+        assert create_model("_test_tiny", num_classes=3, image_size=4)(torch.randn(2, 3, 4, 4)).shape == (2, 3)
+        with pytest.raises(ValueError, match="'_test_tiny' is already registered by .*Tiny; .*second must"):
 
-            @register_model("_test_dup")
+            @register_model("_test_tiny")
             def second(**kw):
                 return nn.Identity()
     finally:
-        registry._REGISTRY.pop("_test_dup", None)
+        MODELS._builders.pop("_test_tiny", None)
+
+
+def test_builder_that_returns_no_module_is_named():
+    register_model("_test_bad")(dict)
+    try:
+        with pytest.raises(TypeError, match=r"Model '_test_bad' \(builtins\.dict\) returned a dict; .*torch\.nn"):
+            create_model("_test_bad")
+    finally:
+        MODELS._builders.pop("_test_bad", None)
 
 
 def test_simplecnn_rejects_bad_options():

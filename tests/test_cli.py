@@ -1,0 +1,98 @@
+"""Entry points end a user error with one line on stderr and exit code 1; bugs keep a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from hydra.errors import ConfigCompositionException, InstantiationException
+from omegaconf.errors import ConfigKeyError
+
+from lightning_cls import cli
+
+
+def test_bad_value_ends_in_one_line_naming_it_and_exit_1(tmp_path):
+    """End to end through Hydra and instantiate (the rest of this file runs in-process)."""
+    cmd = [sys.executable, "-m", "lightning_cls.stats", f"hydra.run.dir={tmp_path}/run", "data.batch_size=0"]
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "LIGHTNING_CLS_FULL_ERROR")}
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: batch_size must be >= 1, got 0. (while building data)"]
+    assert proc.stderr.rstrip().endswith(errors[0])
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in ("HYDRA_FULL_ERROR", "LIGHTNING_CLS_FULL_ERROR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(sys, "argv", ["lightning_cls.train"])
+
+
+def raising(err):
+    def main():
+        raise err
+
+    return main
+
+
+def test_config_error_is_one_line_with_hydras_fix(clean_env, capsys):
+    err = ConfigCompositionException("Could not override 'data.hflp'.\nTo append to your config use +data.hflp=true")
+    err.__cause__ = ConfigKeyError("Key 'hflp' is not in struct\n    full_key: data.hflp\n    object_type=dict")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run_cli(raising(err))
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err == (
+        "error: Could not override 'data.hflp'. To append to your config use +data.hflp=true "
+        "Key 'hflp' is not in struct\n"
+    )
+
+
+def test_debug_true_keeps_the_traceback_and_is_not_passed_to_hydra(clean_env, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["lightning_cls.train", "data=mnist", "debug=true"])
+    with pytest.raises(FileNotFoundError, match="no such checkpoint"):
+        cli.run_cli(raising(FileNotFoundError("no such checkpoint")))
+    assert sys.argv == ["lightning_cls.train", "data=mnist"]
+
+
+def test_a_bug_keeps_its_traceback(clean_env):
+    with pytest.raises(ZeroDivisionError):
+        cli.run_cli(raising(ZeroDivisionError("division by zero")))
+
+
+def test_instantiate_wrapper_is_unwrapped_and_bugs_are_not_user_errors():
+    try:
+        try:
+            raise ValueError("data.val_size=2.0 leaves no train data")
+        except ValueError as err:
+            raise InstantiationException("Error in call to target 'x.Y':\nValueError(...)\nfull_key: data") from err
+    except InstantiationException as wrapped:
+        cause = cli._user_cause(wrapped)
+        assert isinstance(cause, ValueError)
+        assert cli.describe(cause, where=cli._config_key(wrapped)) == (
+            "data.val_size=2.0 leaves no train data (while building data)"
+        )
+    try:
+        try:
+            raise RuntimeError("CUDA error: an illegal memory access")
+        except RuntimeError as err:
+            raise InstantiationException("Error in call to target 'x.Y'") from err
+    except InstantiationException as wrapped:
+        assert cli._user_cause(wrapped) is None  # a bug: keeps its traceback
+
+
+@pytest.mark.parametrize("inherited, hydra_full, debug, expected", [
+    (None, None, False, False), (None, "1", False, True), (None, None, True, True),
+    ("0", "1", False, False),  # a DDP child: HYDRA_FULL_ERROR=1 was set by run_cli, not the user
+    ("1", None, False, True),
+])  # fmt: skip
+def test_full_error_switches(monkeypatch, inherited, hydra_full, debug, expected):
+    for name, value in (("LIGHTNING_CLS_FULL_ERROR", inherited), ("HYDRA_FULL_ERROR", hydra_full)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert cli._full_error_requested(debug) is expected

@@ -1,0 +1,123 @@
+"""The import rules of docs/architecture.md ("Layers"), checked on the source.
+
+Hydra lives only in the entry points: everything below them takes plain Python objects, so
+``import lightning_cls.data`` works in anybody's project. And no layer imports a higher one.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "lightning_cls"
+
+# The only files that may import hydra/omegaconf: they compose configs and instantiate them.
+ENTRY_POINTS = {
+    "train.py", "eval.py", "predict.py", "stats.py", "inspect.py", "bench_data.py",
+    "summarize.py", "cli.py", "export/__main__.py", "serve/__main__.py",
+}  # fmt: skip  (one set, read as a list of file names)
+
+# Layer of each top-level module or sub-package, lowest first; the table in docs/architecture.md.
+LAYERS = {
+    "base": {"__init__", "registry", "fileio", "threads", "checkpointing", "checkpoint_io", "shapes", "report"},
+    "models": {"models"},
+    "inference": {"inference", "images"},
+    "data": {"data"},
+    "training": {"module", "optim", "mixup", "callbacks", "loggers"},
+    "export": {"export"},
+    "serving": {"serve"},
+}
+RANK = {unit: rank for rank, units in enumerate(LAYERS.values()) for unit in units}
+ENTRY_RANK = len(LAYERS)
+
+
+def library_files() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "conf" not in p.relative_to(PACKAGE).parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module an import statement names, at any depth (lazy imports in functions too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            if node.module == "lightning_cls":  # from lightning_cls import data
+                names.update(f"lightning_cls.{alias.name}" for alias in node.names)
+    return names
+
+
+def unit_of(path: Path) -> str:
+    return path.relative_to(PACKAGE).with_suffix("").parts[0]
+
+
+def rank_of(path: Path) -> int:
+    rel = path.relative_to(PACKAGE).as_posix()
+    return ENTRY_RANK if rel in ENTRY_POINTS else RANK[unit_of(path)]
+
+
+def test_every_module_has_a_layer():
+    unknown = sorted({unit_of(p) for p in library_files()} - set(RANK) - {Path(e).stem for e in ENTRY_POINTS})
+    assert not unknown, (
+        f"lightning_cls/{unknown} is in no layer: add it to LAYERS here and to the table in "
+        "docs/architecture.md."
+    )
+
+
+def test_only_entry_points_import_hydra_or_omegaconf():
+    offenders = [
+        f"{path.relative_to(REPO)} imports {name}"
+        for path in library_files()
+        if path.relative_to(PACKAGE).as_posix() not in ENTRY_POINTS
+        for name in sorted(imported_modules(path))
+        if name.split(".")[0] in ("hydra", "omegaconf")
+    ]
+    assert not offenders, "library code must take plain objects, not configs:\n" + "\n".join(offenders)
+
+
+def test_no_layer_imports_a_higher_one():
+    offenders = []
+    for path in library_files():
+        rank = rank_of(path)
+        for name in sorted(imported_modules(path)):
+            parts = name.split(".")
+            if parts[0] != "lightning_cls" or len(parts) < 2:
+                continue
+            entry = "/".join(parts[1:]) + ".py"
+            target = ENTRY_RANK if entry in ENTRY_POINTS else RANK.get(parts[1])
+            if target is not None and target > rank:
+                offenders.append(f"{path.relative_to(REPO)} imports {name}")
+    assert not offenders, "a lower layer imports a higher one:\n" + "\n".join(offenders)
+
+
+def test_importing_the_library_leaves_hydra_out():
+    # A fresh interpreter: this test process has imported Hydra already (other tests). After
+    # lightning_cls.data alone, then after every library package and every registry lookup
+    # (which imports each built-in and installed plug-in).
+    library = sorted({f"lightning_cls.{unit}" for unit in RANK} - {"lightning_cls.__init__"})
+    code = (
+        "import importlib.util, sys\n"
+        "def loaded(): return sorted(m for m in ('hydra', 'omegaconf') if m in sys.modules)\n"
+        "import lightning_cls.data\nprint(loaded())\n"
+        f"for name in {library!r}:\n"
+        "    if importlib.util.find_spec(name): importlib.import_module(name)\n"
+        "from lightning_cls.callbacks.registry import list_callbacks\n"
+        "from lightning_cls.data import list_datasets\nfrom lightning_cls.models import list_models\n"
+        "list_callbacks(), list_datasets(), list_models()\nprint(loaded())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["[]", "[]"]
+
+
+def test_the_checker_sees_lazy_and_package_imports(tmp_path):
+    source = tmp_path / "sample.py"
+    source.write_text(
+        "from lightning_cls import data\n"
+        "def f():\n    import hydra.utils\n    from omegaconf import OmegaConf\n"
+    )
+    assert imported_modules(source) >= {"lightning_cls.data", "hydra.utils", "omegaconf"}
