@@ -44,7 +44,7 @@ def load_torch_model(
         ) from err
     if not isinstance(obj, dict):
         raise ValueError(f"{path} holds a {type(obj).__name__}, not a state_dict or checkpoint.")
-    is_ckpt = "state_dict" in obj or "hyper_parameters" in obj
+    is_ckpt = path.suffix == ".ckpt" or "state_dict" in obj or "hyper_parameters" in obj
     if is_ckpt and not isinstance(obj.get("state_dict"), dict):
         raise ValueError(
             f"Checkpoint {path} has no 'state_dict' (keys: {', '.join(sorted(map(str, obj)))}); "

@@ -1,0 +1,12 @@
+"""One flip-TTA checkpoint and its exports for the inference tests (built once per session)."""
+
+from __future__ import annotations
+
+import pytest
+
+from artifact_helpers import Artifacts, make_artifacts
+
+
+@pytest.fixture(scope="session")
+def artifacts(tmp_path_factory) -> Artifacts:
+    return make_artifacts(tmp_path_factory.mktemp("inference_artifacts"))
