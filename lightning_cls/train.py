@@ -2,25 +2,37 @@
 
 Reads top to bottom: compose config → data → module → callbacks/loggers → trainer → fit →
 test → results.json. Everything below this file takes plain Python objects.
+
+Data loading happens under the Trainer: ``prepare_data`` (downloads) on one process per
+node, ``setup`` on every rank. The module is built from the DataModule's ``meta`` (classes,
+mean, std, image size, channels), which every DataModule knows without loading images.
+``data.batch_size`` is the global batch: each of the trainer's ``world_size`` processes
+loads ``batch_size / world_size`` images per step, so a recipe's learning rate, steps per
+epoch and schedule do not change with the number of devices (docs/scaling.md).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
+from datetime import datetime
 from pathlib import Path
 
 import hydra
 import pytorch_lightning as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
-from pytorch_lightning.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.utilities import rank_zero_only
 
 from lightning_cls import config_dir
-from lightning_cls.checkpointing import check_compatible, resolve_ckpt_path
+from lightning_cls.callbacks.best_metric import BestMetric
+from lightning_cls.callbacks.optuna_pruning import OptunaPruning
+from lightning_cls.checkpointing import LAST, check_compatible, resolve_ckpt_path
 from lightning_cls.export.callback import ExportCallback
 from lightning_cls.module import ClassificationModule
 from lightning_cls.report import print_config, to_floats
@@ -35,10 +47,7 @@ def train(cfg: DictConfig) -> dict:
         print_config(OmegaConf.to_container(cfg, resolve=True))
     pl.seed_everything(cfg.seed, workers=True)
 
-    datamodule = instantiate(cfg.data)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-
+    datamodule = instantiate(cfg.data)  # loads nothing yet: the Trainer calls prepare/setup
     model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
     module = ClassificationModule(
         model_name=model_kwargs.pop("name"),
@@ -47,6 +56,7 @@ def train(cfg: DictConfig) -> dict:
         scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         label_smoothing=cfg.label_smoothing,
         tta_flip=cfg.tta_flip,
+        **OmegaConf.to_container(cfg.mixup),
         **datamodule.meta,
     )
     if cfg.data.get("channels_last"):
@@ -56,10 +66,19 @@ def train(cfg: DictConfig) -> dict:
     export_config = instantiate(cfg.export) if cfg.get("export") else None
     if export_config is not None and export_config.enabled:
         callbacks.append(ExportCallback(export_config, dirpath=Path(cfg.paths.output_dir) / "export"))
+    best_metric = BestMetric(cfg.optimized_metric, cfg.optimized_mode)
+    callbacks.append(best_metric)
+    pruning = None
+    if cfg.optuna.trial_number is not None:  # a trial job launched by the optuna sweeper
+        pruning = OptunaPruning(**cfg.optuna, monitor=cfg.optimized_metric)
+        callbacks.append(pruning)
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    datamodule.batch_size = per_device_batch_size(cfg.data.batch_size, trainer.world_size)
+    for logger in trainer.loggers:  # the whole config, so runs compare in TensorBoard/MLflow
+        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
 
-    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), Path(cfg.paths.ckpt_root))
+    ckpt_path = _resume_from(cfg)
     if ckpt_path:
         check_compatible(ckpt_path, module)  # names differing keys/shapes before fit starts
     for checkpoint in trainer.checkpoint_callbacks if ckpt_path else []:
@@ -69,19 +88,24 @@ def train(cfg: DictConfig) -> dict:
     if cfg.train:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     fit_metrics = to_floats(trainer.callback_metrics)
+    pruned_epoch = pruning.pruned_epoch if pruning else None
 
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     test_metrics: dict = {}
-    if cfg.test:
+    if cfg.test and pruned_epoch is None:  # a pruned trial is not worth testing
         # The best checkpoint of this fit; without a fit (train=false), the given checkpoint.
         results = trainer.test(module, datamodule=datamodule, ckpt_path=best or ckpt_path)
         test_metrics = to_floats(results[0]) if results else {}
 
     output_dir = Path(cfg.paths.output_dir)
+    objective = best_metric.best if best_metric.best is not None else fit_metrics.get(cfg.optimized_metric)
     summary = {
         "run_dir": str(output_dir),
         "best_ckpt": best,
         "best_val_acc": _best_score(trainer),
+        "optimized_metric": cfg.optimized_metric,
+        "objective": objective,
+        "pruned_at_epoch": pruned_epoch,
         "val": {k: v for k, v in fit_metrics.items() if k.startswith("val/")},
         "test": test_metrics,
         "wall_time_s": round(time.time() - started, 2),
@@ -97,16 +121,70 @@ def train(cfg: DictConfig) -> dict:
     return summary
 
 
+def per_device_batch_size(batch_size: int, world_size: int) -> int:
+    """``data.batch_size`` is global: the share of each of ``world_size`` processes."""
+    if batch_size % world_size:
+        raise ValueError(
+            f"data.batch_size={batch_size} is the global batch and does not split evenly over "
+            f"{world_size} processes (trainer.devices x trainer.num_nodes); set data.batch_size "
+            f"to a multiple of {world_size}, e.g. {max(1, round(batch_size / world_size)) * world_size}."
+        )
+    return batch_size // world_size
+
+
+def _resume_from(cfg: DictConfig) -> str | None:
+    """The checkpoint this run continues: ``ckpt_path`` as given (``last``: the newest single
+    run of this experiment), else this run folder's own last.ckpt (a requeued job)."""
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path is None:
+        own = Path(cfg.paths.ckpt_dir) / "last.ckpt"
+        if cfg.get("auto_resume") and own.is_file():
+            log.info("This run folder holds %s (a restarted job): resuming from it.", own)
+            return str(own)
+        return None
+    if str(ckpt_path) == LAST and HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        raise ValueError(
+            "ckpt_path=last in a sweep (-m) would make every job resume the same newest run, "
+            "another trial's; give each job its own ckpt_path=<file>, or rely on auto_resume "
+            "(a requeued job continues from its own run folder's last.ckpt)."
+        )
+    return resolve_ckpt_path(ckpt_path, Path(cfg.paths.ckpt_root), pattern=cfg.paths.ckpt_last_glob)
+
+
 def _best_score(trainer: pl.Trainer) -> float | None:
     score = getattr(trainer.checkpoint_callback, "best_model_score", None)
     return float(score) if score is not None else None
 
 
+def run_stamp(fmt: str) -> str:
+    """The time that names a run folder: now, or under torchrun the start time of the
+    launching agent — the parent of every local rank — so all ranks pick the same folder
+    without talking to each other (``hydra.run.dir`` in conf/hydra/train.yaml)."""
+    started = _torchrun_agent_start() if "TORCHELASTIC_RUN_ID" in os.environ else None
+    return (datetime.fromtimestamp(started) if started else datetime.now()).strftime(fmt)
+
+
+def _torchrun_agent_start() -> float | None:
+    """Start time (s since the epoch) of the parent process, from Linux /proc; else None."""
+    try:
+        stat = Path(f"/proc/{os.getppid()}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime (after comm)
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime"))  # fmt: skip
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+if not OmegaConf.has_resolver("run_stamp"):
+    OmegaConf.register_new_resolver("run_stamp", run_stamp, use_cache=True)
+
+
 @hydra.main(config_path=config_dir(), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     summary = train(cfg)
-    # Returned for sweepers that optimize a value (e.g. Optuna): the best val accuracy.
-    return summary["best_val_acc"]
+    # For sweepers (hydra/sweeper=optuna): the best value of cfg.optimized_metric in this run.
+    return summary["objective"]
 
 
 if __name__ == "__main__":

@@ -16,14 +16,18 @@ from hydra_helpers import QUIET_TRAINER, REPO, compose
 from lightning_cls.data import DigitsDataModule
 from lightning_cls.eval import evaluate
 from lightning_cls.predict import predict
-from lightning_cls.train import train
+from lightning_cls.train import _resume_from, per_device_batch_size, train
+
+
+# A single run's folder, laid out as hydra.run.dir lays it out (outputs/<task>/<date>/<time>).
+RUN = "outputs/train/2026-01-01/00-00-00"
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """The default training, exactly as `python -m lightning_cls.train` runs it (quiet)."""
     tmp = tmp_path_factory.mktemp("train")
-    summary = train(compose(overrides=QUIET_TRAINER, tmp=tmp))
+    summary = train(compose(overrides=[*QUIET_TRAINER, f"paths.output_dir={tmp}/{RUN}"], tmp=tmp))
     return tmp, summary
 
 
@@ -31,12 +35,17 @@ def test_default_training_reaches_high_accuracy(trained):
     tmp, summary = trained
     assert summary["test"]["test/acc"] > 0.90  # chance is 0.10
     assert Path(summary["best_ckpt"]).is_file()
-    results = json.loads((tmp / "run" / "results.json").read_text())
+    results = json.loads((tmp / RUN / "results.json").read_text())
     assert results["test"] == pytest.approx(summary["test"])
     assert results["best_ckpt"] == summary["best_ckpt"] and results["wall_time_s"] > 0
-    assert "name: simplecnn" in (tmp / "run" / "config_resolved.yaml").read_text()
-    # Checkpoints live in the experiment's stable folder, one sub-folder per run.
-    assert Path(summary["best_ckpt"]).parent.parent == tmp / "outputs" / "checkpoints" / "digits_simplecnn"
+    assert "name: simplecnn" in (tmp / RUN / "config_resolved.yaml").read_text()
+    # Checkpoints live inside the run's own folder, under the experiment's name.
+    assert Path(summary["best_ckpt"]).parent == tmp / RUN / "checkpoints" / "digits_simplecnn"
+    # main() returns the best val/acc of the run (optimized_metric) to sweepers.
+    assert summary["objective"] == pytest.approx(summary["best_val_acc"])
+    # The whole config reached the loggers (hparams.yaml of the CSV logger).
+    hparams = (tmp / RUN / "csv" / "hparams.yaml").read_text()
+    assert "optimizer:" in hparams and "experiment_name: digits_simplecnn" in hparams
 
 
 def test_eval_reproduces_test_metric(trained, tmp_path):
@@ -103,8 +112,36 @@ def test_resume_last_continues_the_latest_run(trained):
 
 def test_resume_last_without_runs_is_a_clear_error(tmp_path):
     cfg = compose(overrides=[*QUIET_TRAINER, "ckpt_path=last"], tmp=tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"ckpt_path=last but no last\.ckpt exists under .*digits_simplecnn"):
+    with pytest.raises(FileNotFoundError, match=r"ckpt_path=last but no last\.ckpt exists under .*outputs/train"):
         train(cfg)
+
+
+def test_resume_last_ignores_other_experiments_and_sweep_jobs(trained, tmp_path):
+    tmp, _ = trained
+    # Another experiment's runs and this experiment's sweep jobs sit next to each other...
+    other = tmp / "outputs/train/2026-01-02/00-00-00/checkpoints/digits_mlp/last.ckpt"
+    sweep_job = tmp / "outputs/train/multirun/2026-01-03/00-00-00/0/checkpoints/digits_simplecnn/last.ckpt"
+    for path in (other, sweep_job):
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"not resumed")
+    cfg = compose(overrides=[*QUIET_TRAINER, "ckpt_path=last"], tmp=tmp)
+    assert _resume_from(cfg) == str(tmp / RUN / "checkpoints/digits_simplecnn/last.ckpt")
+
+
+def test_a_restarted_job_resumes_its_own_last_checkpoint(trained, tmp_path):
+    tmp, _ = trained
+    own = compose(overrides=[*QUIET_TRAINER, f"paths.output_dir={tmp}/{RUN}"], tmp=tmp)
+    assert _resume_from(own) == str(tmp / RUN / "checkpoints/digits_simplecnn/last.ckpt")
+    fresh = compose(overrides=QUIET_TRAINER, tmp=tmp_path)
+    assert _resume_from(fresh) is None
+    off = compose(overrides=[*QUIET_TRAINER, f"paths.output_dir={tmp}/{RUN}", "auto_resume=false"], tmp=tmp)
+    assert _resume_from(off) is None
+
+
+def test_global_batch_size_must_split_over_processes():
+    assert per_device_batch_size(64, 2) == 32 and per_device_batch_size(7, 1) == 7
+    with pytest.raises(ValueError, match=r"data.batch_size=65 is the global batch .* over 2 processes"):
+        per_device_batch_size(65, 2)
 
 
 def test_unknown_model_from_the_command_line(tmp_path):
@@ -151,7 +188,7 @@ def test_eval_refuses_data_with_other_classes(trained, tmp_path):
     _, summary = trained
     cfg = compose("eval", [f"ckpt_path={summary['best_ckpt']}", "data=synthetic", "data.num_channels=1",
                            "data.image_size=8", *QUIET_TRAINER[:4]], tmp=tmp_path)  # fmt: skip
-    with pytest.raises(ValueError, match=r"trained on classes \['0', '1'.*data=synthetic has classes \['class_0'"):
+    with pytest.raises(ValueError, match=r"trained on other data: classes differ \(10 classes vs 10 in data=synthetic, only in the model: \[0, 1, .*only in data=synthetic: \[class_0"):
         evaluate(cfg)
 
 

@@ -1,8 +1,16 @@
 """``NanGuard``: stop at the first non-finite loss or gradient, before it reaches the weights.
 
-The check runs before backward (loss) and before the optimizer step (gradients, after AMP
-unscaling), and raises ``NonFiniteError`` there — so the poisoned update is never applied and
-no later checkpoint is written from it: the last checkpoint on disk stays the last good one.
+The check runs before the optimizer step (after AMP unscaling) and raises ``NonFiniteError``
+there — so the poisoned update is never applied and no later checkpoint is written from it:
+the last checkpoint on disk stays the last good one.
+
+Cost: one device-to-host sync per optimizer step. The losses seen since the last step (one
+per accumulated micro-batch) and every gradient are reduced on the device into one flag
+(``torch._foreach_norm``: a non-finite value makes its norm non-finite), and only that flag is
+read. The per-tensor scan that names the culprit runs only after the flag says something is
+wrong. Under DDP the gradients are already all-reduced at that point, so every rank sees the
+same flag and all ranks stop together (a loss check before backward would stop one rank and
+leave the others waiting in the all-reduce).
 """
 
 from __future__ import annotations
@@ -35,6 +43,19 @@ def first_non_finite(named: dict[str, torch.Tensor | None]) -> tuple[str, torch.
     return None
 
 
+def finite_flag(losses: list[torch.Tensor], grads: list[torch.Tensor]) -> bool:
+    """True when every value in ``losses`` and ``grads`` is finite, with one host sync."""
+    tensors = [t for t in (*losses, *grads) if t.numel()]
+    if not tensors:
+        return True
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for t in tensors:
+        by_device.setdefault(t.device, []).append(t)
+    norms = [torch.stack(torch._foreach_norm(ts)).float().sum() for ts in by_device.values()]
+    first = norms[0].device
+    return bool(torch.isfinite(torch.stack([n.to(first) for n in norms]).sum()))
+
+
 def describe(tensor: torch.Tensor) -> str:
     nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
     return f"shape {tuple(tensor.shape)}: {nan} NaN and {inf} Inf of {tensor.numel()} values"
@@ -59,19 +80,23 @@ class NanGuard(pl.Callback):
 
     def __init__(self, check_loss: bool = True, check_grads: bool = True):
         self.check_loss, self.check_grads = check_loss, check_grads
+        self._losses: list[torch.Tensor] = []  # detached losses since the last optimizer step
 
     def on_before_backward(self, trainer, pl_module, loss: torch.Tensor) -> None:
-        if self.check_loss and not torch.isfinite(loss).all():
-            self._stop(trainer, f"the training loss is {loss.detach().float().item()}")
+        if self.check_loss:
+            self._losses.append(loss.detach().float().reshape(-1))  # no sync here
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        if not self.check_grads:
+        losses, self._losses = self._losses, []
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None] if self.check_grads else []
+        if finite_flag(losses, grads):  # the step's one sync
             return
-        grads = {name: p.grad for name, p in pl_module.named_parameters()}
-        found = first_non_finite(grads)
-        if found is not None:
-            name, grad = found
-            self._stop(trainer, f"the first non-finite gradient is {name} ({describe(grad)})")
+        loss = torch.cat(losses) if losses else torch.zeros(0)
+        if not torch.isfinite(loss).all():
+            self._stop(trainer, f"the training loss is {loss[~torch.isfinite(loss)][0].item()}")
+        named = {name: p.grad for name, p in pl_module.named_parameters()}
+        name, grad = first_non_finite(named)
+        self._stop(trainer, f"the first non-finite gradient is {name} ({describe(grad)})")
 
     @staticmethod
     def _stop(trainer: pl.Trainer, what: str) -> None:

@@ -3,7 +3,12 @@
 Each epoch draws a seeded permutation and slices batches from it: no per-sample Python
 work and no worker processes. Under DDP each rank takes its own shard of the permutation,
 exactly the indices ``DistributedSampler(shuffle=..., seed=seed, drop_last=False)`` gives
-it (padded by wrapping around, so every rank gets the same number of samples).
+it. Training shards are padded by wrapping around, so every rank runs the same number of
+steps (each step all-reduces gradients). Evaluation shards (``train=False``) are not padded:
+ranks differ by at most one sample, no sample is counted twice and none is dropped, so
+metrics synced over ranks (torchmetrics, ``self.log(..., sync_dist=True)``) equal the
+single-process ones exactly; Lightning runs no collective per evaluation step, so uneven
+shards cannot hang it.
 
 Resuming. The loader remembers its position — the epoch in progress and how many batches
 of it were yielded — and ``state_dict``/``load_state_dict`` save and restore it. After
@@ -42,13 +47,16 @@ def batch_generator(seed: int, epoch: int, batch: int, rank: int = 0) -> torch.G
 
 
 def shard_indices(
-    n: int, epoch: int, seed: int, shuffle: bool, rank: int, world_size: int
+    n: int, epoch: int, seed: int, shuffle: bool, rank: int, world_size: int, pad: bool = True
 ) -> torch.Tensor:
-    """This rank's sample indices for one epoch, as ``DistributedSampler`` computes them."""
+    """This rank's sample indices for one epoch, as ``DistributedSampler`` computes them;
+    ``pad=False``: the same interleaved shards without the wrapped-around repeats."""
     if shuffle:
         order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))  # (N,)
     else:
         order = torch.arange(n)  # (N,)
+    if not pad:
+        return order[rank::world_size]  # (ceil((N - rank) / world_size),)
     per_rank = math.ceil(n / world_size)
     total = per_rank * world_size
     if total > n:  # wrap around (possibly more than once) so every rank gets per_rank samples
@@ -57,6 +65,8 @@ def shard_indices(
 
 
 class TensorBatchLoader:
+    """Batches of an in-memory uint8 split, sharded over DDP ranks (see the module doc)."""
+
     def __init__(
         self,
         images: torch.Tensor,  # (N, C, H, W) uint8
@@ -71,7 +81,9 @@ class TensorBatchLoader:
         augment: BatchAugment | None = None,
         train: bool = False,
         device: torch.device | str | None = None,
+        pad: bool | None = None,
     ):
+        """``pad``: pad shards to equal length (DistributedSampler); default: when ``train``."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         if len(images) != len(labels):
@@ -91,6 +103,7 @@ class TensorBatchLoader:
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.seed, self.transform = seed, transform
         self.augment, self.train = augment, train
+        self.pad = train if pad is None else pad
         self._rank, self._world_size = rank, world_size
         self.epoch = 0  # the epoch in progress (or the next one to start)
         self._yielded = 0  # batches of ``epoch`` already yielded
@@ -112,7 +125,9 @@ class TensorBatchLoader:
         return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
     def _num_samples(self) -> int:
-        return math.ceil(len(self.images) / self.world_size)
+        if self.pad:
+            return math.ceil(len(self.images) / self.world_size)
+        return len(range(self.rank, len(self.images), self.world_size))
 
     def __len__(self) -> int:
         """Batches per full epoch on this rank."""
@@ -122,7 +137,7 @@ class TensorBatchLoader:
     def indices(self, epoch: int) -> torch.Tensor:
         """This rank's sample order for ``epoch`` (before batching)."""
         return shard_indices(
-            len(self.images), epoch, self.seed, self.shuffle, self.rank, self.world_size
+            len(self.images), epoch, self.seed, self.shuffle, self.rank, self.world_size, self.pad
         )
 
     def _start(self) -> tuple[int, int]:

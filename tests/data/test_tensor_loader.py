@@ -21,7 +21,7 @@ def _data(n, c=1, s=4):
 
 
 def _epoch_ids(loader):
-    return torch.cat([y for _, y in loader]).tolist()
+    return [i for _, y in loader for i in y.tolist()]
 
 
 def test_len_and_batches_cover_the_split():
@@ -42,11 +42,28 @@ def test_shards_equal_distributed_sampler(n, world, shuffle):
             sampler = DistributedSampler(range(n), world, rank, shuffle=shuffle, seed=5)
             sampler.set_epoch(epoch)
             loader = TensorBatchLoader(
-                images, labels, 3, shuffle, seed=5, rank=rank, world_size=world
+                images, labels, 3, shuffle, seed=5, rank=rank, world_size=world, train=True
             )
             loader.set_epoch(epoch)
             assert _epoch_ids(loader) == list(sampler)
             assert len(loader) == -(-len(sampler) // 3)
+
+
+@pytest.mark.parametrize("n,world", [(21, 2), (10, 3), (2, 3), (7, 7)])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_eval_shards_cover_every_sample_exactly_once(n, world, shuffle):
+    images, labels = _data(n)
+    shards = []
+    for rank in range(world):
+        loader = TensorBatchLoader(images, labels, 3, shuffle, seed=5, rank=rank, world_size=world)
+        ids = _epoch_ids(loader)
+        assert len(loader) == -(-len(ids) // 3)
+        sampler = DistributedSampler(range(n), world, rank, shuffle=shuffle, seed=5)
+        assert ids == [i for i in sampler][: len(ids)]  # DistributedSampler's, minus the padding
+        shards.append(ids)
+    flat = [i for shard in shards for i in shard]
+    assert sorted(flat) == list(range(n))  # none twice, none dropped
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
 
 
 def test_epochs_reshuffle_and_repeat_under_the_same_seed():
@@ -182,7 +199,7 @@ def _ddp_worker(rank, world, port, out_dir):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         images, labels = _data(21)
-        loader = TensorBatchLoader(images, labels, 4, shuffle=True, seed=9)  # rank from dist
+        loader = TensorBatchLoader(images, labels, 4, shuffle=True, seed=9, train=True)  # rank from dist
         torch.save(
             [_epoch_ids(loader), _epoch_ids(loader), len(loader)], f"{out_dir}/rank{rank}.pt"
         )
