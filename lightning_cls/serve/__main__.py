@@ -1,0 +1,39 @@
+"""``python -m lightning_cls.serve artifact=model.onnx [serve.port=8000 serve.workers=1 ...]``.
+
+Reads top to bottom: compose the config → a ``ServeConfig`` (checked: host, port, limits,
+thread budget) → ``serve`` (loads the artifact once to fail fast, starts LitServe, blocks until
+SIGTERM/Ctrl+C). A user error ends in one line on stderr and exit code 1.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_cls import config_dir
+from lightning_cls.serve.server import ServeConfig, serve
+
+
+def make_config(cfg: DictConfig) -> ServeConfig:
+    return ServeConfig(
+        artifact=str(cfg.artifact),
+        model_name=cfg.get("model_name"),
+        spec=OmegaConf.to_container(cfg.spec) if cfg.get("spec") else {},
+        **OmegaConf.to_container(cfg.serve, resolve=True),
+    )
+
+
+@hydra.main(config_path=config_dir(), config_name="serve", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        config = make_config(cfg)
+        serve(config)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        print(f"serve: {err}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

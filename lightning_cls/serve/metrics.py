@@ -1,0 +1,98 @@
+"""``ServeMetrics``: counters shared by every server process, rendered as Prometheus text.
+
+LitServe runs the HTTP servers (forked) and the inference workers (spawned) as separate
+processes, so a per-process counter would show one process's share. The counters here live in
+shared memory created before either is started: forked HTTP servers inherit them, and spawned
+workers receive them pickled with the ``LitAPI`` (multiprocessing allows that while spawning).
+"""
+
+from __future__ import annotations
+
+import bisect
+import multiprocessing as mp
+from collections.abc import Sequence
+
+STATUSES = (200, 400, 404, 413, 415, 422, 500, 503, 504)  # any other code counts as "other"
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class _Histogram:
+    """Cumulative-on-render histogram: per-bucket counts, a count and a sum in shared memory."""
+
+    def __init__(self, ctx, buckets: Sequence[float]):
+        self.buckets = tuple(buckets)
+        self.counts = ctx.Array("q", len(self.buckets) + 1)  # last slot: above every bucket
+        self.sum = ctx.Value("d", 0.0, lock=False)  # guarded by counts' lock
+
+    def observe(self, value: float) -> None:
+        with self.counts.get_lock():
+            self.counts[bisect.bisect_left(self.buckets, value)] += 1
+            self.sum.value += value
+
+    def render(self, name: str, help_text: str) -> list[str]:
+        lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+        with self.counts.get_lock():
+            counts, total_sum = list(self.counts), self.sum.value
+        running = 0
+        for bound, count in zip((*self.buckets, "+Inf"), counts):
+            running += count
+            lines.append(f'{name}_bucket{{le="{bound}"}} {running}')
+        lines += [f"{name}_sum {total_sum:.6f}", f"{name}_count {running}"]
+        return lines
+
+
+class ServeMetrics:
+    """Requests by status, request latency, images per model call, and requests in flight."""
+
+    def __init__(self):
+        ctx = mp.get_context("spawn")
+        self.status_counts = ctx.Array("q", len(STATUSES) + 1)  # last slot: other codes
+        self.latency = _Histogram(ctx, LATENCY_BUCKETS_S)
+        self.batch_size = _Histogram(ctx, BATCH_BUCKETS)
+        self.in_flight = ctx.Value("i", 0)  # accepted /predict requests not yet answered
+        self.draining = ctx.Value("b", 0)  # set on SIGTERM: /health answers 503
+
+    def try_admit(self, max_in_flight: int) -> bool:
+        """Count one more request in flight unless ``max_in_flight`` are already; atomic."""
+        with self.in_flight.get_lock():
+            if self.in_flight.value >= max_in_flight:
+                return False
+            self.in_flight.value += 1
+            return True
+
+    def release(self) -> None:
+        with self.in_flight.get_lock():
+            self.in_flight.value -= 1
+
+    def observe_request(self, status: int, seconds: float) -> None:
+        slot = STATUSES.index(status) if status in STATUSES else len(STATUSES)
+        with self.status_counts.get_lock():
+            self.status_counts[slot] += 1
+        self.latency.observe(seconds)
+
+    def status_count(self, status: int) -> int:
+        return self.status_counts[STATUSES.index(status)]
+
+    def render(self) -> str:
+        """The Prometheus text exposition format (version 0.0.4)."""
+        lines = [
+            "# HELP lightning_cls_requests_total Answered /predict requests by HTTP status.",
+            "# TYPE lightning_cls_requests_total counter",
+        ]
+        with self.status_counts.get_lock():
+            counts = list(self.status_counts)
+        for code, count in zip((*map(str, STATUSES), "other"), counts):
+            lines.append(f'lightning_cls_requests_total{{status="{code}"}} {count}')
+        lines += self.latency.render(
+            "lightning_cls_request_latency_seconds", "Time from receiving a /predict request to answering it."
+        )
+        lines += self.batch_size.render(
+            "lightning_cls_batch_size", "Images per model call (dynamic batching at work)."
+        )
+        lines += [
+            "# HELP lightning_cls_queue_depth /predict requests accepted and not yet answered.",
+            "# TYPE lightning_cls_queue_depth gauge",
+            f"lightning_cls_queue_depth {self.in_flight.value}",
+        ]
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,25 @@
+"""A real ``python -m lightning_cls.serve`` process on a free localhost port."""
+
+from __future__ import annotations
+
+import pytest
+
+from artifact_helpers import Artifacts, make_artifacts
+from server_process import ServerProcess
+
+
+@pytest.fixture(scope="session")
+def serve_artifacts(tmp_path_factory) -> Artifacts:
+    return make_artifacts(tmp_path_factory.mktemp("serve_artifacts"))
+
+
+@pytest.fixture(scope="module")
+def server(serve_artifacts, tmp_path_factory):
+    """ONNX artifact; small limits so the tests can reach them with few requests."""
+    proc = ServerProcess(
+        serve_artifacts.paths["onnx"], tmp_path_factory.mktemp("serve_run"),
+        "serve.max_batch_size=8", "serve.batch_timeout=0.05", "serve.max_queue=8",
+        "serve.max_body_bytes=65536", "serve.top_k=3",
+    )  # fmt: skip
+    yield proc
+    proc.stop()

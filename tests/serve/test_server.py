@@ -1,0 +1,124 @@
+"""``python -m lightning_cls.serve`` as a real process: batching, parity with in-process
+predict, a status per bad input while good requests succeed, overload, SIGTERM drain."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from artifact_helpers import png_bytes
+from lightning_cls.inference import load_artifact
+from server_process import ServerProcess
+
+pytestmark = pytest.mark.slow  # starts server processes (~5-10 s each on 2 idle cores)
+
+
+def _post_all(url: str, requests: list[dict]) -> list[httpx.Response]:
+    """Send every request at once (one connection each), return the responses in order."""
+
+    async def run():
+        limits = httpx.Limits(max_connections=len(requests))
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+            return await asyncio.gather(*(client.post("/predict", **r) for r in requests))
+
+    return asyncio.run(run())
+
+
+def _png(image: torch.Tensor) -> dict:
+    return {"content": png_bytes(image), "headers": {"Content-Type": "image/png"}}
+
+
+def test_concurrent_requests_are_batched_and_equal_in_process_predict(server, serve_artifacts):
+    images = serve_artifacts.images[:8]
+    requests = [_png(img) for img in images[:6]]
+    b64 = [base64.b64encode(png_bytes(img)).decode() for img in images[6:]]
+    requests.append({"json": {"images": b64, "top_k": 2}})
+    responses = _post_all(server.url, requests)
+    assert [r.status_code for r in responses] == [200] * 7, [r.text for r in responses]
+    bodies = [r.json() for r in responses]
+    assert max(b["batch_images"] for b in bodies) > 1  # several requests shared a model call
+    expected = load_artifact(serve_artifacts.paths["onnx"]).predict_images(images)
+    served = [p for b in bodies for p in b["predictions"]]
+    for probs, got in zip(expected, served):
+        top = probs.topk(len(got["labels"]))
+        assert got["labels"] == [serve_artifacts.spec.classes[i] for i in top.indices]
+        np.testing.assert_allclose(got["probs"], top.values.numpy(), atol=1e-5)
+    assert len(served[-1]["labels"]) == 2 and len(served[0]["labels"]) == 3  # top_k, default
+    assert bodies[0]["model"]["runtime"] == "onnx" and len(bodies[0]["model"]["version"]) == 12
+
+
+def test_each_bad_input_gets_its_status_while_a_good_request_succeeds(server, serve_artifacts):
+    good = _png(serve_artifacts.images[0])
+    gray = io.BytesIO()
+    Image.fromarray(serve_artifacts.images[1][0].numpy(), "L").resize((40, 30)).save(gray, "PNG")
+    cases = [
+        (good, 200),
+        ({"content": b"not an image", "headers": {"Content-Type": "image/jpeg"}}, 400),
+        ({"content": png_bytes(serve_artifacts.images[2])[:60],
+          "headers": {"Content-Type": "image/png"}}, 400),  # truncated
+        ({"content": b"hello", "headers": {"Content-Type": "text/plain"}}, 415),
+        ({"content": b"\0" * 70_000, "headers": {"Content-Type": "image/png"}}, 413),
+        ({"content": b"{not json", "headers": {"Content-Type": "application/json"}}, 400),
+        ({"json": {"images": []}}, 422),
+        ({"json": {"image": "%%%"}}, 400),
+        ({"json": {"image": base64.b64encode(good["content"]).decode(), "top_k": 0}}, 422),
+        ({"content": gray.getvalue(), "headers": {"Content-Type": "image/png"}}, 200),  # converted
+        (good, 200),
+    ]  # fmt: skip
+    responses = _post_all(server.url, [c for c, _ in cases])
+    assert [r.status_code for r in responses] == [s for _, s in cases], [r.text for r in responses]
+    assert "not a readable image" in responses[1].json()["detail"]
+    assert "max_body_bytes=65536" in responses[4].json()["detail"]
+    assert "Content-Type 'text/plain'" in responses[3].json()["detail"]
+    assert responses[0].json()["predictions"] == responses[-1].json()["predictions"]
+
+
+def test_overload_gets_503_with_retry_after_and_nothing_crashes(server, serve_artifacts):
+    requests = [_png(serve_artifacts.images[i % 8]) for i in range(48)]  # 6x max_queue=8
+    responses = _post_all(server.url, requests)
+    codes = [r.status_code for r in responses]
+    assert set(codes) <= {200, 503}, codes
+    assert codes.count(503) > 0 and codes.count(200) >= 8
+    assert all(r.headers["retry-after"] == "1" for r in responses if r.status_code == 503)
+    assert httpx.get(server.url + "/health").status_code == 200
+    assert _post_all(server.url, [requests[0]])[0].status_code == 200
+    metrics = httpx.get(server.url + "/metrics").text
+    assert f'lightning_cls_requests_total{{status="503"}} {codes.count(503)}' in metrics
+    assert "lightning_cls_queue_depth 0" in metrics
+    assert 'lightning_cls_batch_size_bucket{le="+Inf"}' in metrics
+
+
+def test_info_describes_model_and_batching(server, serve_artifacts):
+    info = httpx.get(server.url + "/info").json()["model"]
+    assert info["spec"]["classes"] == list(serve_artifacts.spec.classes)
+    assert info["spec"]["tta_flip"] is True
+    assert info["runtime"] == "onnx"
+    assert info["config"]["max_batch_size"] == 8 and info["config"]["host"] == "127.0.0.1"
+    assert info["config"]["threads"] >= 1
+
+
+def test_sigterm_drains_accepted_requests(serve_artifacts, tmp_path):
+    # A long batch window keeps the requests in flight when SIGTERM arrives.
+    server = ServerProcess(serve_artifacts.paths["ckpt"], tmp_path / "run",
+                           "serve.max_batch_size=64", "serve.batch_timeout=1.5")  # fmt: skip
+
+    async def run():
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+            pending = [asyncio.create_task(client.post("/predict", **_png(img)))
+                       for img in serve_artifacts.images[:6]]  # fmt: skip
+            await asyncio.sleep(0.5)  # accepted, waiting for the batch to fill
+            server.proc.send_signal(15)
+            return await asyncio.gather(*pending)
+
+    responses = asyncio.run(run())
+    assert [r.status_code for r in responses] == [200] * 6
+    assert server.proc.wait(timeout=60) == 0
+    with pytest.raises(httpx.TransportError):
+        httpx.get(server.url + "/health", timeout=2)
