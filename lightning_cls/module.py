@@ -10,9 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MetricCollection
-from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from lightning_cls.mixup import BatchMixer
 from lightning_cls.models import create_model
+from lightning_cls.optim import apply_group_scales
 
 STAGES = ("train", "val", "test")
 
@@ -28,6 +30,9 @@ class ClassificationModule(pl.LightningModule):
     network expects; they travel in the checkpoint so predict/export need nothing else.
     ``optimizer`` and ``scheduler`` are partials: ``optimizer(params)`` and
     ``scheduler(optimizer, total_steps=...)`` (see ``lightning_cls.optim``).
+    ``mixup_alpha``/``cutmix_alpha`` > 0 mix training batches (``lightning_cls.mixup``) with
+    probability ``mix_prob``. ``classes``/``num_classes`` (attributes) and ``test_confusion``
+    (a ``MulticlassConfusionMatrix`` over the last test run) are read by callbacks.
     """
 
     def __init__(
@@ -44,9 +49,14 @@ class ClassificationModule(pl.LightningModule):
         image_size: int | None = None,
         num_channels: int | None = None,
         tta_flip: bool = False,
+        resize_size: int | None = None,  # photos: shorter side resized to this, centre-cropped
+        mixup_alpha: float = 0.0,
+        cutmix_alpha: float = 0.0,
+        mix_prob: float = 1.0,
+        param_groups: Callable[[nn.Module], list[dict]] | None = None,
     ):
         super().__init__()
-        self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"])
+        self.save_hyperparameters(ignore=["net", "optimizer", "scheduler", "param_groups"])
         if net is None:
             if model_name is None:
                 raise ValueError("ClassificationModule needs model_name (a registry name) or net.")
@@ -55,13 +65,23 @@ class ClassificationModule(pl.LightningModule):
                 kwargs["num_classes"] = len(classes)  # data=imagefolder counts its class folders
             net = create_model(model_name, **kwargs)
         self.net = net
+        # The one place the number of classes is derived (metrics, mixup and plots read it).
+        self.classes = class_names(classes, (model_kwargs or {}).get("num_classes"))
+        self.num_classes = len(self.classes)
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
+        # net -> torch param-group dicts, optionally with lr_scale/weight_decay_scale
+        # (lightning_cls.optim.apply_group_scales); e.g. optim.norm_bias_groups.
+        self.param_groups = param_groups
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
-        num_classes = len(classes) if classes else (model_kwargs or {}).get("num_classes")
         self.metrics = nn.ModuleDict(
-            {f"{stage}_metrics": _accuracy_metrics(num_classes, stage) for stage in STAGES}
+            {f"{stage}_metrics": _accuracy_metrics(self.num_classes, stage) for stage in STAGES}
         )
+        # Test predictions per (true, predicted) class; TrainingPlots draws it.
+        self.test_confusion = MulticlassConfusionMatrix(self.num_classes)
+        self.mixer = None
+        if mixup_alpha or cutmix_alpha:
+            self.mixer = BatchMixer(self.num_classes, mixup_alpha, cutmix_alpha, mix_prob)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, H, W) -> (B, classes) logits
         return self.net(x)
@@ -72,8 +92,11 @@ class ClassificationModule(pl.LightningModule):
         loss = self.criterion(logits, y)
         metrics = self.metrics[f"{stage}_metrics"]
         metrics.update(logits.detach(), y if y.ndim == 1 else y.argmax(1))
+        if stage == "test":
+            self.test_confusion.update(logits.detach(), y)
         training = stage == "train"
-        self.log(f"{stage}/loss", loss, on_step=training, on_epoch=True, prog_bar=True)
+        # sync_dist: under DDP the epoch loss is the mean over every rank's samples.
+        self.log(f"{stage}/loss", loss, on_step=training, on_epoch=True, prog_bar=True, sync_dist=True)
         if not training:  # train accuracy is logged once per epoch: per-step log_dict costs ~10%
             self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True)
         return loss
@@ -91,10 +114,15 @@ class ClassificationModule(pl.LightningModule):
         return logits
 
     def training_step(self, batch, batch_idx):
+        if self.mixer is not None:
+            batch = self.mixer(*batch)  # soft (B, K) targets
         return self._shared_step(batch, "train")
 
     def validation_step(self, batch, batch_idx):
         self._shared_step(batch, "val")
+
+    def on_test_epoch_start(self) -> None:
+        self.test_confusion.reset()
 
     def test_step(self, batch, batch_idx):
         self._shared_step(batch, "test")
@@ -105,7 +133,8 @@ class ClassificationModule(pl.LightningModule):
 
     def configure_optimizers(self):
         factory = self.optimizer_factory or (lambda p: torch.optim.Adam(p, lr=1e-3))
-        optimizer = factory(self.parameters())
+        params = self.param_groups(self.net) if self.param_groups else self.parameters()
+        optimizer = apply_group_scales(factory(params))
         if self.scheduler_factory is None:
             return optimizer
         total = int(self.trainer.estimated_stepping_batches)
@@ -113,9 +142,24 @@ class ClassificationModule(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-def _accuracy_metrics(num_classes: int | None, stage: str) -> MetricCollection:
+def class_names(classes: Sequence[str] | None, num_classes: int | None) -> list[str]:
+    """The class names (``"0"``, ``"1"``, … when only a count is known)."""
+    if classes:
+        if num_classes is not None and num_classes != len(classes):
+            raise ValueError(
+                f"model_kwargs.num_classes={num_classes} but {len(classes)} classes are named "
+                f"({list(classes)[:10]}); set model.num_classes={len(classes)}."
+            )
+        return [str(c) for c in classes]
     if not num_classes:
-        raise ValueError("Cannot size the accuracy metrics: pass classes or model_kwargs.num_classes.")
+        raise ValueError(
+            "ClassificationModule cannot tell the number of classes: pass classes (the data's "
+            "class names) or model_kwargs.num_classes."
+        )
+    return [str(i) for i in range(num_classes)]
+
+
+def _accuracy_metrics(num_classes: int, stage: str) -> MetricCollection:
     metrics = {"acc": MulticlassAccuracy(num_classes, top_k=1, average="micro")}
     if num_classes > 5:
         metrics["acc_top5"] = MulticlassAccuracy(num_classes, top_k=5, average="micro")

@@ -109,6 +109,7 @@ def train(cfg: DictConfig) -> dict:
         "val": {k: v for k, v in fit_metrics.items() if k.startswith("val/")},
         "test": test_metrics,
         "wall_time_s": round(time.time() - started, 2),
+        "torch_threads": torch.get_num_threads(),  # a parallel launcher's share of the cores
         "overrides": list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [],
     }
     if trainer.is_global_zero:

@@ -28,5 +28,15 @@ def test_flip_tta_averages_the_mirror_image_logits():
 def test_module_needs_a_network():
     with pytest.raises(ValueError, match="needs model_name .* or net"):
         ClassificationModule()
-    with pytest.raises(ValueError, match="Cannot size the accuracy metrics"):
+    with pytest.raises(ValueError, match="cannot tell the number of classes: pass classes"):
         ClassificationModule(net=nn.Identity())
+
+
+def test_the_number_of_classes_is_derived_once_from_names_or_a_count():
+    named = ClassificationModule(net=nn.Identity(), classes=["cat", "dog", "emu"])
+    assert named.classes == ["cat", "dog", "emu"] and named.num_classes == 3
+    counted = ClassificationModule(net=nn.Identity(), model_kwargs={"num_classes": 2})
+    assert counted.classes == ["0", "1"] and counted.num_classes == 2
+    assert counted.test_confusion.num_classes == 2
+    with pytest.raises(ValueError, match=r"num_classes=4 but 3 classes are named .*set model.num_classes=3"):
+        ClassificationModule(net=nn.Identity(), classes=["a", "b", "c"], model_kwargs={"num_classes": 4})

@@ -6,7 +6,6 @@ from lightning_cls.callbacks.grad_norm import GradNormLogger
 from lightning_cls.callbacks.gradient_clipping import GradientClipping
 from lightning_cls.callbacks.lookahead import Lookahead
 from lightning_cls.callbacks.lr_finder import LRFinderPlot
-from lightning_cls.callbacks.mixup import MixupCutmix
 from lightning_cls.callbacks.model_weights import SaveModelWeights
 from lightning_cls.callbacks.nan_guard import NanGuard, NonFiniteError
 from lightning_cls.callbacks.oom import OOMAdvisor
@@ -24,7 +23,6 @@ __all__ = [
     "GradientClipping",
     "Lookahead",
     "LRFinderPlot",
-    "MixupCutmix",
     "NanGuard",
     "NonFiniteError",
     "OOMAdvisor",

@@ -2,7 +2,10 @@
 accuracy table after testing, all in the run directory.
 
 The epoch history is kept by the callback itself (so it does not depend on which logger is
-configured) and travels in checkpoints, so a resumed run draws the whole curve.
+configured) and travels in checkpoints, so a resumed run draws the whole curve. The confusion
+matrix is the module's own ``test_confusion`` metric (a torchmetrics
+``MulticlassConfusionMatrix`` fed by ``test_step`` with the logits it scores, flip TTA
+included, and summed over DDP ranks by torchmetrics), so no second forward pass is needed.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ class TrainingPlots(pl.Callback):
     def __init__(self, dirpath: str | None = None):
         self.dirpath = dirpath
         self.history: list[dict[str, float]] = []
-        self._matrix: torch.Tensor | None = None
+        self.matrix: torch.Tensor | None = None
 
     def _dir(self, trainer: pl.Trainer) -> Path:
         path = Path(self.dirpath or trainer.default_root_dir)
@@ -116,31 +119,22 @@ class TrainingPlots(pl.Callback):
             plot_curves(self.history, path)
             log.info("Saved %s", path)
 
-    def on_test_epoch_start(self, trainer, pl_module) -> None:
-        k = len(_classes(pl_module))
-        self._matrix = torch.zeros(k, k, dtype=torch.long)
-
-    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-        x, y = batch  # (B, C, H, W), (B,)
-        with torch.no_grad():
-            # The same logits test_step scores (flip TTA included), so the matrix matches test/acc.
-            logits = pl_module._logits(x, tta=True) if hasattr(pl_module, "_logits") else pl_module(x)
-            pred = logits.argmax(1).cpu()  # (B,)
-        k = self._matrix.shape[0]
-        self._matrix += torch.bincount(y.cpu() * k + pred, minlength=k * k).view(k, k)
-
     def on_test_epoch_end(self, trainer, pl_module) -> None:
-        if self._matrix is not None and trainer.world_size > 1:  # sum every rank's shard
-            total = trainer.strategy.reduce(self._matrix.to(pl_module.device), reduce_op="sum")
-            self._matrix = total.cpu()
+        metric = getattr(pl_module, "test_confusion", None)
+        if metric is None:
+            log.info("%s has no test_confusion metric: no confusion matrix.", type(pl_module).__name__)
+            self.matrix = None
+            return
+        self.matrix = metric.compute().cpu()  # (K, K); every rank calls it: it syncs
 
     def on_test_end(self, trainer, pl_module) -> None:
-        if self._matrix is None or not trainer.is_global_zero:
+        if self.matrix is None or not trainer.is_global_zero:
             return
-        classes = _classes(pl_module)
+        k = self.matrix.shape[0]
+        classes = list(getattr(pl_module, "classes", None) or [str(i) for i in range(k)])
         path = self._dir(trainer) / "confusion_matrix.png"
-        plot_confusion(self._matrix, classes, path)
-        log.info("Per-class test accuracy:\n%s", per_class_table(self._matrix, classes))
+        plot_confusion(self.matrix, classes, path)
+        log.info("Per-class test accuracy:\n%s", per_class_table(self.matrix, classes))
         log.info("Saved %s", path)
 
     def state_dict(self) -> dict:
@@ -149,9 +143,3 @@ class TrainingPlots(pl.Callback):
     def load_state_dict(self, state_dict: dict) -> None:
         self.history = list(state_dict.get("history", []))
 
-
-def _classes(pl_module) -> list[str]:
-    hparams = getattr(pl_module, "hparams", {}) or {}
-    if hparams.get("classes"):
-        return [str(c) for c in hparams["classes"]]
-    return [str(i) for i in range((hparams.get("model_kwargs") or {})["num_classes"])]

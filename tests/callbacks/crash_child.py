@@ -24,7 +24,6 @@ def slow_save(checkpoint, filepath):
     """Write the checkpoint in small chunks with pauses, so a kill lands mid-write."""
     global saves
     saves += 1
-    (out / f"saving-{saves}").touch()
     buffer = __import__("io").BytesIO()
     torch.save(checkpoint, buffer)
     data = buffer.getvalue()
@@ -32,6 +31,8 @@ def slow_save(checkpoint, filepath):
         for i in range(0, len(data), 512):
             f.write(data[i : i + 512])
             f.flush()
+            if i == 0:  # the file now holds a first chunk, and ~30 more are to come
+                (out / f"saving-{saves}").touch()
             time.sleep(0.01)
 
 

@@ -64,5 +64,6 @@ def test_killed_run_leaves_a_loadable_last_ckpt_and_resumes(
 def test_plain_model_checkpoint_is_corrupted_by_the_same_kill(tmp_path):
     """Proves the kill lands mid-write: Lightning's own writer (patched slow) breaks."""
     _train_and_kill(tmp_path, "plain", "mid_save")
-    with pytest.raises(RuntimeError, match="failed finding central directory"):
+    # torch.load's zip reader raises OSError (EINVAL) or RuntimeError depending on the cut.
+    with pytest.raises((OSError, RuntimeError)):
         torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)

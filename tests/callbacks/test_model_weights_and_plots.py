@@ -70,8 +70,11 @@ def test_curves_and_confusion_matrix_are_written(tmp_path, tiny_data, tiny_modul
     # Each row holds its own epoch's train accuracy (logged after the callbacks' epoch end).
     logged = trainer.logged_metrics["train/acc"].item()
     assert plots.history[1]["train/acc"] == pytest.approx(logged)
+    module.hparams.tta_flip = True  # the matrix counts the logits test/acc scores
     with caplog.at_level(logging.INFO, logger="lightning_cls"):
-        trainer.test(module, datamodule=data)
+        results = trainer.test(module, datamodule=data)[0]
+    assert plots.matrix.shape == (4, 4) and int(plots.matrix.sum()) == 32  # every test image once
+    assert float(plots.matrix.diag().sum() / 32) == pytest.approx(results["test/acc"])
     _assert_png(tmp_path / "curves.png")
     _assert_png(tmp_path / "confusion_matrix.png")
     assert "class_0" in caplog.text and "accuracy  support" in caplog.text
