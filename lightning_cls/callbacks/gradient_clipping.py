@@ -39,8 +39,9 @@ class GradientClipping(pl.Callback):
         max_norm: the bound of ``"norm"``; in ``"adaptive"``, the bound used until
             ``min_history`` norms are known (None: no clipping until then).
         clip_value: the bound of ``"value"``.
-        factor, window, min_history: the adaptive bound's multiple, history length and the
-            number of steps before it applies.
+        factor: in ``"adaptive"``, the bound as a multiple of the median recent norm.
+        window: in ``"adaptive"``, how many recent norms the median is taken over.
+        min_history: in ``"adaptive"``, the number of norms needed before the bound applies.
         norm_type: the norm (2.0 = L2; ``inf`` = max absolute value).
     """
 

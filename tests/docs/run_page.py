@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import traceback
 
 
@@ -69,6 +70,7 @@ def main(spec_path: str) -> int:
         print(f"===== {block['path']}:{block['line']} ({block['kind']})", flush=True)
         print(block["code"], flush=True)
         print("----- output", flush=True)
+        started = time.perf_counter()
         if block["kind"] == "python":
             ok, output = run_python(block, namespace)
         else:
@@ -76,6 +78,7 @@ def main(spec_path: str) -> int:
         if ok and block.get("expect") and not re.search(block["expect"], output):
             print(f"output does not match expect={block['expect']!r}")
             ok = False
+        print(f"----- {time.perf_counter() - started:.1f} s", flush=True)
         if not ok:
             print(f"FAILED: block at {block['path']}:{block['line']}", flush=True)
             return 1

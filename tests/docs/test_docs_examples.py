@@ -37,6 +37,7 @@ RUN_PAGES = sorted(p for p, blocks in PAGES.items() if any(b.action == "run" for
 SKIPPED = [b for blocks in PAGES.values() for b in blocks if b.action == "skip"]
 
 
+@pytest.mark.slow  # a page runs several entry points, each ~5 s of imports alone
 @pytest.mark.parametrize("page", RUN_PAGES)
 def test_page_examples_run(page: str, tmp_path: Path):
     blocks = [b for b in PAGES[page] if b.action == "run"]
