@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -15,22 +16,25 @@ LAST = "last"
 _MAX_LISTED = 8  # keys listed per category in an incompatibility message
 
 
-def resolve_ckpt_path(ckpt_path: str | None, ckpt_root: Path) -> str | None:
+def resolve_ckpt_path(
+    ckpt_path: str | None, ckpt_root: Path, pattern: str = "**/last*.ckpt"
+) -> str | None:
     """Turn the ``ckpt_path`` setting into a checkpoint file (or None for a fresh start).
 
-    ``None`` → None; ``"last"`` → the newest ``last.ckpt`` anywhere under ``ckpt_root`` (the
-    experiment's stable checkpoint folder, whose sub-folders are the runs); anything else must
-    be an existing file.
+    ``None`` → None; ``"last"`` → the newest file matching the glob ``pattern`` under
+    ``ckpt_root`` (train.py passes the layout of single runs of one experiment, so a sweep
+    job's or another experiment's checkpoint never matches); anything else must be an
+    existing file.
     """
     if ckpt_path is None:
         return None
     if str(ckpt_path) == LAST:
         root = Path(ckpt_root)
-        candidates = sorted(root.rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime)
+        candidates = sorted(root.glob(pattern), key=lambda p: p.stat().st_mtime)
         if not candidates:
             raise FileNotFoundError(
                 f"ckpt_path=last but no last.ckpt exists under {root}; train this experiment "
-                "first (with a ModelCheckpoint that has save_last=true), or pass "
+                "first (the default callbacks write last.ckpt at every epoch end), or pass "
                 "ckpt_path=<path to a .ckpt file>."
             )
         log.info("Resuming from the latest checkpoint of this experiment: %s", candidates[-1])
@@ -99,10 +103,62 @@ def check_compatible(ckpt_path: str | Path, module: nn.Module) -> None:
             f"{path} holds a {type(ckpt).__name__} with no state_dict; it is not a model "
             "checkpoint. Pass a Lightning .ckpt or a model_weights.pt written by training."
         )
+    trained = ckpt.get("hyper_parameters") or {}
+    ours = dict(getattr(module, "hparams", {}) or {})
+    check_same_data(trained, ours, f"Checkpoint {path}", data_name="this run's data")
     diff = state_dict_differences(saved, module.state_dict())
     if not any(diff.values()):
         return
-    raise ValueError(_describe(path, diff, ckpt.get("hyper_parameters", {}), module))
+    raise ValueError(_describe(path, diff, trained, module))
+
+
+def check_same_data(
+    trained: Mapping[str, Any],
+    data: Mapping[str, Any],
+    what: str = "The checkpoint",
+    data_name: str = "the data",
+) -> None:
+    """Raise a ``ValueError`` when ``data`` describes other images than a model was trained on.
+
+    ``trained`` is what the model carries (a checkpoint's ``hyper_parameters``, an artifact's
+    metadata), ``data`` what the data provides (``ImageDataModule.meta``, or the hyper-parameters
+    of the module about to be trained). Compared when both sides have them: the class *names*
+    in order (same count but other names is an error too), ``num_channels`` and ``image_size``.
+    The message lists the difference. Used before resuming, evaluating and calibrating.
+    """
+    problems = []
+    ours, theirs = trained.get("classes"), data.get("classes")
+    if ours is not None and theirs is not None and list(ours) != list(theirs):
+        problems.append(_class_difference(list(ours), list(theirs), data_name))
+    for key in ("num_channels", "image_size"):
+        if trained.get(key) is not None and data.get(key) is not None and trained[key] != data[key]:
+            problems.append(f"{key}={trained[key]} but {data_name} has {key}={data[key]}")
+    if problems:
+        raise ValueError(
+            f"{what} was trained on other data: " + "; ".join(problems) + ". Use data with the "
+            "same class folders and image shape as the run that wrote it, or train a new model."
+        )
+
+
+def _class_difference(trained: list[str], data: list[str], data_name: str) -> str:
+    only_trained = [c for c in trained if c not in data]
+    only_data = [c for c in data if c not in trained]
+    if not only_trained and not only_data:
+        return (
+            f"the same {len(trained)} classes in another order (class index i means another "
+            f"class): trained {_shown(trained)}, {data_name} {_shown(data)}"
+        )
+    parts = [f"{len(trained)} classes vs {len(data)} in {data_name}"]
+    if only_trained:
+        parts.append(f"only in the model: {_shown(only_trained)}")
+    if only_data:
+        parts.append(f"only in {data_name}: {_shown(only_data)}")
+    return "classes differ (" + ", ".join(parts) + ")"
+
+
+def _shown(items: list[str]) -> str:
+    more = f" (+{len(items) - _MAX_LISTED} more)" if len(items) > _MAX_LISTED else ""
+    return "[" + ", ".join(map(str, items[:_MAX_LISTED])) + "]" + more
 
 
 def _describe(path: Path, diff: dict[str, list[str]], hparams: dict, module: nn.Module) -> str:

@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from lightning_cls import config_dir
+from lightning_cls.checkpointing import check_same_data
 from lightning_cls.cli import run_cli
 from lightning_cls.module import ClassificationModule
 from lightning_cls.report import to_floats
@@ -37,21 +38,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         datamodule.mean, datamodule.std = tuple(trained.mean), tuple(trained.std)
     datamodule.prepare_data()
     datamodule.setup("test")
-    if trained.get("classes") and list(trained.classes) != list(datamodule.classes):
-        raise ValueError(
-            f"The checkpoint was trained on classes {list(trained.classes)} but data={cfg.data.name} "
-            f"has classes {list(datamodule.classes)}; evaluate on data with the same class folders."
-        )
-    if trained.get("num_channels") and trained.num_channels != datamodule.num_channels:
-        raise ValueError(
-            f"The checkpoint expects num_channels={trained.num_channels} but the data has "
-            f"num_channels={datamodule.num_channels}; set data.num_channels={trained.num_channels}."
-        )
-    if trained.get("image_size") and trained.image_size != datamodule.image_size:
-        raise ValueError(
-            f"The checkpoint expects image_size={trained.image_size} but the data has "
-            f"image_size={datamodule.image_size}; set data.image_size={trained.image_size}."
-        )
+    where = f"The checkpoint {cfg.ckpt_path}"
+    check_same_data(trained, datamodule.meta, where, data_name=f"data={cfg.data.name}")
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
     trainer: pl.Trainer = instantiate(cfg.trainer, logger=loggers or False)
     metrics = to_floats(trainer.test(module, datamodule=datamodule)[0])

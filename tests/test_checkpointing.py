@@ -6,7 +6,12 @@ import time
 import pytest
 import torch
 
-from lightning_cls.checkpointing import check_compatible, network_state_dict, resolve_ckpt_path
+from lightning_cls.checkpointing import (
+    check_compatible,
+    check_same_data,
+    network_state_dict,
+    resolve_ckpt_path,
+)
 from lightning_cls.module import ClassificationModule
 
 
@@ -81,3 +86,29 @@ def test_network_state_dict_strips_the_prefix_and_the_compile_wrapper():
     assert sorted(network_state_dict(state)) == ["a", "b.weight"]
     assert sorted(network_state_dict({"model.c": t, "x": t}, attribute="model")) == ["c"]
     assert sorted(network_state_dict({"c": t, "_orig_mod.d": t})) == ["c", "d"]  # bare weights
+
+
+def test_same_class_count_with_other_names_is_refused_on_resume(tmp_path):
+    _save(_module(), tmp_path / "a.ckpt")  # classes c0..c3
+    other = ClassificationModule(
+        "simplecnn", dict(num_classes=4, in_channels=1, image_size=8, widths=[4, 8], hidden=16),
+        classes=["c0", "c1", "cat", "dog"],
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=(
+        r"a\.ckpt was trained on other data: classes differ \(4 classes vs 4 in this run's data, "
+        r"only in the model: \[c2, c3\], only in this run's data: \[cat, dog\]\)\. Use data with"
+    )):  # fmt: skip
+        check_compatible(tmp_path / "a.ckpt", other)
+
+
+def test_class_order_channels_and_size_are_compared():
+    trained = {"classes": ["a", "b"], "num_channels": 3, "image_size": 32}
+    check_same_data(trained, {**trained, "mean": [0.5]})  # other keys are not compared
+    check_same_data({"classes": None}, trained)  # nothing to compare
+    with pytest.raises(ValueError, match=r"the same 2 classes in another order .*trained \[a, b\], the data \[b, a\]"):
+        check_same_data(trained, {"classes": ["b", "a"]})
+    with pytest.raises(ValueError, match=r"num_channels=3 but data=x has num_channels=1; image_size=32 but data=x"):
+        check_same_data(trained, {"num_channels": 1, "image_size": 8}, data_name="data=x")
+    many = [f"k{i}" for i in range(20)]
+    with pytest.raises(ValueError, match=r"only in the data: \[k0, k1, k2, k3, k4, k5, k6, k7\] \(\+12 more\)"):
+        check_same_data({"classes": ["a"]}, {"classes": many})

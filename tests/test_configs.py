@@ -1,17 +1,23 @@
 """Every option of every config group composes and instantiates."""
 
+from __future__ import annotations
+
 from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from hydra_helpers import compose
+from hydra_helpers import QUIET_TRAINER, compose
 from lightning_cls import config_dir
+from lightning_cls.data import SyntheticDataModule
+from lightning_cls.data import registry as data_registry
 from lightning_cls.models import create_model
 from lightning_cls.module import ClassificationModule
+from lightning_cls.train import train
 
 CONF = Path(config_dir())
 
@@ -26,13 +32,64 @@ def test_config_groups_exist():
         assert options(group), group
 
 
-@pytest.mark.parametrize("option", options("data"))
-def test_data_options(option, tmp_path):
-    required = [f"data.root={tmp_path}", "data.num_classes=2"] if option == "imagefolder" else []
-    cfg = compose(overrides=[f"data={option}", *required], tmp=tmp_path)
+# Data options that are datasets: not the shared base (_common) nor the by-name loader (custom).
+DATASETS = [o for o in options("data") if not o.startswith("_") and o != "custom"]
+# A value unlike every default for each key of conf/data/_common.yaml.
+COMMON_VALUES = {
+    "batch_size": 7, "val_size": 0.25, "crop_padding": 2, "hflip": True, "pipeline": "pil",
+    "channels_last": True, "drop_last": True, "num_workers": 1, "pin_memory": False,
+    "persistent_workers": True, "seed": 3,
+}  # fmt: skip
+
+
+def required_data_keys(option: str, tmp_path) -> list[str]:
+    return [f"data.root={tmp_path}"] if option == "imagefolder" else []
+
+
+@pytest.mark.parametrize("option", DATASETS)
+def test_data_options_are_the_registered_datasets(option, tmp_path):
+    cfg = compose(overrides=[f"data={option}", *required_data_keys(option, tmp_path)], tmp=tmp_path)
     dm = instantiate(cfg.data)
+    assert type(dm) is data_registry.DATASETS.get(option)  # file name = registry name
     assert dm.image_size == cfg.data.image_size
     assert dm.batch_size == cfg.data.batch_size
+
+
+def test_common_values_cover_the_common_schema():
+    assert set(COMMON_VALUES) == set(OmegaConf.load(CONF / "data" / "_common.yaml"))
+
+
+@pytest.mark.parametrize("option", DATASETS + ["custom"])
+def test_every_data_config_accepts_every_common_key(option, tmp_path, tiny_dataset):
+    overrides = [f"data.{key}={str(value).lower()}" for key, value in COMMON_VALUES.items()]
+    if option == "custom":
+        overrides += [f"data.name={tiny_dataset}", "data.num_channels=1", "data.image_size=8"]
+    cfg = compose(overrides=[f"data={option}", *required_data_keys(option, tmp_path), *overrides], tmp=tmp_path)
+    dm = instantiate(cfg.data)
+    assert {key: getattr(dm, key) for key in COMMON_VALUES} == COMMON_VALUES
+
+
+@pytest.fixture
+def tiny_dataset():
+    """A plug-in-like dataset registered by name for the test, then removed."""
+    name = "_test_tiny"
+
+    @data_registry.register_dataset(name)
+    def build(num_classes: int | None = None, **kwargs):
+        return SyntheticDataModule(num_classes=num_classes or 3, train_size=40, test_size=8, **kwargs)
+
+    yield name
+    data_registry.DATASETS._builders.pop(name)
+
+
+def test_custom_data_option_trains_on_a_registered_dataset(tmp_path, tiny_dataset):
+    cfg = compose(overrides=[*QUIET_TRAINER[:4], "data=custom", f"data.name={tiny_dataset}", "data.num_channels=1",
+                             "data.image_size=8", "data.batch_size=8", "model=mlp", "trainer.max_epochs=1",
+                             "callbacks=none", "logger=[]"], tmp=tmp_path)  # fmt: skip
+    summary = train(cfg)
+    assert summary["test"]["test/acc"] > 0.5  # 3 classes: chance is 1/3
+    with pytest.raises(InstantiationException, match=r"Unknown dataset 'nope'\. Known: .*digits"):
+        instantiate(compose(overrides=["data=custom", "data.name=nope"], tmp=tmp_path).data)
 
 
 @pytest.mark.parametrize("option", [o for o in options("model") if o != "custom"])

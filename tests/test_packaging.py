@@ -22,6 +22,10 @@ def test_wheel_installed_outside_the_repo_trains(tmp_path):
                     str(wheel)], check=True)  # fmt: skip
     assert (site / "lightning_cls" / "conf" / "train.yaml").is_file()
     assert (site / "lightning_cls" / "conf" / "model" / "simplecnn.yaml").is_file()
+    # pyproject.toml lists the packages by hand (conf/ is mapped): none may be left out.
+    sources = [p.relative_to(REPO) for top in ("lightning_cls", "hydra_plugins") for p in (REPO / top).rglob("*.py")]
+    missing = [str(p) for p in sources if "__pycache__" not in p.parts and not (site / p).is_file()]
+    assert not missing, f"add their packages to [tool.setuptools] packages in pyproject.toml: {missing}"
     # Only the installed copy is importable: no repo on the path, run from a foreign folder.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(site)
