@@ -56,6 +56,7 @@ def train(cfg: DictConfig) -> dict:
         scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         label_smoothing=cfg.label_smoothing,
         tta_flip=cfg.tta_flip,
+        param_groups=instantiate(cfg.param_groups) if cfg.get("param_groups") else None,
         **OmegaConf.to_container(cfg.mixup),
         **datamodule.meta,
     )

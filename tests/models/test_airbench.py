@@ -56,3 +56,18 @@ def test_errors_name_the_value_and_fix():
     assert smallest(torch.zeros(1, 3, 9, 9)).shape == (1, 10)
     with pytest.raises(ValueError, match="build with whiten=True"):
         AirbenchNet().init_whitening(torch.rand(2, 3, 8, 8))
+
+
+def test_dirac_init_passes_input_through_and_bn_weight_can_be_frozen():
+    net = AirbenchNet(widths=(8, 16, 16), stem_width=8, dirac=True, bn_weight=False)
+    conv = net.blocks[1].conv1  # 8 -> 16 channels
+    x = torch.randn(2, 8, 6, 6)
+    torch.testing.assert_close(torch.nn.functional.conv2d(x, conv.weight[:8], padding=1), x)
+    assert conv.weight[8:].abs().sum() > 0  # the extra filters keep their random init
+    bns = [m for m in net.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert bns and all(not bn.weight.requires_grad and bn.bias.requires_grad for bn in bns)
+    plain = AirbenchNet(widths=(8, 16, 16), stem_width=8)
+    x = torch.randn(2, 8, 6, 6)
+    assert not torch.allclose(
+        torch.nn.functional.conv2d(x, plain.blocks[1].conv1.weight[:8], padding=1), x
+    )
