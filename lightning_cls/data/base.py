@@ -27,6 +27,8 @@ from lightning_cls.data.tensor_loader import TensorBatchLoader, batch_generator
 from lightning_cls.threads import configure_threads, worker_init_fn
 
 PIPELINES = ("tensor", "pil")
+# Network input dtype for Lightning's "*-true" precisions (the mixed ones take float32 input).
+PRECISION_INPUT_DTYPES = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}
 
 
 @dataclass
@@ -173,12 +175,14 @@ class ImageDataModule(pl.LightningDataModule):
         train = name == "train"
         drop_last = self.drop_last and train
         if self.pipeline == "tensor":
-            # Under a Trainer the batch is augmented after it reaches its device.
             # Outside a Trainer the loader augments each batch with a generator seeded from
-            # (seed, epoch, batch); under one, on_after_batch_transfer does the same.
+            # (seed, epoch, batch). Under one the batch is augmented after it reaches its device
+            # (on_after_batch_transfer), seeded from the key the train loader yields with it.
+            attached = self._attached()
             loader = TensorBatchLoader(
                 split.images, split.labels, self.batch_size, shuffle, drop_last, seed=self.seed,
-                augment=None if self._attached() else self.batch_augment(), train=train,
+                augment=None if attached else self.batch_augment(), train=train,
+                augment_key=attached and train,
             )
             if train:
                 if self._train_loader_state is not None:
@@ -218,20 +222,22 @@ class ImageDataModule(pl.LightningDataModule):
         self._train_loader_state = state_dict.get("train_loader")
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        """uint8 batch on its device -> augmented (train) or plain (eval) normalized batch.
+
+        The train loader yields ``(x, y, key)``: the key travels with its batch, so the
+        augmentation of batch ``i`` of epoch ``e`` is the same however far ahead Lightning
+        fetches (no reading of the loader's position here). The input dtype follows
+        ``trainer.precision``: Lightning casts float inputs for ``*-true`` precisions before
+        this hook, when the batch is still uint8, so the cast happens here.
+        """
         if self.pipeline != "tensor" or batch[0].dtype != torch.uint8:
             return batch
-        x, y = batch
-        train = bool(self.trainer and self.trainer.training)
-        generator = None
-        loader = self._train_loader
-        if train and loader is not None and loader.last_batch is not None:
-            generator = batch_generator(self.seed, *loader.last_batch, rank=loader.rank)
-        x = self.batch_augment()(x, train=train, generator=generator)  # (B, C, H, W) float32
-        if self._attached():
-            # Lightning's convert_input ran before this hook, on the uint8 batch: cast the
-            # augmented batch ourselves (bf16-true/16-true/64-true), or the model gets float32.
-            x = self.trainer.precision_plugin.convert_input(x)
-        return x, y
+        x, y, *key = batch
+        train = bool(self._attached() and self.trainer.training)
+        generator = batch_generator(*key[0]) if train and key else None
+        dtype = PRECISION_INPUT_DTYPES.get(str(self.trainer.precision)) if self._attached() else None
+        x = self.batch_augment(dtype or torch.float32)(x, train=train, generator=generator)
+        return x, y  # (B, C, H, W) float, (B,)
 
     # -- per-sample (PIL) transforms ----------------------------------------------------------
     def train_transform(self) -> Callable:

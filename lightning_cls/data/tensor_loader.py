@@ -81,6 +81,7 @@ class TensorBatchLoader:
         augment: BatchAugment | None = None,
         train: bool = False,
         device: torch.device | str | None = None,
+        augment_key: bool = False,
         pad: bool | None = None,
     ):
         """``pad``: pad shards to equal length (DistributedSampler); default: when ``train``."""
@@ -103,6 +104,9 @@ class TensorBatchLoader:
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.seed, self.transform = seed, transform
         self.augment, self.train = augment, train
+        # Yield (x, y, key) with key = (seed, epoch, batch, rank): a hook that augments the batch
+        # later, on its device, seeds ``batch_generator(*key)`` with it (prefetch-proof).
+        self.augment_key = augment_key
         self.pad = train if pad is None else pad
         self._rank, self._world_size = rank, world_size
         self.epoch = 0  # the epoch in progress (or the next one to start)
@@ -167,7 +171,7 @@ class TensorBatchLoader:
             elif self.transform is not None:
                 x = self.transform(x)
             self._yielded, self.last_batch = i + 1, (epoch, i)
-            yield x, y
+            yield (x, y, (self.seed, epoch, i, rank)) if self.augment_key else (x, y)
         self.epoch, self._yielded = epoch + 1, 0
 
     def set_epoch(self, epoch: int) -> None:
