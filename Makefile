@@ -1,11 +1,11 @@
-# The two set-up commands of the README: `make train` and `make test`.
+# The set-up commands of the README: `make train`, `make test` (and `make lint`).
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 # torch/torchvision first, pinned to releases that satisfy pyproject's ranges; where a pip
 # constraint file caps them (as on our CI machines) the pin matches the cap.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install install-dev train test test-fast bench docs clean
+.PHONY: install install-dev train test test-fast lint docs clean
 
 install:
 	$(PYTHON) -c "import torch, torchvision" 2>/dev/null || $(PIP) install $(TORCH)
@@ -23,6 +23,11 @@ test: install-dev
 
 test-fast: install-dev
 	$(PYTHON) -m pytest -n 2 -m "not slow"
+
+# ruff's rules and formatting, as configured in pyproject.toml (`ruff format .` fixes the latter).
+lint: install-dev
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
 
 docs: install  # the documentation site, into site/ (broken links and missing references fail)
 	$(PIP) install -e ".[docs]"

@@ -163,8 +163,11 @@ def _shown(items: list[str]) -> str:
 
 def _describe(path: Path, diff: dict[str, list[str]], hparams: dict, module: nn.Module) -> str:
     lines = [f"Checkpoint {path} does not fit this model:"]
-    for kind, title in (("shape", "shapes differ"), ("missing", "missing from checkpoint"),
-                        ("unexpected", "in checkpoint but not in model")):  # fmt: skip
+    for kind, title in (
+        ("shape", "shapes differ"),
+        ("missing", "missing from checkpoint"),
+        ("unexpected", "in checkpoint but not in model"),
+    ):
         items = diff[kind]
         if items:
             shown = ", ".join(items[:_MAX_LISTED])

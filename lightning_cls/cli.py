@@ -95,7 +95,8 @@ def describe(err: BaseException, where: str | None = None) -> str:
             line.strip()
             for part in parts
             for line in part.splitlines()
-            if line.strip() and not line.strip().startswith(("full_key:", "object_type=", "reference_type="))
+            if line.strip()
+            and not line.strip().startswith(("full_key:", "object_type=", "reference_type="))
         ]
         text = " ".join(lines)
     else:

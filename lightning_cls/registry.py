@@ -87,16 +87,22 @@ class Registry:
         for ep in entry_points(group=self.group):
             try:
                 obj = ep.load()
-            except Exception as err:  # any error inside third-party code: skip that plug-in
-                log.warning("Could not load %s plug-in %r (%s): %s", self.kind, ep.name, ep.value, err)
+            except Exception as err:  # noqa: BLE001  (third-party code can raise anything)
+                log.warning(
+                    "Could not load %s plug-in %r (%s): %s", self.kind, ep.name, ep.value, err
+                )
                 continue
             if isinstance(obj, ModuleType):
                 continue  # the module registered its builders when it was imported
             if not callable(obj):
                 log.warning(
                     "%s plug-in %r (%s) is a %s; an entry point must name a builder function, a "
-                    "class or a module.", self.kind.capitalize(), ep.name, ep.value, type(obj).__name__,
-                )  # fmt: skip
+                    "class or a module.",
+                    self.kind.capitalize(),
+                    ep.name,
+                    ep.value,
+                    type(obj).__name__,
+                )
                 continue
             self._add(ep.name, obj)
 

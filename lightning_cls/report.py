@@ -12,7 +12,8 @@ def to_floats(metrics: Mapping) -> dict[str, float]:
     return {
         k: float(v.item() if isinstance(v, torch.Tensor) else v)
         for k, v in metrics.items()
-        if isinstance(v, (int, float, torch.Tensor)) and (not isinstance(v, torch.Tensor) or v.numel() == 1)
+        if isinstance(v, (int, float, torch.Tensor))
+        and (not isinstance(v, torch.Tensor) or v.numel() == 1)
     }
 
 
@@ -26,6 +27,10 @@ def print_config(cfg: Mapping, title: str = "config") -> None:
     tree = Tree(title, guide_style="dim")
     for key, value in cfg.items():
         branch = tree.add(str(key), style="bold")
-        text = yaml.safe_dump(value, sort_keys=False) if isinstance(value, (dict, list)) else str(value)
+        text = (
+            yaml.safe_dump(value, sort_keys=False)
+            if isinstance(value, (dict, list))
+            else str(value)
+        )
         branch.add(Syntax(text.rstrip(), "yaml", theme="ansi_dark", background_color="default"))
     rich_print(tree)

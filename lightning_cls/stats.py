@@ -20,7 +20,9 @@ def stats(cfg: DictConfig) -> dict[str, list[float]]:
     mean, std = channel_stats(train.images)
     values = lambda xs: "[" + ", ".join(f"{x:.4f}" for x in xs) + "]"  # noqa: E731
     print(f"# per-channel statistics of data={cfg.data.name}, train split ({len(train)} images)")
-    print(f"# paste into conf/data/<yours>.yaml, or pass data.mean=... data.std=... on the command line")
+    print(
+        "# paste into conf/data/<yours>.yaml, or pass data.mean=... data.std=... on the command line"
+    )
     print(f"mean: {values(mean)}")
     print(f"std: {values(std)}")
     return {"mean": mean, "std": std}

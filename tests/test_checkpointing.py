@@ -30,12 +30,17 @@ def test_last_resolves_to_the_newest_run(tmp_path):
         (tmp_path / run).mkdir()
         (tmp_path / run / "last.ckpt").write_bytes(b"x")
         os.utime(tmp_path / run / "last.ckpt", (time.time() + i, time.time() + i))
-    assert resolve_ckpt_path("last", tmp_path) == str(tmp_path / "2024-01-02_10-00-00" / "last.ckpt")
+    assert resolve_ckpt_path("last", tmp_path) == str(
+        tmp_path / "2024-01-02_10-00-00" / "last.ckpt"
+    )
     assert resolve_ckpt_path(None, tmp_path) is None
 
 
 def test_missing_checkpoints_are_clear_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"ckpt_path=last but no last.ckpt exists under .*train this experiment first"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"ckpt_path=last but no last.ckpt exists under .*train this experiment first",
+    ):
         resolve_ckpt_path("last", tmp_path)
     with pytest.raises(FileNotFoundError, match=r"Checkpoint not found: ckpt_path=nope.ckpt"):
         resolve_ckpt_path("nope.ckpt", tmp_path)
@@ -51,14 +56,20 @@ def test_compatible_checkpoint_passes(tmp_path):
 
 def test_incompatible_checkpoint_lists_shapes_and_hparams(tmp_path):
     _save(_module(hidden=32), tmp_path / "a.ckpt")
-    with pytest.raises(ValueError, match=r"(?s)shapes differ: net\.classifier\.1\.bias: checkpoint \(32,\) vs model \(16,\).*trained with model_kwargs="):
+    with pytest.raises(
+        ValueError,
+        match=r"(?s)shapes differ: net\.classifier\.1\.bias: checkpoint \(32,\) vs model \(16,\).*trained with model_kwargs=",
+    ):
         check_compatible(tmp_path / "a.ckpt", _module())
 
 
 def test_missing_and_unexpected_keys_and_compiled_prefix(tmp_path):
     state = {k.replace("net.", "net._orig_mod."): v for k, v in _module().state_dict().items()}
     torch.save({"state_dict": state}, tmp_path / "c.ckpt")
-    with pytest.raises(ValueError, match=r"(?s)missing from checkpoint: net\.classifier.*in checkpoint but not in model: net\._orig_mod.*torch\.compile"):
+    with pytest.raises(
+        ValueError,
+        match=r"(?s)missing from checkpoint: net\.classifier.*in checkpoint but not in model: net\._orig_mod.*torch\.compile",
+    ):
         check_compatible(tmp_path / "c.ckpt", _module())
 
 
@@ -91,13 +102,17 @@ def test_network_state_dict_strips_the_prefix_and_the_compile_wrapper():
 def test_same_class_count_with_other_names_is_refused_on_resume(tmp_path):
     _save(_module(), tmp_path / "a.ckpt")  # classes c0..c3
     other = ClassificationModule(
-        "simplecnn", dict(num_classes=4, in_channels=1, image_size=8, widths=[4, 8], hidden=16),
+        "simplecnn",
+        dict(num_classes=4, in_channels=1, image_size=8, widths=[4, 8], hidden=16),
         classes=["c0", "c1", "cat", "dog"],
-    )  # fmt: skip
-    with pytest.raises(ValueError, match=(
-        r"a\.ckpt was trained on other data: classes differ \(4 classes vs 4 in this run's data, "
-        r"only in the model: \[c2, c3\], only in this run's data: \[cat, dog\]\)\. Use data with"
-    )):  # fmt: skip
+    )
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"a\.ckpt was trained on other data: classes differ \(4 classes vs 4 in this run's data, "
+            r"only in the model: \[c2, c3\], only in this run's data: \[cat, dog\]\)\. Use data with"
+        ),
+    ):
         check_compatible(tmp_path / "a.ckpt", other)
 
 
@@ -105,10 +120,17 @@ def test_class_order_channels_and_size_are_compared():
     trained = {"classes": ["a", "b"], "num_channels": 3, "image_size": 32}
     check_same_data(trained, {**trained, "mean": [0.5]})  # other keys are not compared
     check_same_data({"classes": None}, trained)  # nothing to compare
-    with pytest.raises(ValueError, match=r"the same 2 classes in another order .*trained \[a, b\], the data \[b, a\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"the same 2 classes in another order .*trained \[a, b\], the data \[b, a\]",
+    ):
         check_same_data(trained, {"classes": ["b", "a"]})
-    with pytest.raises(ValueError, match=r"num_channels=3 but data=x has num_channels=1; image_size=32 but data=x"):
+    with pytest.raises(
+        ValueError, match=r"num_channels=3 but data=x has num_channels=1; image_size=32 but data=x"
+    ):
         check_same_data(trained, {"num_channels": 1, "image_size": 8}, data_name="data=x")
     many = [f"k{i}" for i in range(20)]
-    with pytest.raises(ValueError, match=r"only in the data: \[k0, k1, k2, k3, k4, k5, k6, k7\] \(\+12 more\)"):
+    with pytest.raises(
+        ValueError, match=r"only in the data: \[k0, k1, k2, k3, k4, k5, k6, k7\] \(\+12 more\)"
+    ):
         check_same_data({"classes": ["a"]}, {"classes": many})

@@ -15,8 +15,18 @@ from lightning_cls import cli
 
 def test_bad_value_ends_in_one_line_naming_it_and_exit_1(tmp_path):
     """End to end through Hydra and instantiate (the rest of this file runs in-process)."""
-    cmd = [sys.executable, "-m", "lightning_cls.stats", f"hydra.run.dir={tmp_path}/run", "data.batch_size=0"]
-    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "LIGHTNING_CLS_FULL_ERROR")}
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightning_cls.stats",
+        f"hydra.run.dir={tmp_path}/run",
+        "data.batch_size=0",
+    ]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("HYDRA_FULL_ERROR", "LIGHTNING_CLS_FULL_ERROR")
+    }
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
@@ -40,8 +50,12 @@ def raising(err):
 
 
 def test_config_error_is_one_line_with_hydras_fix(clean_env, capsys):
-    err = ConfigCompositionException("Could not override 'data.hflp'.\nTo append to your config use +data.hflp=true")
-    err.__cause__ = ConfigKeyError("Key 'hflp' is not in struct\n    full_key: data.hflp\n    object_type=dict")
+    err = ConfigCompositionException(
+        "Could not override 'data.hflp'.\nTo append to your config use +data.hflp=true"
+    )
+    err.__cause__ = ConfigKeyError(
+        "Key 'hflp' is not in struct\n    full_key: data.hflp\n    object_type=dict"
+    )
     with pytest.raises(SystemExit) as exit_info:
         cli.run_cli(raising(err))
     assert exit_info.value.code == 1
@@ -63,32 +77,41 @@ def test_a_bug_keeps_its_traceback(clean_env):
         cli.run_cli(raising(ZeroDivisionError("division by zero")))
 
 
+def wrapped(cause: Exception, message: str) -> InstantiationException:
+    """What ``hydra.utils.instantiate`` raises when a constructor raises ``cause``."""
+    err = InstantiationException(message)
+    err.__cause__ = cause
+    return err
+
+
 def test_instantiate_wrapper_is_unwrapped_and_bugs_are_not_user_errors():
-    try:
-        try:
-            raise ValueError("data.val_size=2.0 leaves no train data")
-        except ValueError as err:
-            raise InstantiationException("Error in call to target 'x.Y':\nValueError(...)\nfull_key: data") from err
-    except InstantiationException as wrapped:
-        cause = cli._user_cause(wrapped)
-        assert isinstance(cause, ValueError)
-        assert cli.describe(cause, where=cli._config_key(wrapped)) == (
-            "data.val_size=2.0 leaves no train data (while building data)"
-        )
-    try:
-        try:
-            raise RuntimeError("CUDA error: an illegal memory access")
-        except RuntimeError as err:
-            raise InstantiationException("Error in call to target 'x.Y'") from err
-    except InstantiationException as wrapped:
-        assert cli._user_cause(wrapped) is None  # a bug: keeps its traceback
+    user = wrapped(
+        ValueError("data.val_size=2.0 leaves no train data"), "Error in call\nfull_key: data"
+    )
+    cause = cli._user_cause(user)
+    assert isinstance(cause, ValueError)
+    assert cli.describe(cause, where=cli._config_key(user)) == (
+        "data.val_size=2.0 leaves no train data (while building data)"
+    )
+    bug = wrapped(RuntimeError("CUDA error: an illegal memory access"), "Error in call")
+    assert cli._user_cause(bug) is None  # a bug: keeps its traceback
 
 
-@pytest.mark.parametrize("inherited, hydra_full, debug, expected", [
-    (None, None, False, False), (None, "1", False, True), (None, None, True, True),
-    ("0", "1", False, False),  # a DDP child: HYDRA_FULL_ERROR=1 was set by run_cli, not the user
-    ("1", None, False, True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "inherited, hydra_full, debug, expected",
+    [
+        (None, None, False, False),
+        (None, "1", False, True),
+        (None, None, True, True),
+        (
+            "0",
+            "1",
+            False,
+            False,
+        ),  # a DDP child: HYDRA_FULL_ERROR=1 was set by run_cli, not the user
+        ("1", None, False, True),
+    ],
+)
 def test_full_error_switches(monkeypatch, inherited, hydra_full, debug, expected):
     for name, value in (("LIGHTNING_CLS_FULL_ERROR", inherited), ("HYDRA_FULL_ERROR", hydra_full)):
         if value is None:

@@ -27,8 +27,18 @@ def options(group: str) -> list[str]:
 
 
 def test_config_groups_exist():
-    for group in ("model", "data", "optimizer", "scheduler", "trainer", "callbacks", "logger",
-                  "paths", "hydra", "experiment"):  # fmt: skip
+    for group in (
+        "model",
+        "data",
+        "optimizer",
+        "scheduler",
+        "trainer",
+        "callbacks",
+        "logger",
+        "paths",
+        "hydra",
+        "experiment",
+    ):
         assert options(group), group
 
 
@@ -36,10 +46,18 @@ def test_config_groups_exist():
 DATASETS = [o for o in options("data") if not o.startswith("_") and o != "custom"]
 # A value unlike every default for each key of conf/data/_common.yaml.
 COMMON_VALUES = {
-    "batch_size": 7, "val_size": 0.25, "crop_padding": 2, "hflip": True, "pipeline": "pil",
-    "channels_last": True, "drop_last": True, "num_workers": 1, "pin_memory": False,
-    "persistent_workers": True, "seed": 3,
-}  # fmt: skip
+    "batch_size": 7,
+    "val_size": 0.25,
+    "crop_padding": 2,
+    "hflip": True,
+    "pipeline": "pil",
+    "channels_last": True,
+    "drop_last": True,
+    "num_workers": 1,
+    "pin_memory": False,
+    "persistent_workers": True,
+    "seed": 3,
+}
 
 
 def required_data_keys(option: str, tmp_path) -> list[str]:
@@ -64,7 +82,10 @@ def test_every_data_config_accepts_every_common_key(option, tmp_path, tiny_datas
     overrides = [f"data.{key}={str(value).lower()}" for key, value in COMMON_VALUES.items()]
     if option == "custom":
         overrides += [f"data.name={tiny_dataset}", "data.num_channels=1", "data.image_size=8"]
-    cfg = compose(overrides=[f"data={option}", *required_data_keys(option, tmp_path), *overrides], tmp=tmp_path)
+    cfg = compose(
+        overrides=[f"data={option}", *required_data_keys(option, tmp_path), *overrides],
+        tmp=tmp_path,
+    )
     dm = instantiate(cfg.data)
     assert {key: getattr(dm, key) for key in COMMON_VALUES} == COMMON_VALUES
 
@@ -76,16 +97,30 @@ def tiny_dataset():
 
     @data_registry.register_dataset(name)
     def build(num_classes: int | None = None, **kwargs):
-        return SyntheticDataModule(num_classes=num_classes or 3, train_size=40, test_size=8, **kwargs)
+        return SyntheticDataModule(
+            num_classes=num_classes or 3, train_size=40, test_size=8, **kwargs
+        )
 
     yield name
     data_registry.DATASETS._builders.pop(name)
 
 
 def test_custom_data_option_trains_on_a_registered_dataset(tmp_path, tiny_dataset):
-    cfg = compose(overrides=[*QUIET_TRAINER[:4], "data=custom", f"data.name={tiny_dataset}", "data.num_channels=1",
-                             "data.image_size=8", "data.batch_size=8", "model=mlp", "trainer.max_epochs=1",
-                             "callbacks=none", "logger=[]"], tmp=tmp_path)  # fmt: skip
+    cfg = compose(
+        overrides=[
+            *QUIET_TRAINER[:4],
+            "data=custom",
+            f"data.name={tiny_dataset}",
+            "data.num_channels=1",
+            "data.image_size=8",
+            "data.batch_size=8",
+            "model=mlp",
+            "trainer.max_epochs=1",
+            "callbacks=none",
+            "logger=[]",
+        ],
+        tmp=tmp_path,
+    )
     summary = train(cfg)
     assert summary["test"]["test/acc"] > 0.5  # 3 classes: chance is 1/3
     with pytest.raises(InstantiationException, match=r"Unknown dataset 'nope'\. Known: .*digits"):
@@ -156,9 +191,18 @@ def test_experiment_options(option, tmp_path):
     cfg = compose(overrides=[f"experiment={option}"], tmp=tmp_path)
     dm = instantiate(cfg.data)
     kwargs = OmegaConf.to_container(cfg.model, resolve=True)
-    module = ClassificationModule(kwargs.pop("name"), kwargs, optimizer=instantiate(cfg.optimizer),
-                                  classes=dm.classes, mean=dm.mean, std=dm.std)  # fmt: skip
-    assert module.net(torch.randn(2, dm.num_channels, dm.image_size, dm.image_size)).shape == (2, dm.num_classes)
+    module = ClassificationModule(
+        kwargs.pop("name"),
+        kwargs,
+        optimizer=instantiate(cfg.optimizer),
+        classes=dm.classes,
+        mean=dm.mean,
+        std=dm.std,
+    )
+    assert module.net(torch.randn(2, dm.num_channels, dm.image_size, dm.image_size)).shape == (
+        2,
+        dm.num_classes,
+    )
 
 
 @pytest.mark.parametrize("option", options("export"))
@@ -173,15 +217,23 @@ def test_keys_that_messages_and_docs_suggest_exist(tmp_path):
     # to set these; Hydra rejects a key the config lacks (it would need a "+").
     cfg = compose(
         overrides=[
-            "model=simplecnn", "model.checkpoint_activations=true",
-            "trainer.precision=bf16-mixed", "trainer.detect_anomaly=true",
-            "trainer.gradient_clip_val=1.0", "trainer.accumulate_grad_batches=2",
-            "data.batch_size=8", "data.num_workers=2", "data.pin_memory=true",
-            "data.persistent_workers=true", "data.pipeline=pil", "data.val_size=0.2",
-            "optimizer.lr=0.01", "tuner=lr",
+            "model=simplecnn",
+            "model.checkpoint_activations=true",
+            "trainer.precision=bf16-mixed",
+            "trainer.detect_anomaly=true",
+            "trainer.gradient_clip_val=1.0",
+            "trainer.accumulate_grad_batches=2",
+            "data.batch_size=8",
+            "data.num_workers=2",
+            "data.pin_memory=true",
+            "data.persistent_workers=true",
+            "data.pipeline=pil",
+            "data.val_size=0.2",
+            "optimizer.lr=0.01",
+            "tuner=lr",
         ],
         tmp=tmp_path,
-    )  # fmt: skip
+    )
     assert "lr_finder" in cfg.callbacks
     dm = instantiate(cfg.data)
     assert dm.pin_memory and dm.persistent_workers and dm.val_size == 0.2

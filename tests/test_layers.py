@@ -16,13 +16,30 @@ PACKAGE = REPO / "lightning_cls"
 
 # The only files that may import hydra/omegaconf: they compose configs and instantiate them.
 ENTRY_POINTS = {
-    "train.py", "eval.py", "predict.py", "stats.py", "inspect.py", "bench_data.py",
-    "summarize.py", "cli.py", "export/__main__.py", "serve/__main__.py",
-}  # fmt: skip  (one set, read as a list of file names)
+    "train.py",
+    "eval.py",
+    "predict.py",
+    "stats.py",
+    "inspect.py",
+    "bench_data.py",
+    "summarize.py",
+    "cli.py",
+    "export/__main__.py",
+    "serve/__main__.py",
+}
 
 # Layer of each top-level module or sub-package, lowest first; the table in docs/architecture.md.
 LAYERS = {
-    "base": {"__init__", "registry", "fileio", "threads", "checkpointing", "checkpoint_io", "shapes", "report"},
+    "base": {
+        "__init__",
+        "registry",
+        "fileio",
+        "threads",
+        "checkpointing",
+        "checkpoint_io",
+        "shapes",
+        "report",
+    },
     "models": {"models"},
     "inference": {"inference", "images"},
     "data": {"data"},
@@ -61,7 +78,9 @@ def rank_of(path: Path) -> int:
 
 
 def test_every_module_has_a_layer():
-    unknown = sorted({unit_of(p) for p in library_files()} - set(RANK) - {Path(e).stem for e in ENTRY_POINTS})
+    unknown = sorted(
+        {unit_of(p) for p in library_files()} - set(RANK) - {Path(e).stem for e in ENTRY_POINTS}
+    )
     assert not unknown, (
         f"lightning_cls/{unknown} is in no layer: add it to LAYERS here and to the table in "
         "docs/architecture.md."
@@ -76,7 +95,9 @@ def test_only_entry_points_import_hydra_or_omegaconf():
         for name in sorted(imported_modules(path))
         if name.split(".")[0] in ("hydra", "omegaconf")
     ]
-    assert not offenders, "library code must take plain objects, not configs:\n" + "\n".join(offenders)
+    assert not offenders, "library code must take plain objects, not configs:\n" + "\n".join(
+        offenders
+    )
 
 
 def test_no_layer_imports_a_higher_one():

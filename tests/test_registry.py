@@ -34,7 +34,9 @@ def test_duplicate_name_is_an_error_naming_both_owners_but_the_same_object_may_r
     registry = fresh()
     registry.register("a")(dict)
     registry.register("a")(dict)  # a module imported twice registers the same object again
-    with pytest.raises(ValueError, match=r"'a' is already registered by builtins\.dict; builtins\.list must"):
+    with pytest.raises(
+        ValueError, match=r"'a' is already registered by builtins\.dict; builtins\.list must"
+    ):
         registry.register("a")(list)
 
 
@@ -50,17 +52,23 @@ def test_unknown_name_suggests_the_closest_and_lists_known():
     registry = fresh()
     registry.register("resnet18")(dict)
     registry.register("simplecnn")(dict)
-    with pytest.raises(ValueError, match=(
-        r"Unknown widget 'resnet81'\. Did you mean 'resnet18'\? Known: resnet18, simplecnn\. "
-        r"Plug-ins add names through the 'lightning_cls_test\.widgets' entry-point group\."
-    )):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"Unknown widget 'resnet81'\. Did you mean 'resnet18'\? Known: resnet18, simplecnn\. "
+            r"Plug-ins add names through the 'lightning_cls_test\.widgets' entry-point group\."
+        ),
+    ):
         registry.create("resnet81")
 
 
 def test_builder_returning_the_wrong_type_is_named():
     registry = fresh(returns=dict)
     registry.register("bad")(list)
-    with pytest.raises(TypeError, match=r"Widget 'bad' \(builtins\.list\) returned a list; .* must return builtins\.dict"):
+    with pytest.raises(
+        TypeError,
+        match=r"Widget 'bad' \(builtins\.list\) returned a list; .* must return builtins\.dict",
+    ):
         registry.create("bad")
 
 
@@ -69,22 +77,28 @@ def plugin_dist(tmp_path, monkeypatch):
     """An installed distribution (a .dist-info with entry points) and its package, on sys.path."""
     pkg = tmp_path / "widget_pkg"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("def build_gadget(size=1):\n    return {'size': size}\nNOT_A_BUILDER = 3\n")
-    (pkg / "more.py").write_text(textwrap.dedent("""
+    (pkg / "__init__.py").write_text(
+        "def build_gadget(size=1):\n    return {'size': size}\nNOT_A_BUILDER = 3\n"
+    )
+    (pkg / "more.py").write_text(
+        textwrap.dedent("""
         from lightning_cls_test_registry import REGISTRY
         REGISTRY.register("from_module")(dict)
-    """))
+    """)
+    )
     (tmp_path / "broken_pkg.py").write_text("raise ImportError('needs a missing library')\n")
     info = tmp_path / "widget_pkg-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: widget-pkg\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(textwrap.dedent("""
+    (info / "entry_points.txt").write_text(
+        textwrap.dedent("""
         [lightning_cls_test.widgets]
         gadget = widget_pkg:build_gadget
         more = widget_pkg.more
         constant = widget_pkg:NOT_A_BUILDER
         broken = broken_pkg:anything
-    """))
+    """)
+    )
     registry = fresh()
     holder = tmp_path / "lightning_cls_test_registry.py"
     holder.write_text("REGISTRY = None\n")
@@ -111,5 +125,8 @@ def test_entry_points_register_builders_and_modules_and_skip_broken_ones(plugin_
 def test_entry_point_clashing_with_a_registered_name_is_an_error(plugin_dist):
     registry = plugin_dist
     registry.register("gadget")(dict)  # e.g. a built-in of that name
-    with pytest.raises(ValueError, match=r"'gadget' is already registered by builtins\.dict; widget_pkg\.build_gadget"):
+    with pytest.raises(
+        ValueError,
+        match=r"'gadget' is already registered by builtins\.dict; widget_pkg\.build_gadget",
+    ):
         registry.names()

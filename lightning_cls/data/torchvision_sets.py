@@ -16,7 +16,9 @@ class TorchvisionDataModule(ImageDataModule):
     dataset_name: str  # class name in torchvision.datasets
     hint: str
 
-    def __init__(self, data_dir: str = "data", download: bool = True, val_size: int = 5000, **kwargs):
+    def __init__(
+        self, data_dir: str = "data", download: bool = True, val_size: int = 5000, **kwargs
+    ):
         super().__init__(val_size=val_size, **kwargs)
         self.data_dir, self.download = str(data_dir), download
 
@@ -64,11 +66,23 @@ CIFAR_STD = (0.2470, 0.2435, 0.2616)
 class CIFAR10DataModule(TorchvisionDataModule):
     dataset_name = "CIFAR10"
     hint = "Expected data_dir/cifar-10-batches-py/ (the python version of the archive)."
-    classes = ["airplane", "automobile", "bird", "cat", "deer",
-               "dog", "frog", "horse", "ship", "truck"]  # fmt: skip
+    classes = [
+        "airplane",
+        "automobile",
+        "bird",
+        "cat",
+        "deer",
+        "dog",
+        "frog",
+        "horse",
+        "ship",
+        "truck",
+    ]
     num_channels, image_size = 3, 32
 
-    def __init__(self, crop_padding: int = 4, hflip: bool = True, mean=CIFAR_MEAN, std=CIFAR_STD, **kw):
+    def __init__(
+        self, crop_padding: int = 4, hflip: bool = True, mean=CIFAR_MEAN, std=CIFAR_STD, **kw
+    ):
         super().__init__(crop_padding=crop_padding, hflip=hflip, **kw)
         self.mean, self.std = tuple(mean), tuple(std)
 
@@ -102,8 +116,18 @@ class MNISTDataModule(TorchvisionDataModule):
 class FashionMNISTDataModule(MNISTDataModule):
     dataset_name = "FashionMNIST"
     hint = "Expected data_dir/FashionMNIST/raw/ with the four idx files."
-    classes = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-               "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]  # fmt: skip
+    classes = [
+        "T-shirt/top",
+        "Trouser",
+        "Pullover",
+        "Dress",
+        "Coat",
+        "Sandal",
+        "Shirt",
+        "Sneaker",
+        "Bag",
+        "Ankle boot",
+    ]
 
     def __init__(self, mean=(0.2860,), std=(0.3530,), **kw):
         super().__init__(mean=mean, std=std, **kw)

@@ -18,7 +18,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_callback_pl
 
 def test_builtins_use_the_same_registry():
     assert isinstance(registry.create_callback("nan_guard"), NanGuard)
-    with pytest.raises(ValueError, match=r"Unknown callback 'nan_gard'\. Did you mean 'nan_guard'\?"):
+    with pytest.raises(
+        ValueError, match=r"Unknown callback 'nan_gard'\. Did you mean 'nan_guard'\?"
+    ):
         registry.create_callback("nan_gard")
 
 
@@ -31,14 +33,29 @@ def test_every_builtin_callback_is_registered_under_its_module_name():
     assert all(registry.CALLBACKS.get(c.__module__.rsplit(".", 1)[-1]) is c for c in builtins)
 
 
-def test_installed_example_plugin_is_found_by_name_and_trains(tmp_path, monkeypatch, tiny_data, tiny_module, tiny_trainer):
+def test_installed_example_plugin_is_found_by_name_and_trains(
+    tmp_path, monkeypatch, tiny_data, tiny_module, tiny_trainer
+):
     target, source = tmp_path / "site", tmp_path / "plugin_src"
     shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--quiet",
-         "--no-cache-dir", "-t", str(target), str(source)],
-        check=True, capture_output=True, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "--no-cache-dir",
+            "-t",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     monkeypatch.syspath_prepend(str(target))
     # A registry that has not read the entry points yet, as in a fresh process.
     fresh = registry.Registry("callback", "lightning_cls.callbacks", returns=pl.Callback)

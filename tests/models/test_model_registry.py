@@ -31,7 +31,10 @@ def test_simplecnn_is_the_classic_architecture():
     net = create_model("simplecnn", num_classes=10, in_channels=3, image_size=32)
     convs = [m for m in net.modules() if isinstance(m, nn.Conv2d)]
     fcs = [m for m in net.modules() if isinstance(m, nn.Linear)]
-    assert [(c.in_channels, c.out_channels, c.kernel_size) for c in convs] == [(3, 32, (3, 3)), (32, 64, (3, 3))]
+    assert [(c.in_channels, c.out_channels, c.kernel_size) for c in convs] == [
+        (3, 32, (3, 3)),
+        (32, 64, (3, 3)),
+    ]
     assert [(f.in_features, f.out_features) for f in fcs] == [(64 * 8 * 8, 256), (256, 10)]
 
 
@@ -64,7 +67,9 @@ def test_torchvision_model_by_name():
 
 
 def test_unknown_model_suggests_closest_and_lists_known():
-    with pytest.raises(ValueError, match=r"Unknown model 'resnet81'\. Did you mean 'resnet18'\? Known: .*simplecnn"):
+    with pytest.raises(
+        ValueError, match=r"Unknown model 'resnet81'\. Did you mean 'resnet18'\? Known: .*simplecnn"
+    ):
         create_model("resnet81")
 
 
@@ -78,8 +83,12 @@ def test_duplicate_name_is_an_error_and_classes_register_like_builders():
 
     register_model("_test_tiny")(Tiny)
     try:
-        assert create_model("_test_tiny", num_classes=3, image_size=4)(torch.randn(2, 3, 4, 4)).shape == (2, 3)
-        with pytest.raises(ValueError, match="'_test_tiny' is already registered by .*Tiny; .*second must"):
+        assert create_model("_test_tiny", num_classes=3, image_size=4)(
+            torch.randn(2, 3, 4, 4)
+        ).shape == (2, 3)
+        with pytest.raises(
+            ValueError, match="'_test_tiny' is already registered by .*Tiny; .*second must"
+        ):
 
             @register_model("_test_tiny")
             def second(**kw):
@@ -91,7 +100,9 @@ def test_duplicate_name_is_an_error_and_classes_register_like_builders():
 def test_builder_that_returns_no_module_is_named():
     register_model("_test_bad")(dict)
     try:
-        with pytest.raises(TypeError, match=r"Model '_test_bad' \(builtins\.dict\) returned a dict; .*torch\.nn"):
+        with pytest.raises(
+            TypeError, match=r"Model '_test_bad' \(builtins\.dict\) returned a dict; .*torch\.nn"
+        ):
             create_model("_test_bad")
     finally:
         MODELS._builders.pop("_test_bad", None)

@@ -3,7 +3,9 @@
 from torch import nn
 
 
-def build_tinynet(num_classes: int = 10, in_channels: int = 3, image_size: int = 32, width: int = 16):
+def build_tinynet(
+    num_classes: int = 10, in_channels: int = 3, image_size: int = 32, width: int = 16
+):
     return nn.Sequential(
         nn.Conv2d(in_channels, width, 3, padding=1),  # (B, width, H, W)
         nn.ReLU(inplace=True),
