@@ -1,0 +1,151 @@
+"""``python -m lightning_cls.summarize <multirun dir>``: one table of a sweep, best job first.
+
+Reads every job folder of a Hydra multirun (``<dir>/<job number>/``): its overrides
+(``.hydra/overrides.yaml``) and ``results.json`` (written by train.py), plus the optuna
+sweeper's ``optimization_results.yaml`` when there is one (trial states: COMPLETE, PRUNED,
+FAIL; job number = trial number). Writes ``summary.md``, ``summary.csv`` and ``summary.png``
+(the objective against each swept parameter) into the multirun folder and prints the table.
+A job without ``results.json`` (it crashed, or is still running) is listed as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import math
+from pathlib import Path
+
+import yaml
+
+log = logging.getLogger(__name__)
+_HIDDEN = ("optuna.",)  # overrides every trial job gets; not parameters of the search
+_METRICS = ("val/acc", "val/loss", "test/acc", "test/loss")
+
+
+def collect(sweep_dir: Path) -> list[dict]:
+    """One row per job folder: job, status, overrides (dict), metrics."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"{sweep_dir} is not a folder; pass a multirun dir "
+                                "(outputs/train/multirun/<date>/<time>).")  # fmt: skip
+    trials = _optuna_trials(sweep_dir)
+    rows = []
+    for job in sorted((p for p in sweep_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
+        overrides_file = job / ".hydra" / "overrides.yaml"
+        overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
+        params = dict(o.split("=", 1) for o in overrides if "=" in o and not o.startswith(_HIDDEN))
+        results_file = job / "results.json"
+        results = json.loads(results_file.read_text()) if results_file.is_file() else {}
+        status = trials.get(int(job.name), "PRUNED" if results.get("pruned_at_epoch") is not None
+                            else "COMPLETE" if results else "NO RESULTS")  # fmt: skip
+        metrics = {**results.get("val", {}), **results.get("test", {})}
+        rows.append({
+            "job": int(job.name), "status": status, "params": params,
+            "objective": results.get("objective"),
+            **{m: metrics.get(m) for m in _METRICS},
+            "wall_time_s": results.get("wall_time_s"),
+            "pruned_at_epoch": results.get("pruned_at_epoch"),
+        })  # fmt: skip
+    if not rows:
+        raise FileNotFoundError(
+            f"No job folders (0/, 1/, ...) in {sweep_dir}; pass the multirun dir itself, not a "
+            "job folder or the multirun root."
+        )
+    return rows
+
+
+def _optuna_trials(sweep_dir: Path) -> dict[int, str]:
+    path = sweep_dir / "optimization_results.yaml"
+    if not path.is_file():
+        return {}
+    return {t["number"]: t["state"] for t in yaml.safe_load(path.read_text()).get("trials", [])}
+
+
+def rank(rows: list[dict], mode: str = "max") -> list[dict]:
+    """Best objective first; jobs without one (failed, no results) last."""
+    sign = -1 if mode == "max" else 1
+    return sorted(rows, key=lambda r: (r["objective"] is None, sign * (r["objective"] or 0), r["job"]))
+
+
+def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Header and string cells; parameter columns are the overrides that differ across jobs."""
+    keys = sorted({k for r in rows for k in r["params"]})
+    swept = [k for k in keys if len({r["params"].get(k) for r in rows}) > 1]
+    header = ["job", "status", *swept, "objective", *_METRICS, "wall_time_s", "pruned_at_epoch"]
+    cells = [[_fmt(r[h]) if h in r else r["params"].get(h, "") for h in header] for r in rows]
+    return header, cells
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def plot(rows: list[dict], swept: list[str], path: Path) -> None:
+    """The objective against each swept parameter, one panel each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in rows if r["objective"] is not None]
+    fig, axes = plt.subplots(1, max(1, len(swept)), figsize=(4 * max(1, len(swept)), 3.2), squeeze=False)
+    for ax, key in zip(axes[0], swept or ["job"]):
+        raw = [r["params"].get(key, "") if key != "job" else r["job"] for r in done]
+        numbers = [_number(v) for v in raw]
+        if all(n is not None for n in numbers) and numbers:
+            ax.scatter(numbers, [r["objective"] for r in done])
+            if min(numbers) > 0 and max(numbers) / min(numbers) > 20:
+                ax.set_xscale("log")
+        else:  # categorical: one position per value
+            labels = sorted({str(v) for v in raw})
+            ax.scatter([labels.index(str(v)) for v in raw], [r["objective"] for r in done])
+            ax.set_xticks(range(len(labels)), labels)
+        ax.set_xlabel(key)
+        ax.set_ylabel("objective")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _number(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def summarize(sweep_dir: Path, mode: str = "max") -> dict[str, Path]:
+    """Write summary.md/.csv/.png into ``sweep_dir``; return their paths."""
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode={mode!r}; use max (accuracy) or min (loss).")
+    rows = rank(collect(sweep_dir), mode)
+    header, cells = table(rows)
+    out = {k: Path(sweep_dir) / f"summary.{k}" for k in ("md", "csv", "png")}
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in cells]
+    out["md"].write_text("\n".join(lines) + "\n")
+    with out["csv"].open("w", newline="") as f:
+        csv.writer(f).writerows([header, *cells])
+    swept = header[2 : header.index("objective")]
+    plot(rows, swept, out["png"])
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lightning_cls.summarize", description=__doc__.split("\n")[0])
+    parser.add_argument("sweep_dir", type=Path, help="a multirun folder: outputs/train/multirun/<date>/<time>")
+    parser.add_argument("--mode", default="max", choices=("max", "min"), help="best = max or min objective")
+    args = parser.parse_args(argv)
+    out = summarize(args.sweep_dir, args.mode)
+    print(out["md"].read_text(), end="")  # the CLI's output is the table itself
+    print(f"\nWrote {out['md']}, {out['csv']} and {out['png']}")
+
+
+if __name__ == "__main__":
+    main()
