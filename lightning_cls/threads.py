@@ -2,7 +2,7 @@
 
 Each DataLoader worker is a process that, left alone, starts as many intra-op threads as
 the main process; together with the main process's own threads they oversubscribe the
-cores (issue 3 reports the classic tutorial loop falling from ~1,000 to ~200 img/s on a
+cores (a user's report: the classic tutorial loop fell from ~1,000 to ~200 img/s on a
 busy 2-core machine). The rule used here: workers run one thread each, and the main (training) process
 keeps ``cores - num_workers`` intra-op threads (at least one).
 

@@ -1,7 +1,7 @@
 """CIFAR-10/100, MNIST and Fashion-MNIST through torchvision, with download into ``data_dir``.
 
-The official test split is kept for ``test``; validation is carved from the train split with
-a fixed seed (5,000 images for CIFAR, 5,000 for the MNIST family).
+The official test split is kept for ``test``; validation (5,000 images by default) is carved
+from the train split at random with the run's ``seed``: another seed holds out other images.
 """
 
 from __future__ import annotations
