@@ -26,16 +26,16 @@ from lightning_cls.fileio import atomic_path
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: aspect-preserving decode (shorter side, centre crop)
 _CHUNK = 256  # files per decode task: large enough to amortize inter-process overhead
 
 
-def _decode_chunk(paths: Sequence[str], image_size: int, num_channels: int):
+def _decode_chunk(paths: Sequence[str], image_size: int, num_channels: int, resize_size=None):
     out = np.zeros((len(paths), num_channels, image_size, image_size), np.uint8)  # (n, C, H, W)
     errors: list[tuple[int, str]] = []
     for i, path in enumerate(paths):
         try:
-            out[i] = decode_image(path, image_size, num_channels)
+            out[i] = decode_image(path, image_size, num_channels, resize_size)
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
             errors.append((i, f"{type(err).__name__}: {err}"))
     return out, errors
@@ -46,18 +46,23 @@ def decode_images(
     image_size: int,
     num_channels: int,
     workers: int = 1,
+    resize_size: int | None = None,
 ) -> tuple[np.ndarray, list[tuple[int, str]]]:
     """Decode ``paths`` into (N, C, H, W) uint8; returns the array and ``(index, error)`` pairs.
+
+    Each image: shorter side to ``resize_size`` (default ``image_size``), centre square crop.
 
     Unreadable files leave zeros in their row; the caller decides to fail or drop them.
     """
     chunks = [paths[i : i + _CHUNK] for i in range(0, len(paths), _CHUNK)]
     if workers <= 1 or len(chunks) <= 1:
-        results = [_decode_chunk(c, image_size, num_channels) for c in chunks]
+        results = [_decode_chunk(c, image_size, num_channels, resize_size) for c in chunks]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             n = len(chunks)
-            results = list(pool.map(_decode_chunk, chunks, [image_size] * n, [num_channels] * n))
+            results = list(
+                pool.map(_decode_chunk, chunks, [image_size] * n, [num_channels] * n, [resize_size] * n)
+            )
     if not results:
         return np.zeros((0, num_channels, image_size, image_size), np.uint8), []
     errors = [(k * _CHUNK + i, e) for k, (_, errs) in enumerate(results) for i, e in errs]

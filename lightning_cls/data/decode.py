@@ -6,6 +6,6 @@ decodes exactly as training does); datasets import it from here.
 
 from __future__ import annotations
 
-from lightning_cls.inference.images import DECODE_ERRORS, IMAGE_SUFFIXES, decode_image
+from lightning_cls.inference.images import DECODE_ERRORS, IMAGE_SUFFIXES, decode_image, to_mode
 
-__all__ = ["DECODE_ERRORS", "IMAGE_SUFFIXES", "decode_image"]
+__all__ = ["DECODE_ERRORS", "IMAGE_SUFFIXES", "decode_image", "to_mode"]

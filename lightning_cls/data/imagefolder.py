@@ -2,8 +2,16 @@
 
 Optional ``root/val`` and ``root/test`` with the same class folders are used as given;
 without them, test (then val) is held out of train with a fixed seed. Every image is decoded
-once — converted to RGB or grayscale and resized to ``image_size`` — into an in-memory uint8
-split, cached on disk (``lightning_cls.data.cache``) so the next run memory-maps it.
+once — converted to RGB or grayscale, its shorter side resized to ``decode_size`` (aspect ratio
+kept) and the centre square cut out — into an in-memory uint8 split, cached on disk
+(``lightning_cls.data.cache``) so the next run memory-maps it.
+
+Photos (``decode_size`` > ``image_size``, e.g. 256 and 224): training takes a per-sample
+``RandomResizedCrop(image_size)`` of the cached square (``random_resized_crop=True``),
+evaluation its centre ``image_size`` crop — torchvision's ``Resize(256)`` + ``CenterCrop(224)``
+pixel for pixel, since the centre crop lies inside the cached centre square. Squares keep the
+cache one dense (N, C, S, S) array that memory-maps and batches without padding; the cost is
+that a training crop of a wide photo never reaches beyond the centre square.
 """
 
 from __future__ import annotations
@@ -14,8 +22,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torchvision import transforms as T
 
 from lightning_cls.data import cache as image_cache
+from lightning_cls.data.augment import BatchAugment
 from lightning_cls.data.base import ImageDataModule, Split, check_channels, hold_out
 from lightning_cls.data.decode import IMAGE_SUFFIXES
 from lightning_cls.data.registry import register_dataset
@@ -78,13 +88,17 @@ class ImageFolderDataModule(ImageDataModule):
         split_seed: int = 0,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
+        decode_size: int | None = None,
+        random_resized_crop: bool = False,
         **kwargs,
     ):
         """``root`` holds ``train/<class>/*`` (+ optional ``val/``, ``test/``). ``num_classes``
         (optional) is checked against the class folders. ``on_corrupt``: "fail" names the
         first unreadable file, "skip" leaves such files out (``self.skipped``). ``cache``
         keeps decoded arrays in ``cache_dir`` (default ``<root>/.lightning_cls_cache``).
-        ``mean``/``std`` default to ImageNet's. Other keyword arguments go to
+        ``mean``/``std`` default to ImageNet's. ``decode_size`` (default ``image_size``) is the
+        side of the cached squares; ``random_resized_crop`` trains on random resized crops of
+        them (torchvision's default scale/ratio). Other keyword arguments go to
         ``ImageDataModule`` (batch_size, pipeline, crop_padding, hflip, val_size, seed, ...).
         """
         super().__init__(num_classes=num_classes, **kwargs)
@@ -96,6 +110,14 @@ class ImageFolderDataModule(ImageDataModule):
             )
         if image_size < 1:
             raise ValueError(f"image_size must be >= 1, got {image_size}.")
+        decode_size = image_size if decode_size is None else decode_size
+        if decode_size < image_size:
+            raise ValueError(
+                f"data.decode_size={decode_size} is smaller than data.image_size={image_size}; "
+                f"set data.decode_size >= {image_size} (e.g. {round(image_size * 8 / 7)}, "
+                "torchvision's 256 for 224)."
+            )
+        self.decode_size, self.random_resized_crop = decode_size, random_resized_crop
         self.root = Path(root).expanduser()
         self.image_size, self.num_channels = image_size, num_channels
         self.on_corrupt, self.cache, self.cache_dir = on_corrupt, cache, cache_dir
@@ -186,8 +208,8 @@ class ImageFolderDataModule(ImageDataModule):
 
     def _decode_cached(self, split: str, files: list[str], labels: list[int]):
         root = str(self.root)
-        name = image_cache.cache_name(root, split, self.image_size, self.num_channels)
-        key = image_cache.fingerprint(root, files, self.image_size, self.num_channels)
+        name = image_cache.cache_name(root, split, self.decode_size, self.num_channels)
+        key = image_cache.fingerprint(root, files, self.decode_size, self.num_channels)
         cache_dir = image_cache.writable_cache_dir(root, self.cache_dir) if self.cache else None
         if cache_dir is not None and (hit := image_cache.load_cache(cache_dir, name, key)):
             images, meta = hit
@@ -197,7 +219,7 @@ class ImageFolderDataModule(ImageDataModule):
             "Decoding %d images of %s with %d workers...", len(files), split, self.decode_workers
         )
         images, errors = image_cache.decode_images(
-            files, self.image_size, self.num_channels, self.decode_workers
+            files, self.decode_size, self.num_channels, self.decode_workers
         )
         skipped = [f"{files[i]}: {e}" for i, e in errors]
         self._handle_unreadable(skipped, split)
@@ -222,9 +244,13 @@ class ImageFolderDataModule(ImageDataModule):
         if not skipped:
             return
         if self.on_corrupt == "fail":
-            more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+            # Every file with its reason (up to a limit), so one run finds them all.
+            limit = 20
+            listed = "; ".join(skipped[:limit])
+            more = f" (+{len(skipped) - limit} more not listed)" if len(skipped) > limit else ""
+            what = f"image {listed}" if len(skipped) == 1 else f"{len(skipped)} images: {listed}"
             raise ValueError(
-                f"Cannot read image {skipped[0]}{more}. Fix or remove the file, or set "
+                f"Cannot read {what}{more}. Fix or remove the files, or set "
                 "data.on_corrupt=skip to leave unreadable images out."
             )
         self.skipped += skipped
@@ -234,3 +260,35 @@ class ImageFolderDataModule(ImageDataModule):
             self.root / split,
             skipped[0],
         )
+
+    # -- input pipeline: crops of the cached squares -------------------------------------------
+    @property
+    def meta(self) -> dict:
+        meta = super().meta
+        if self.decode_size != self.image_size:
+            meta["resize_size"] = self.decode_size  # predict/serve: Resize(this) + CenterCrop
+        return meta
+
+    def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:
+        return BatchAugment(
+            self.mean, self.std, self.crop_padding, self.hflip, self.channels_last, dtype,
+            image_size=self.image_size, random_resized_crop=self.random_resized_crop,
+        )  # fmt: skip
+
+    def train_transform(self):
+        if self._train_transform is not None or not (
+            self.random_resized_crop or self.decode_size != self.image_size
+        ):
+            return super().train_transform()
+        crop = (
+            T.RandomResizedCrop(self.image_size)
+            if self.random_resized_crop
+            else T.CenterCrop(self.image_size)
+        )
+        steps = [crop] + ([T.RandomHorizontalFlip()] if self.hflip else [])
+        return T.Compose(steps + self._to_normalized_tensor())
+
+    def eval_transform(self):
+        if self._eval_transform is not None or self.decode_size == self.image_size:
+            return super().eval_transform()
+        return T.Compose([T.CenterCrop(self.image_size)] + self._to_normalized_tensor())

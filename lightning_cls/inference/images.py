@@ -14,7 +14,7 @@ from typing import BinaryIO, Union
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 # Suffixes taken when scanning folders (an image folder dataset, ``predict`` inputs).
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
@@ -25,21 +25,74 @@ ImageSource = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO]
 DECODE_ERRORS = (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError)
 
 
-def decode_image(source: ImageSource, image_size: int, num_channels: int) -> np.ndarray:
-    """A file path, raw encoded bytes or a binary file object -> (C, H, W) uint8.
+def to_mode(img: Image.Image, num_channels: int) -> Image.Image:
+    """Any PIL image -> upright "RGB" (3 channels) or "L" (1), with photo quirks handled.
 
-    Any mode PIL reads is converted to RGB (3 channels) or grayscale "L" (1 channel), and the
-    image is resized (bilinear) to ``image_size`` x ``image_size``: a grayscale upload to an RGB
-    model, or a larger photo, is converted the same way in ``predict``, training and serving.
+    - EXIF orientation is applied (a phone's portrait JPEG is stored sideways).
+    - 16-bit and 32-bit grayscale ("I;16", "I", "F") are scaled to 8 bits by their range
+      (PIL's own convert would clip every value above 255 to white).
+    - Transparency (RGBA, LA, palette with a transparent colour) is composited over white,
+      so transparent pixels do not show whatever colour happens to be stored under them.
+    - CMYK (and YCbCr, LAB, ...) are converted by PIL's formulas, without ICC profiles.
     """
+    img = ImageOps.exif_transpose(img)
+    if img.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+        arr = np.asarray(img, dtype=np.float64)
+        peak = 65535.0 if img.mode.startswith("I;16") or arr.max(initial=0) > 255 else 255.0
+        if img.mode == "F" and arr.max(initial=0) <= 1.0:
+            peak = 1.0  # float images in [0, 1]
+        img = Image.fromarray(np.clip(arr * (255.0 / peak) + 0.5, 0, 255).astype(np.uint8), "L")
+    if img.mode == "P" and "transparency" in img.info:
+        img = img.convert("RGBA")
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        rgba = img.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        img = Image.alpha_composite(white, rgba)
+    return img.convert("RGB" if num_channels == 3 else "L")
+
+
+def decode_image(
+    source: ImageSource, image_size: int, num_channels: int, resize_size: int | None = None
+) -> np.ndarray:
+    """A file path, raw encoded bytes or a binary file object -> (C, image_size, image_size) uint8.
+
+    The shorter side is resized to ``resize_size`` (default ``image_size``) keeping the aspect
+    ratio, then the centre ``image_size`` square is cut out: torchvision's eval preset
+    ``Resize(resize_size)`` + ``CenterCrop(image_size)`` on a PIL image (bilinear, antialiased),
+    pixel for pixel. Any mode is converted by ``to_mode`` (EXIF orientation, 16-bit, alpha), so
+    a photo is the same tensor in training, ``predict`` and serving. JPEGs are decoded at a
+    reduced DCT scale when that still leaves the shorter side >= ``resize_size`` (PIL's
+    ``draft``): several times faster on large photos.
+    """
+    resize = image_size if resize_size is None else resize_size
+    if image_size < 1 or resize < image_size:
+        raise ValueError(
+            f"Need 1 <= image_size <= resize_size, got image_size={image_size}, "
+            f"resize_size={resize}; set the decode size to at least the image size."
+        )
     if isinstance(source, (bytes, bytearray, memoryview)):
         source = io.BytesIO(bytes(source))
     with Image.open(source) as img:
-        img = img.convert("RGB" if num_channels == 3 else "L")
-        if img.size != (image_size, image_size):
-            img = img.resize((image_size, image_size), Image.BILINEAR)
+        if img.format == "JPEG":
+            img.draft("RGB" if num_channels == 3 else "L", _resized(img.size, resize))
+        img = to_mode(img, num_channels)
+        size = _resized(img.size, resize)
+        if size != img.size:
+            img = img.resize(size, Image.BILINEAR)
+        # torchvision's CenterCrop offsets: int(round((size - crop) / 2))
+        left, top = (int(round((n - image_size) / 2.0)) for n in size)
+        if (left, top, *size) != (0, 0, image_size, image_size):
+            img = img.crop((left, top, left + image_size, top + image_size))
         arr = np.asarray(img, dtype=np.uint8)  # (H, W, 3) or (H, W)
     return arr.transpose(2, 0, 1) if arr.ndim == 3 else arr[None]  # (C, H, W)
+
+
+def _resized(size: tuple[int, int], short: int) -> tuple[int, int]:
+    """(w, h) with the shorter side at ``short``: torchvision's ``Resize(int)`` arithmetic."""
+    w, h = size
+    if w <= h:
+        return short, int(short * h / w)
+    return int(short * w / h), short
 
 
 def decode_error_reason(err: BaseException) -> str:

@@ -38,6 +38,9 @@ class InputSpec:
     preprocessing: str = PREPROCESSING
     model_name: str | None = None  # registry name, to rebuild the network from bare weights
     model_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Photos: shorter side resized to this (aspect kept), then the centre image_size square
+    # (torchvision's Resize + CenterCrop); None: resized to image_size.
+    resize_size: int | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the types once, here

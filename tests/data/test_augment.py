@@ -7,6 +7,9 @@ from torchvision import transforms as T
 from lightning_cls.data.augment import (
     BatchAugment,
     batch_crop,
+    batch_resized_crop,
+    center_crop,
+    random_resized_crop_params,
     batch_flip_lr,
     normalize,
     random_flips,
@@ -145,3 +148,70 @@ def test_bad_inputs_name_the_value():
         normalize(torch.zeros(1, 1, 2, 2, dtype=torch.uint8), (0.5,) * 3, (0.5,) * 3)
     with pytest.raises(ValueError, match="flip probability must be in"):
         batch_flip_lr(_images(1), p=1.5)
+
+
+# -- RandomResizedCrop and centre crop (photos cached at a decode size) -------------------------
+def test_rrc_boxes_follow_torchvisions_sampler():
+    from scipy.stats import ks_2samp
+
+    n, h, w = 4000, 256, 320
+    ours = random_resized_crop_params(n, h, w, generator=torch.Generator().manual_seed(0))  # (N, 4)
+    torch.manual_seed(0)
+    theirs = torch.tensor(
+        [T.RandomResizedCrop.get_params(torch.zeros(1, h, w), [0.08, 1.0], [3 / 4, 4 / 3])
+         for _ in range(n)]
+    )  # fmt: skip
+    for boxes in (ours, theirs):  # every box inside the image
+        assert (boxes[:, 0] >= 0).all() and (boxes[:, 0] + boxes[:, 2] <= h).all()
+        assert (boxes[:, 1] >= 0).all() and (boxes[:, 1] + boxes[:, 3] <= w).all()
+
+    def stats(b):
+        b = b.double()
+        area = b[:, 2] * b[:, 3] / (h * w)
+        log_ratio = torch.log(b[:, 3] / b[:, 2])
+        centre_y = (b[:, 0] + b[:, 2] / 2) / h
+        return area, log_ratio, centre_y
+
+    for mine, ref in zip(stats(ours), stats(theirs)):
+        assert ks_2samp(mine.numpy(), ref.numpy()).pvalue > 0.001
+    area = stats(ours)[0]
+    assert 0.08 - 0.01 < area.min() < 0.1 and area.max() > 0.95  # the whole scale range is used
+
+
+def test_rrc_fallback_is_torchvisions_central_crop():
+    # No candidate can fit (ratio range 2..3 at full area): torchvision's fallback.
+    boxes = random_resized_crop_params(5, 100, 100, scale=(1.0, 1.0), ratio=(2.0, 3.0))
+    torch.manual_seed(0)
+    expected = T.RandomResizedCrop.get_params(torch.zeros(1, 100, 100), [1.0, 1.0], [2.0, 3.0])
+    assert boxes.tolist() == [list(expected)] * 5 == [[25, 0, 50, 100]] * 5
+
+
+def test_resized_crop_matches_torchvision_for_its_boxes():
+    images = _images(6, h=40, w=48)
+    boxes = random_resized_crop_params(6, 40, 48, generator=torch.Generator().manual_seed(3))
+    out = batch_resized_crop(images, boxes, 24)  # (B, C, 24, 24)
+    from torchvision.transforms import functional as TF
+
+    expected = torch.stack(
+        [TF.resized_crop(img, *box, [24, 24], antialias=True) for img, box in zip(images, boxes.tolist())]
+    )
+    # torchvision resizes uint8 through float32 and rounds; the native uint8 kernel used here
+    # rounds its fixed-point sums, so a pixel may differ by one level.
+    torch.testing.assert_close(out.int(), expected.int(), rtol=0, atol=1)
+    assert (out.int() - expected.int()).abs().float().mean() < 0.3
+
+
+def test_eval_centre_crop_matches_torchvision_center_crop():
+    images = _images(4, h=37, w=37)
+    augment = BatchAugment((0.5,) * 3, (0.25,) * 3, image_size=32, random_resized_crop=True)
+    expected = normalize(torch.stack([T.CenterCrop(32)(img) for img in images]), augment.mean, augment.std)
+    torch.testing.assert_close(augment(images, train=False), expected, rtol=0, atol=0)
+    train = augment(images, train=True, generator=torch.Generator().manual_seed(0))
+    assert train.shape == (4, 3, 32, 32) and not torch.equal(train, expected)
+
+
+def test_rrc_bad_ranges_are_named():
+    with pytest.raises(ValueError, match=r"scale=\(0.5, 0.1\)"):
+        random_resized_crop_params(2, 8, 8, scale=(0.5, 0.1))
+    with pytest.raises(ValueError, match="center_crop size 9 exceeds the images' 8x8"):
+        center_crop(_images(1, h=8, w=8), 9)

@@ -179,3 +179,88 @@ def test_imagefolder_from_the_command_line_infers_the_classes(image_root, tmp_pa
     ckpt = torch.load(summary["best_ckpt"], map_location="cpu", weights_only=False)
     assert ckpt["hyper_parameters"]["classes"] == ["cat", "dog", "eel"]
     assert ckpt["state_dict"]["net.classifier.4.weight"].shape[0] == 3
+
+
+# -- photos: aspect ratio, EXIF, odd modes ------------------------------------------------------
+def _photo_bytes(img, fmt, **save):
+    import io
+
+    buf = io.BytesIO()
+    img.save(buf, fmt, **save)
+    return buf.getvalue()
+
+
+def test_photo_quirks_decode_to_what_a_viewer_shows():
+    import numpy as np
+    from PIL import Image
+
+    from lightning_cls.data.decode import decode_image
+
+    # EXIF orientation 6 (display rotated 90° clockwise): stored left half red -> shown on top.
+    stored = np.zeros((20, 40, 3), np.uint8)
+    stored[:, :20, 0], stored[:, 20:, 2] = 255, 255
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    jpeg = _photo_bytes(Image.fromarray(stored), "JPEG", exif=exif, quality=95)
+    out = decode_image(jpeg, 20, 3)  # (3, 20, 20): the centre of the upright 20x40 image
+    assert out[0, 2, 10] > 200 and out[2, 2, 10] < 50  # top: red
+    assert out[2, 17, 10] > 200 and out[0, 17, 10] < 50  # bottom: blue
+    # CMYK JPEG: pure magenta+yellow ink is red.
+    cmyk = Image.new("CMYK", (16, 16), (0, 255, 255, 0))
+    out = decode_image(_photo_bytes(cmyk, "JPEG", quality=95), 16, 3)
+    assert out[0].mean() > 200 and out[1].mean() < 60 and out[2].mean() < 60
+    # 16-bit grayscale PNG: a full-range ramp is mid-gray on average, not clipped to white.
+    ramp = (np.arange(32 * 32, dtype=np.float64).reshape(32, 32) * 65535 / 1023).astype(np.uint16)
+    out = decode_image(_photo_bytes(Image.fromarray(ramp), "PNG"), 32, 1)
+    assert 120 < out.mean() < 135 and out.min() == 0 and out.max() == 255
+    # Palette PNG with a transparent entry (stored colour black): composited over white.
+    pal = Image.new("P", (8, 8), 0)
+    pal.putpalette([0, 0, 0, 255, 0, 0] + [0] * 762)
+    pal.paste(1, (0, 0, 4, 8))  # left half: opaque red; right half: transparent index 0
+    out = decode_image(_photo_bytes(pal, "PNG", transparency=0), 8, 3)
+    assert out[:, :, 6].tolist() == [[255] * 8] * 3  # white, not black
+    assert out[:, 0, 0].tolist() == [255, 0, 0]
+
+
+def test_photo_decode_is_torchvisions_resize_and_center_crop():
+    import numpy as np
+    from PIL import Image
+    from torchvision import transforms as T
+
+    from lightning_cls.data.decode import decode_image
+
+    rng = np.random.default_rng(0)
+    for w, h in [(90, 60), (41, 77)]:
+        img = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        ref = T.Compose([T.Resize(36), T.CenterCrop(32), T.PILToTensor()])(img)
+        out = decode_image(_photo_bytes(img, "PNG"), 32, 3, resize_size=36)
+        assert torch.equal(torch.from_numpy(out.copy()), ref)
+    with pytest.raises(ValueError, match="Need 1 <= image_size <= resize_size"):
+        decode_image(_photo_bytes(img, "PNG"), 32, 3, resize_size=30)
+
+
+def test_decode_size_caches_squares_and_crops_them(tmp_path, make_folder):
+    from torchvision import transforms as T
+
+    root = make_folder(tmp_path / "photos", "train", {"a": 6, "b": 6}, size=20)
+    dm = _dm(root, decode_size=12, random_resized_crop=True, val_size=2, test_size=2, hflip=True)
+    dm.setup()
+    assert dm.splits["train"].images.shape[-2:] == (12, 12)  # the cached decode size
+    assert dm.meta["resize_size"] == 12 and dm.meta["image_size"] == 8
+    val = dm.splits["val"].images
+    x, _ = next(iter(dm.val_dataloader()))  # outside a Trainer: batches come augmented
+    expected = dm.batch_augment()(T.CenterCrop(8)(val[: len(x)]), train=False)
+    torch.testing.assert_close(x, expected, rtol=0, atol=0)
+    x, _ = next(iter(dm.train_dataloader()))
+    assert x.shape == (4, 3, 8, 8)
+    module = ClassificationModule("simplecnn", {"in_channels": 3, "image_size": 8}, **dm.meta)
+    assert module.hparams.resize_size == 12  # the eval resize travels in the checkpoint
+    with pytest.raises(ValueError, match="data.decode_size=6 is smaller than data.image_size=8"):
+        _dm(root, decode_size=6)
+
+
+def test_every_unreadable_file_is_listed_with_its_reason(image_root):
+    for name in ("bad1.jpg", "bad2.jpg", "bad3.png"):
+        (image_root / "train" / "dog" / name).write_bytes(b"not an image")
+    with pytest.raises(ValueError, match=r"Cannot read 3 images: .*bad1\.jpg: .+; .*bad2\.jpg: .+; .*bad3\.png: .+\. Fix"):
+        _dm(image_root).setup()
