@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -97,17 +98,21 @@ print('hydra' in sys.modules, 'omegaconf' in sys.modules)
     assert out.stdout.split() == ["False", "False"]
 
 
-def test_resume_last_continues_the_latest_run(trained):
+def test_resume_last_continues_the_latest_run(trained, tmp_path):
     tmp, summary = trained
-    cfg = compose(overrides=[*QUIET_TRAINER, "ckpt_path=last", "trainer.max_epochs=21", "test=false",
-                             f"paths.output_dir={tmp}/resumed"], tmp=tmp)  # fmt: skip
-    resumed = train(cfg)
-    metrics_csv = tmp / "resumed" / "csv" / "metrics.csv"
+    # Resume a copy: the resumed run writes (and prunes, save_top_k=1) its checkpoint folder,
+    # which must not touch the best checkpoint the other tests read from the fixture.
+    shutil.copytree(tmp / RUN, tmp_path / RUN)
+    resume = ["ckpt_path=last", "trainer.max_epochs=21", "test=false"]
+    overrides = [*QUIET_TRAINER, *resume, f"paths.output_dir={tmp_path}/resumed"]
+    resumed = train(compose(overrides=overrides, tmp=tmp_path))
+    metrics_csv = tmp_path / "resumed" / "csv" / "metrics.csv"
     epochs = {int(r["epoch"]) for r in csv.DictReader(metrics_csv.open()) if r["epoch"]}
     assert epochs == {20}, "a resumed 20-epoch run trains only epoch 21 (index 20)"
     assert resumed["val"]["val/acc"] > 0.9
     # The resumed run keeps writing into the folder of the run it continues.
-    assert Path(resumed["best_ckpt"]).parent == Path(summary["best_ckpt"]).parent
+    assert Path(resumed["best_ckpt"]).parent == tmp_path / RUN / "checkpoints" / "digits_simplecnn"
+    assert Path(summary["best_ckpt"]).is_file()
 
 
 def test_resume_last_without_runs_is_a_clear_error(tmp_path):
@@ -117,7 +122,8 @@ def test_resume_last_without_runs_is_a_clear_error(tmp_path):
 
 
 def test_resume_last_ignores_other_experiments_and_sweep_jobs(trained, tmp_path):
-    tmp, _ = trained
+    tmp = tmp_path  # decoys go next to a copy, not into the shared fixture's folder
+    shutil.copytree(trained[0] / RUN, tmp / RUN)
     # Another experiment's runs and this experiment's sweep jobs sit next to each other...
     other = tmp / "outputs/train/2026-01-02/00-00-00/checkpoints/digits_mlp/last.ckpt"
     sweep_job = tmp / "outputs/train/multirun/2026-01-03/00-00-00/0/checkpoints/digits_simplecnn/last.ckpt"
