@@ -19,12 +19,10 @@ from lightning_cls.data import ImageDataModule, Split, SyntheticDataModule
 from lightning_cls.export.artifacts import load_torch_model
 from lightning_cls.export.meta import ModelMeta
 from lightning_cls.export.onnx import export_onnx, make_session, run_session
-from lightning_cls.export.quantize import (
-    SplitCalibrationReader,
-    quantize_onnx_static,
-    quantize_torch_dynamic,
-)
+from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
+from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
 from lightning_cls.export.torchscript import export_torchscript, load_torchscript, quiet_jit
+from lightning_cls.inference.openvino import compile_model
 from lightning_cls.module import ClassificationModule
 from lightning_cls.optim import one_cycle
 
@@ -72,7 +70,7 @@ def read_image_folder_tar(
 
 def load_data(args) -> ArrayDataModule | SyntheticDataModule:
     per_class = 250 if args.quick else None
-    val_size = 500 if args.quick else 5000
+    val_size = 200 if args.quick else 5000
     kwargs = dict(batch_size=128, crop_padding=4, hflip=True, val_size=val_size, seed=0)
     if args.data.is_file():
         cache = args.out_dir / f"cifar10_{per_class or 'all'}.pt"
@@ -91,7 +89,7 @@ def load_data(args) -> ArrayDataModule | SyntheticDataModule:
             args.data,
         )
         dm = SyntheticDataModule(
-            num_classes=10, train_size=2000 if args.quick else 20000, test_size=100, **kwargs
+            num_classes=10, train_size=800 if args.quick else 20000, test_size=100, **kwargs
         )
         dm.source = "SYNTHETIC (CIFAR-10 archive not found)"
     dm.setup("fit")
@@ -146,22 +144,56 @@ def _no_grad(fn: Callable) -> Callable:
     return run
 
 
+# Every PyTorch way to run the trained net on CPU; speed-ups are quoted against the best of them.
+PYTORCH = ("eager", "eager_channels_last", "torch_compile", "torchscript")
+# Exported runtimes: name -> the fp32 runtime its int8 speed-up is measured against.
+EXPORTED = {
+    "ort_fp32": None,
+    "ort_int8_qdq": "ort_fp32",
+    "ort_int8_qoperator": "ort_fp32",
+    "ov_f32": None,
+    "ov_bf16": None,
+    "ov_int8": "ov_f32",
+}
+
+
 def runtimes(
     net, meta: ModelMeta, data, out: Path, threads: int, calibration_batches: int
 ) -> dict[str, Callable]:
     """name -> fn(normalized float (B, C, H, W)) -> logits, for every runtime that builds here."""
     out.mkdir(parents=True, exist_ok=True)
     net = net.eval()
+    onnx = out / "model.onnx"
+    xml = out / "model.xml"
+    train = data.splits["train"]
+
+    def reader():
+        return SplitCalibrationReader(train, meta, calibration_batches, 32)
+
     builders = {
         "eager": lambda: net,
         "eager_channels_last": lambda: _channels_last(net),
         "torch_compile": lambda: torch.compile(copy.deepcopy(net), dynamic=False),
         "torchscript": lambda: _torchscript(net, meta, out),
-        "ort_fp32": lambda: _ort(export_onnx(net, meta, out / "model.onnx"), threads),
-        "ort_int8_static": lambda: _ort(
-            _static_int8(out / "model.onnx", out, data, meta, calibration_batches), threads
+        "ort_fp32": lambda: _ort(export_onnx(net, meta, onnx), threads),
+        "ort_int8_qdq": lambda: _ort(
+            quantize_onnx_static(onnx, out / "model_int8_qdq.onnx", reader()), threads
         ),
-        "torch_dynamic_int8": lambda: quantize_torch_dynamic(net),
+        "ort_int8_qoperator": lambda: _ort(
+            quantize_onnx_static(
+                onnx, out / "model_int8_qop.onnx", reader(), quant_format="qoperator"
+            ),
+            threads,
+        ),
+        "ov_f32": lambda: _ov(export_openvino(onnx, xml, meta, net), threads, "f32"),
+        "ov_bf16": lambda: _ov(xml, threads, "bf16"),
+        "ov_int8": lambda: _ov(
+            quantize_openvino_int8(
+                xml, out / "model_int8.xml", train, meta, calibration_batches, 32
+            ),
+            threads,
+            "f32",
+        ),
     }
     fns = {}
     for name, build in builders.items():
@@ -197,6 +229,11 @@ def _ort(path: Path, threads: int):
     return lambda x: run_session(session, x)
 
 
-def _static_int8(fp32: Path, out: Path, data, meta: ModelMeta, calibration_batches: int) -> Path:
-    reader = SplitCalibrationReader(data.splits["train"], meta, calibration_batches, 32)
-    return quantize_onnx_static(fp32, out / "model_int8.onnx", reader)
+def _ov(xml: Path, threads: int, precision: str):
+    """An OpenVINO request at ``precision`` (the runtime class would use the file's own)."""
+    import openvino as ov
+
+    compiled = compile_model(ov.Core().read_model(str(xml)), threads, precision)
+    request = compiled.create_infer_request()
+    output = compiled.output(0)
+    return lambda x: torch.from_numpy(request.infer({0: x.numpy()})[output].copy())

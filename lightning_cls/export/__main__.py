@@ -38,7 +38,7 @@ def export(cfg: DictConfig) -> ExportResult:
             "Nothing to export: export=none; choose export=onnx|torchscript|pt2|all|int8."
         )
     net, meta = load_torch_model(cfg.ckpt_path, model_name=cfg.get("model_name"))
-    datamodule = instantiate(cfg.data) if cfg.get("data") and config.quantize.enabled else None
+    datamodule = instantiate(cfg.data) if cfg.get("data") and config.needs_data else None
     if datamodule is not None:
         datamodule.prepare_data()
     result = export_model(net, meta, Path(cfg.output_dir), config, datamodule)

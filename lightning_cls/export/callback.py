@@ -43,7 +43,7 @@ class ExportCallback(pl.Callback):
         else:
             net, meta = final_network(pl_module), InputSpec.from_hparams(pl_module.hparams)
         out = Path(self.dirpath) if self.dirpath else Path(trainer.default_root_dir) / "export"
-        datamodule = trainer.datamodule if self.config.quantize.enabled else None
+        datamodule = trainer.datamodule if self.config.needs_data else None
         self.result = export_model(net, meta, out, self.config, datamodule)
 
 

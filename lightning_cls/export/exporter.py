@@ -18,6 +18,8 @@ from lightning_cls.inference.spec import META_FILE, InputSpec
 log = logging.getLogger(__name__)
 
 FORMATS = ("onnx", "torchscript", "pt2")
+# Not in "all": openvino needs the `openvino` extra; auto measures every runtime (slow).
+EXTRA_FORMATS = ("openvino", "auto")
 REPORT_FILE = "quantization_report.json"
 
 
@@ -36,10 +38,12 @@ class QuantizeConfig:
     max_acc_drop: float = 1.0  # accuracy points on the validation split
     force: bool = False  # keep an int8 file even if it drops more than max_acc_drop
     latency_runs: int = 50
+    format: str = "qdq"  # static int8 ONNX layout: qdq or qoperator
+    openvino: bool = False  # NNCF int8 of the OpenVINO IR (needs "openvino" in formats)
 
     @property
     def enabled(self) -> bool:
-        return self.static or self.dynamic
+        return self.static or self.dynamic or self.openvino
 
 
 @dataclass
@@ -51,17 +55,31 @@ class ExportConfig:
     atol: float = 1e-4
     rtol: float = 1e-3
     quantize: QuantizeConfig = field(default_factory=QuantizeConfig)
+    openvino_precision: str = "f32"  # or bf16 (OpenVINO's CPU default where supported)
+    auto: dict = field(default_factory=dict)  # lightning_cls.export.auto.AutoConfig fields
 
     def __post_init__(self):
         if isinstance(self.quantize, dict):
             self.quantize = QuantizeConfig(**self.quantize)
+        self.auto = dict(self.auto or {})
         self.torchscript_modes = list(self.torchscript_modes)
         self.check_batch_sizes = [int(b) for b in self.check_batch_sizes]
         formats = list(FORMATS) if list(self.formats) == ["all"] else list(self.formats)
-        unknown = sorted(set(formats) - set(FORMATS))
+        unknown = sorted(set(formats) - set(FORMATS) - set(EXTRA_FORMATS))
         if unknown:
             raise ValueError(
-                f"Unknown export format(s) {unknown}; use {', '.join(FORMATS)} or 'all'."
+                f"Unknown export format(s) {unknown}; use {', '.join(FORMATS + EXTRA_FORMATS)} "
+                "or 'all'."
+            )
+        if "openvino" in formats and "onnx" not in formats:
+            raise ValueError(
+                f"OpenVINO converts the ONNX file, but 'onnx' is not in export.formats={formats}; "
+                "add it (export=openvino does)."
+            )
+        if self.quantize.openvino and "openvino" not in formats:
+            raise ValueError(
+                "export.quantize.openvino=true quantizes the OpenVINO IR, but 'openvino' is not "
+                f"in export.formats={formats}; add it (e.g. export=openvino)."
             )
         self.formats = formats
         if self.quantize.static and "onnx" not in formats:
@@ -73,6 +91,11 @@ class ExportConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.formats) or self.quantize.enabled
+
+    @property
+    def needs_data(self) -> bool:
+        """INT8 calibrates on the train split; INT8 and auto validate on the val split."""
+        return self.quantize.enabled or "auto" in self.formats
 
     @property
     def check_kwargs(self) -> dict:
@@ -113,6 +136,22 @@ def export_model(
         from lightning_cls.export.pt2 import export_pt2
 
         result.paths["pt2"] = export_pt2(net, meta, out / "model.pt2", **kw)
+    if "openvino" in config.formats:
+        from lightning_cls.export.openvino import export_openvino
+
+        result.paths["openvino"] = export_openvino(
+            result.paths["onnx"], out / "model.xml", meta, net, config.openvino_precision, **kw
+        )
+    if "auto" in config.formats:
+        from lightning_cls.export.auto import AutoConfig, export_auto
+
+        if datamodule is None:
+            raise ValueError(
+                "export=auto checks each runtime's accuracy on the validation split, so it "
+                "needs a DataModule; pass data=<name> (e.g. data=cifar10) on the command line."
+            )
+        auto = export_auto(net, meta, out / "auto", datamodule, AutoConfig(**config.auto), kw)
+        result.paths["auto"] = auto.path
     if config.quantize.enabled:
         _quantize(net, meta, out, config, datamodule, result)
     for name, path in result.paths.items():
@@ -143,6 +182,7 @@ def _quantize(net, meta, out: Path, config: ExportConfig, datamodule, result: Ex
             reader,
             qc.per_channel,
             qc.activation_type,
+            qc.format,
         )
         result.paths["onnx_int8"] = int8
         before, after = load_artifact(result.paths["onnx"]), load_artifact(int8)
@@ -163,6 +203,16 @@ def _quantize(net, meta, out: Path, config: ExportConfig, datamodule, result: Ex
         result.paths["torchscript_int8_dynamic"] = int8
         before, after = load_artifact(fp32), load_artifact(int8)
         result.reports.append(q.compare("torch_dynamic_int8", before, after, val, qc.latency_runs))
+    if qc.openvino:
+        from lightning_cls.export.openvino import quantize_openvino_int8
+
+        int8 = quantize_openvino_int8(
+            result.paths["openvino"], out / "model_int8.xml", train, meta,
+            qc.calibration_batches, qc.calibration_batch_size,
+        )  # fmt: skip
+        result.paths["openvino_int8"] = int8
+        before, after = load_artifact(result.paths["openvino"]), load_artifact(int8)
+        result.reports.append(q.compare("openvino_nncf_int8", before, after, val, qc.latency_runs))
     reports = [r.to_dict() for r in result.reports]
     (out / REPORT_FILE).write_text(json.dumps(reports, indent=2) + "\n")
     errors = []

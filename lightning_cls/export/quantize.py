@@ -36,6 +36,9 @@ from lightning_cls.export.meta import ModelMeta
 log = logging.getLogger(__name__)
 
 ACTIVATION_TYPES = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
+# QDQ keeps float ops between QuantizeLinear/DequantizeLinear pairs and lets ORT fuse them;
+# QOperator writes QLinearConv/QLinearMatMul directly (fewer nodes, the older format).
+QUANT_FORMATS = {"qdq": QuantFormat.QDQ, "qoperator": QuantFormat.QOperator}
 
 
 class SplitCalibrationReader(CalibrationDataReader):
@@ -81,8 +84,9 @@ def quantize_onnx_static(
     reader: CalibrationDataReader,
     per_channel: bool = True,
     activation_type: str = "uint8",
+    quant_format: str = "qdq",
 ) -> Path:
-    """Write a QDQ int8 copy of ``fp32_path`` calibrated on ``reader``; metadata is kept."""
+    """Write an int8 copy of ``fp32_path`` calibrated on ``reader``; metadata is kept."""
     import onnx
     from onnxruntime.quantization import quant_pre_process, quantize_static
 
@@ -93,6 +97,10 @@ def quantize_onnx_static(
             f"Unknown activation_type '{activation_type}'; "
             f"use one of {', '.join(ACTIVATION_TYPES)}."
         )
+    if quant_format not in QUANT_FORMATS:
+        raise ValueError(
+            f"Unknown quant_format '{quant_format}'; use one of {', '.join(QUANT_FORMATS)}."
+        )
     int8_path = Path(int8_path)
     with tempfile.TemporaryDirectory() as tmp:
         # Shape inference + graph fusion first, as ORT's quantization guide recommends.
@@ -102,7 +110,7 @@ def quantize_onnx_static(
             str(prepared),
             str(int8_path),
             reader,
-            quant_format=QuantFormat.QDQ,
+            quant_format=QUANT_FORMATS[quant_format],
             per_channel=per_channel,
             activation_type=ACTIVATION_TYPES[activation_type],
             weight_type=QuantType.QInt8,
@@ -110,7 +118,7 @@ def quantize_onnx_static(
         )
     model = onnx.load(str(int8_path))
     granularity = "per-channel" if per_channel else "per-tensor"
-    quantization = f"static int8 QDQ, {granularity} weights, {activation_type} activations"
+    quantization = f"static int8 {quant_format}, {granularity} weights, {activation_type} activations"
     write_metadata(model, read_metadata(fp32_path), quantization=quantization)
     onnx.save_model(model, str(int8_path), save_as_external_data=False)
     log.info("Wrote %s (%s)", int8_path, quantization)

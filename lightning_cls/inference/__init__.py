@@ -22,6 +22,11 @@ from lightning_cls.inference.runtimes import RUNTIMES, Runtime, register_runtime
 from lightning_cls.inference.spec import META_FILE, InputSpec
 from lightning_cls.inference.torch_models import load_torch_model
 
+# OpenVINO IR (export=openvino); the openvino package is imported only when a .xml is loaded.
+from lightning_cls.inference.openvino import OpenVINORuntime  # noqa: E402
+
+register_runtime(".xml", OpenVINORuntime)
+
 __all__ = [
     "IMAGE_SUFFIXES",
     "META_FILE",

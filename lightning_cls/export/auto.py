@@ -1,0 +1,220 @@
+"""``export=auto``: export every runtime available here, time them on this machine, and keep
+the fastest one that passes the accuracy gate.
+
+Candidates: TorchScript (traced, the PyTorch reference), ONNX Runtime fp32 and static INT8
+(QDQ and QOperator), and, when ``openvino``/``nncf`` are installed, OpenVINO f32, bf16 (on
+CPUs that support it) and NNCF INT8. Each candidate's validation accuracy is compared with
+eager PyTorch's; one that drops more than ``max_acc_drop`` points is not eligible. Speed is
+measured in interleaved rounds (order rotated each round), each a window of ``window_s``
+seconds at ``batch_size``; the score is the median img/s over rounds. The winner is copied to
+``model_auto<suffix>`` with every measurement in its metadata (ONNX ``metadata_props`` /
+OpenVINO ``rt_info`` key ``auto_selection``; TorchScript extra file ``auto_selection.json``)
+and in ``auto_selection.json`` beside it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lightning_cls.inference.spec import InputSpec
+
+log = logging.getLogger(__name__)
+
+SELECTION_KEY = "auto_selection"
+SELECTION_FILE = "auto_selection.json"
+
+
+@dataclass
+class AutoConfig:
+    """How ``export=auto`` measures (``conf/export/auto.yaml``)."""
+
+    batch_size: int = 64
+    rounds: int = 5
+    window_s: float = 1.0  # seconds timed per candidate per round
+    threads: int | None = None  # intra-op threads for every runtime (None: all cores)
+    max_acc_drop: float = 1.0  # accuracy points below eager PyTorch on the validation split
+    calibration_batches: int = 8
+    calibration_batch_size: int = 32
+
+    def __post_init__(self):
+        if self.batch_size < 1 or self.rounds < 1 or self.window_s <= 0:
+            raise ValueError(
+                "export.auto needs batch_size >= 1, rounds >= 1 and window_s > 0; got "
+                f"batch_size={self.batch_size}, rounds={self.rounds}, window_s={self.window_s}."
+            )
+
+
+@dataclass
+class AutoResult:
+    winner: str
+    path: Path
+    measurements: dict = field(default_factory=dict)  # candidate -> {val_acc, img_s, ...}
+
+
+def openvino_available() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("openvino", "nncf"))
+
+
+def export_candidates(net: nn.Module, spec: InputSpec, out: Path, train, cfg: AutoConfig,
+                      check_kwargs: dict) -> dict[str, Path]:  # fmt: skip
+    """Write every candidate artifact into ``out``; name -> path (ONNX is always first)."""
+    from lightning_cls.export.onnx import export_onnx
+    from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
+    from lightning_cls.export.torchscript import export_torchscript
+
+    def reader():
+        return SplitCalibrationReader(
+            train, spec, cfg.calibration_batches, cfg.calibration_batch_size
+        )
+
+    onnx = export_onnx(net, spec, out / "model.onnx", **check_kwargs)
+    paths = {
+        "torchscript": export_torchscript(
+            net, spec, out / "model_trace.torchscript", "trace", **check_kwargs
+        ),
+        "ort_fp32": onnx,
+        "ort_int8_qdq": quantize_onnx_static(onnx, out / "model_int8.onnx", reader()),
+        "ort_int8_qoperator": quantize_onnx_static(
+            onnx, out / "model_int8_qop.onnx", reader(), quant_format="qoperator"
+        ),
+    }
+    if not openvino_available():
+        log.info("openvino/nncf not installed: OpenVINO candidates skipped (extra 'openvino').")
+        return paths
+    from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
+
+    paths["ov_f32"] = export_openvino(onnx, out / "model.xml", spec, net, **check_kwargs)
+    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
+        paths["ov_bf16"] = export_openvino(onnx, out / "model_bf16.xml", spec, precision="bf16")
+    paths["ov_int8"] = quantize_openvino_int8(
+        paths["ov_f32"], out / "model_int8.xml", train, spec,
+        cfg.calibration_batches, cfg.calibration_batch_size,
+    )  # fmt: skip
+    return paths
+
+
+def _load(path: Path, threads: int | None) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The inference runtime for ``path`` (the one ``predict`` and the server would use)."""
+    from lightning_cls.inference.runtimes import runtime_for
+
+    return runtime_for(path)(path, threads=threads)
+
+
+def measure(fns: dict[str, Callable], spec: InputSpec, val, cfg: AutoConfig) -> dict:
+    """Validation accuracy and interleaved img/s rounds for each candidate."""
+    results: dict[str, dict] = {}
+    for name, fn in fns.items():
+        with torch.inference_mode():
+            preds = torch.cat(
+                [fn(spec.preprocess(val.images[i : i + 256])).argmax(1)
+                 for i in range(0, len(val), 256)]
+            )  # fmt: skip
+        results[name] = {"val_acc": (preds == val.labels).float().mean().item(), "img_s": []}
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (cfg.batch_size, *spec.input_shape), generator=g)
+    x = spec.preprocess(images.to(torch.uint8))
+    order = list(fns)
+    for r in range(cfg.rounds):
+        for name in order[r % len(order) :] + order[: r % len(order)]:
+            results[name]["img_s"].append(_throughput(fns[name], x, cfg.window_s))
+    for entry in results.values():
+        entry["img_s_median"] = statistics.median(entry["img_s"])
+    return results
+
+
+def _throughput(fn, x: torch.Tensor, seconds: float) -> float:
+    with torch.inference_mode():
+        fn(x)  # warm-up: first-call allocations and lazy compilation
+        calls, start = 0, time.perf_counter()
+        while calls < 3 or time.perf_counter() - start < seconds:
+            fn(x)
+            calls += 1
+    return calls * len(x) / (time.perf_counter() - start)
+
+
+def select(results: dict, eager_acc: float, max_acc_drop: float) -> str:
+    """The fastest candidate whose accuracy drop (points below eager) is within the gate."""
+    for entry in results.values():
+        entry["acc_drop_points"] = 100.0 * (eager_acc - entry["val_acc"])
+        entry["eligible"] = entry["acc_drop_points"] <= max_acc_drop
+    eligible = [n for n, e in results.items() if e["eligible"]]
+    if not eligible:
+        accs = ", ".join(f"{n} {100 * e['val_acc']:.2f}%" for n, e in results.items())
+        raise ValueError(
+            f"No exported runtime kept accuracy within {max_acc_drop:g} points of eager PyTorch "
+            f"({100 * eager_acc:.2f}%): {accs}. Raise export.auto.max_acc_drop or check the "
+            "calibration data."
+        )
+    return max(eligible, key=lambda n: results[n]["img_s_median"])
+
+
+def export_auto(net: nn.Module, spec: InputSpec, out_dir: str | Path, datamodule,
+                cfg: AutoConfig, check_kwargs: dict | None = None) -> AutoResult:  # fmt: skip
+    """Export every candidate into ``out_dir``, measure them, and keep the winner."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    datamodule.setup("fit")
+    train, val = datamodule.splits["train"], datamodule.splits["val"]
+    threads = cfg.threads or torch.get_num_threads()
+    net = net.eval()
+    with torch.inference_mode():
+        eager = net(spec.preprocess(val.images)).argmax(1)
+    eager_acc = (eager == val.labels).float().mean().item()
+    paths = export_candidates(net, spec, out, train, cfg, check_kwargs or {})
+    fns = {name: _load(path, threads) for name, path in paths.items()}
+    results = measure(fns, spec, val, cfg)
+    winner = select(results, eager_acc, cfg.max_acc_drop)
+    selection = {
+        "winner": winner,
+        "file": paths[winner].name,
+        "metric": f"median img/s at batch {cfg.batch_size} over {cfg.rounds} interleaved "
+        f"rounds of {cfg.window_s:g} s, {threads} intra-op threads",
+        "eager_val_acc": eager_acc,
+        "max_acc_drop": cfg.max_acc_drop,
+        "candidates": results,
+    }
+    path = write_winner(paths[winner], selection)
+    (out / SELECTION_FILE).write_text(json.dumps(selection, indent=2) + "\n")
+    log.info("export=auto: %s wins (%.0f img/s) -> %s", winner,
+             results[winner]["img_s_median"], path)  # fmt: skip
+    return AutoResult(winner, path, results)
+
+
+def write_winner(src: Path, selection: dict) -> Path:
+    """Copy ``src`` to ``model_auto<suffix>`` with ``selection`` in the file's own metadata."""
+    dst = src.with_name(f"model_auto{src.suffix}")
+    text = json.dumps(selection)
+    if src.suffix == ".onnx":
+        import onnx
+
+        model = onnx.load(str(src))
+        entry = model.metadata_props.add()
+        entry.key, entry.value = SELECTION_KEY, text
+        onnx.save_model(model, str(dst), save_as_external_data=False)
+    elif src.suffix == ".xml":
+        import openvino as ov
+
+        from lightning_cls.export.openvino import _save
+
+        model = ov.Core().read_model(str(src))
+        model.set_rt_info(text, ["lightning_cls", SELECTION_KEY])
+        _save(model, dst)
+    else:  # TorchScript: add an extra file next to meta.json
+        from lightning_cls.inference.spec import META_FILE
+
+        extra = {META_FILE: ""}
+        module = torch.jit.load(str(src), _extra_files=extra)
+        extra[SELECTION_FILE] = text
+        torch.jit.save(module, str(dst), _extra_files=extra)
+    return dst

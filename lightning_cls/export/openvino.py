@@ -1,0 +1,150 @@
+"""OpenVINO export: ``model.xml`` + ``model.bin`` converted from the ONNX file, and INT8
+through NNCF post-training quantization (calibrated on the train split).
+
+``export=openvino`` runs ``openvino.convert_model`` on the verified ONNX export (the path the
+OpenVINO docs recommend for PyTorch models that already export to ONNX), stores the input spec
+in the model's ``rt_info`` and checks the reloaded IR against eager PyTorch in f32.
+``lightning_cls.inference.openvino.OpenVINORuntime`` runs the result (``predict``, the server).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lightning_cls.data.base import Split
+from lightning_cls.export.meta import check_outputs_close, example_batch
+from lightning_cls.inference.openvino import (
+    PRECISIONS,
+    RT_SECTION,
+    compile_model,
+    read_rt_props,
+    spec_props,
+)
+from lightning_cls.inference.spec import InputSpec
+
+log = logging.getLogger(__name__)
+
+PRESETS = ("performance", "mixed")
+
+
+def _save(model, xml_path: Path) -> Path:
+    """Write ``.xml`` + ``.bin`` under temp names, then move both into place (.bin first)."""
+    import openvino as ov
+
+    xml_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=xml_path.parent) as tmp:
+        tmp_xml = Path(tmp) / xml_path.name
+        ov.save_model(model, str(tmp_xml), compress_to_fp16=False)
+        shutil.move(str(tmp_xml.with_suffix(".bin")), str(xml_path.with_suffix(".bin")))
+        shutil.move(str(tmp_xml), str(xml_path))
+    return xml_path
+
+
+def _set_props(model, props: dict[str, str]) -> None:
+    for key, value in props.items():
+        model.set_rt_info(value, [RT_SECTION, key])
+
+
+def export_openvino(
+    onnx_path: str | Path,
+    xml_path: str | Path,
+    spec: InputSpec,
+    net: nn.Module | None = None,
+    precision: str = "f32",
+    check_batch_sizes: Sequence[int] = (1, 7),
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+) -> Path:
+    """Convert ``onnx_path`` to OpenVINO IR at ``xml_path``; verify it against eager ``net``.
+
+    ``precision`` is recorded for the runtime (``f32``, or ``bf16``: OpenVINO's CPU default
+    where the CPU supports it); the parity check always runs in f32, where it must be exact.
+    """
+    import openvino as ov
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"Unknown OpenVINO precision '{precision}'; use one of {PRECISIONS}.")
+    onnx_path, xml_path = Path(onnx_path), Path(xml_path)
+    if not onnx_path.is_file():
+        raise FileNotFoundError(
+            f"OpenVINO converts the ONNX export, and {onnx_path} does not exist; export ONNX first."
+        )
+    model = ov.convert_model(str(onnx_path))
+    _set_props(model, dict(spec_props(spec, precision)))
+    if net is not None and check_batch_sizes:
+        check_openvino_parity(model, net, spec, check_batch_sizes, atol, rtol, xml_path.name)
+    _save(model, xml_path)
+    log.info("Exported OpenVINO IR (%s) to %s", precision, xml_path)
+    return xml_path
+
+
+def check_openvino_parity(model, net, spec, batch_sizes, atol, rtol, name) -> None:
+    """Run ``model`` (an ``ov.Model``) in f32 at each batch size against eager ``net``."""
+    compiled = compile_model(model, precision="f32")
+    was_training = net.training
+    net.eval()
+    try:
+        for seed, batch_size in enumerate(batch_sizes):
+            x = example_batch(spec, batch_size, seed=seed)
+            with torch.no_grad():
+                expected = net(x)
+            actual = torch.from_numpy(compiled(x.numpy())[compiled.output(0)].copy())
+            check_outputs_close(
+                expected, actual, atol, rtol, f"OpenVINO {name} at batch {batch_size}"
+            )
+    finally:
+        net.train(was_training)
+
+
+def quantize_openvino_int8(
+    xml_path: str | Path,
+    int8_path: str | Path,
+    calibration: Split,
+    spec: InputSpec,
+    num_batches: int = 8,
+    batch_size: int = 32,
+    preset: str = "performance",
+    seed: int = 0,
+) -> Path:
+    """NNCF post-training INT8 of an OpenVINO IR, calibrated on seeded batches of a uint8 split.
+
+    ``preset="performance"`` quantizes activations symmetrically (fastest on CPU);
+    ``"mixed"`` makes them asymmetric (closer to the fp32 model when activations are skewed).
+    """
+    import nncf
+    import openvino as ov
+
+    if preset not in PRESETS:
+        raise ValueError(f"Unknown NNCF preset '{preset}'; use one of {PRESETS}.")
+    if num_batches < 1 or batch_size < 1:
+        raise ValueError(
+            f"num_batches and batch_size must be >= 1, got {num_batches}, {batch_size}."
+        )
+    n = min(len(calibration), num_batches * batch_size)
+    if n == 0:
+        raise ValueError("The calibration split is empty; calibrate on the train split.")
+    order = torch.randperm(len(calibration), generator=torch.Generator().manual_seed(seed))[:n]
+    batches = [
+        spec.preprocess(calibration.images[order[i : i + batch_size]]).numpy()  # (B, C, H, W)
+        for i in range(0, n, batch_size)
+    ]
+    model = ov.Core().read_model(str(xml_path))
+    props = read_rt_props(model)
+    quantized = nncf.quantize(
+        model,
+        nncf.Dataset(batches),
+        preset=getattr(nncf.QuantizationPreset, preset.upper()),
+        subset_size=len(batches),  # counted in dataset items (batches), not images
+    )
+    props["quantization"] = f"NNCF post-training int8, preset={preset}, {n} calibration images"
+    _set_props(quantized, props)
+    _save(quantized, Path(int8_path))
+    log.info("Wrote %s (%s)", int8_path, props["quantization"])
+    return Path(int8_path)

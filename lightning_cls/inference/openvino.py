@@ -1,0 +1,80 @@
+"""OpenVINO runtime for ``.xml`` (+ ``.bin``) models written by ``export=openvino``.
+
+The input spec travels in the model's ``rt_info`` under ``lightning_cls/<key>`` (one JSON
+value per key, as in ONNX ``metadata_props``), next to ``lightning_cls/inference_precision``:
+the precision the exporter chose and validated (``f32``, or ``bf16`` on CPUs with bf16
+support). OpenVINO's own default on such CPUs is bf16, so the runtime always sets the hint
+explicitly: a file runs at the precision its accuracy was checked at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lightning_cls.inference.runtimes import Runtime
+from lightning_cls.inference.spec import InputSpec, merge_spec, props_to_dict
+
+RT_SECTION = "lightning_cls"
+PRECISION_KEY = "inference_precision"
+PRECISIONS = ("f32", "bf16")
+
+
+def read_rt_props(model) -> dict[str, str]:
+    """The ``lightning_cls`` section of an ``ov.Model``'s rt_info as a string map."""
+    if not model.has_rt_info([RT_SECTION]):
+        return {}
+    section = model.get_rt_info([RT_SECTION]).astype(dict)
+    return {key: value.astype(str) for key, value in section.items()}
+
+
+def compile_model(model, threads: int | None = None, precision: str = "f32"):
+    """An OpenVINO CPU ``CompiledModel`` with the latency hint (one stream) at ``precision``."""
+    import openvino as ov
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"Unknown OpenVINO precision '{precision}'; use one of {PRECISIONS}.")
+    config: dict[str, Any] = {
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": precision,
+    }
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = int(threads)
+    return ov.Core().compile_model(model, "CPU", config)
+
+
+class OpenVINORuntime(Runtime):
+    """An OpenVINO IR model (``model.xml`` with ``model.bin`` beside it) on the CPU plugin."""
+
+    kind = "openvino"
+
+    def __init__(self, path, *, spec=None, threads=None, device="cpu", model_name=None,
+                 model_kwargs=None):  # fmt: skip
+        import openvino as ov
+
+        path = Path(path)
+        if not path.with_suffix(".bin").is_file():
+            raise FileNotFoundError(
+                f"{path.name} needs its weights file {path.with_suffix('.bin').name} beside it; "
+                "copy both files of the OpenVINO export."
+            )
+        self.device = torch.device("cpu")
+        model = ov.Core().read_model(str(path))
+        props = read_rt_props(model)
+        self.precision = props.pop(PRECISION_KEY, "f32")
+        stored = props_to_dict(props) or None
+        self.spec = merge_spec(stored, spec, f"{path.name} (no lightning_cls rt_info)")
+        self.compiled = compile_model(model, threads, self.precision)
+        self.request = self.compiled.create_infer_request()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        result = self.request.infer({0: x.detach().cpu().contiguous().numpy()})
+        return torch.from_numpy(result[self.compiled.output(0)].copy())
+
+
+def spec_props(spec: InputSpec, precision: str) -> Mapping[str, str]:
+    """What the exporter writes into rt_info: the spec's props and the validated precision."""
+    return {**spec.to_props(), PRECISION_KEY: precision}
