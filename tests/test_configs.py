@@ -74,20 +74,22 @@ def test_data_options_are_the_registered_datasets(option, tmp_path):
 
 
 def test_common_values_cover_the_common_schema():
-    assert set(COMMON_VALUES) == set(OmegaConf.load(CONF / "data" / "_common.yaml"))
+    schema = set(OmegaConf.load(CONF / "data" / "_common.yaml"))
+    assert set(COMMON_VALUES) | {"mean", "std"} == schema
 
 
 @pytest.mark.parametrize("option", DATASETS + ["custom"])
 def test_every_data_config_accepts_every_common_key(option, tmp_path, tiny_dataset):
-    overrides = [f"data.{key}={str(value).lower()}" for key, value in COMMON_VALUES.items()]
+    base = [f"data={option}", *required_data_keys(option, tmp_path)]
     if option == "custom":
-        overrides += [f"data.name={tiny_dataset}", "data.num_channels=1", "data.image_size=8"]
-    cfg = compose(
-        overrides=[f"data={option}", *required_data_keys(option, tmp_path), *overrides],
-        tmp=tmp_path,
-    )
-    dm = instantiate(cfg.data)
-    assert {key: getattr(dm, key) for key in COMMON_VALUES} == COMMON_VALUES
+        base += [f"data.name={tiny_dataset}", "data.num_channels=1", "data.image_size=8"]
+    channels = compose(overrides=base, tmp=tmp_path).data.num_channels
+    values = {**COMMON_VALUES, "mean": (0.25,) * channels, "std": (0.5,) * channels}
+    overrides = [
+        f"data.{k}={str(list(v) if isinstance(v, tuple) else v).lower()}" for k, v in values.items()
+    ]
+    dm = instantiate(compose(overrides=base + overrides, tmp=tmp_path).data)
+    assert {key: getattr(dm, key) for key in values} == values
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lightning_cls.data.base import ImageDataModule, Split, as_split
+from lightning_cls.data.base import ImageDataModule, Split, as_split, check_channels
 from lightning_cls.data.registry import register_dataset
 
 # Per-channel statistics of the training split (python -m lightning_cls.stats data=digits).
@@ -21,10 +21,12 @@ class DigitsDataModule(ImageDataModule):
     num_channels = 1
     image_size = 8
 
-    def __init__(self, test_size: float = 0.2, mean=DIGITS_MEAN, std=DIGITS_STD, **kwargs):
+    def __init__(self, test_size: float = 0.2, mean=None, std=None, **kwargs):
+        """``mean``/``std``: per-channel normalization, ``None`` for the statistics above."""
         super().__init__(**kwargs)
         self.test_size = test_size
-        self.mean, self.std = tuple(mean), tuple(std)
+        self.mean = check_channels(DIGITS_MEAN if mean is None else mean, 1, "data.mean")
+        self.std = check_channels(DIGITS_STD if std is None else std, 1, "data.std")
 
     def load_splits(self) -> dict[str, Split]:
         from sklearn.datasets import load_digits

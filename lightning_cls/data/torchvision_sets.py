@@ -8,19 +8,34 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lightning_cls.data.base import ImageDataModule, Split, as_split
+from lightning_cls.data.base import ImageDataModule, Split, as_split, check_channels
 from lightning_cls.data.registry import register_dataset
 
 
 class TorchvisionDataModule(ImageDataModule):
     dataset_name: str  # class name in torchvision.datasets
     hint: str
+    # Per-channel statistics of the training split, used unless mean/std are given.
+    default_mean: tuple[float, ...]
+    default_std: tuple[float, ...]
 
     def __init__(
-        self, data_dir: str = "data", download: bool = True, val_size: int = 5000, **kwargs
+        self,
+        data_dir: str = "data",
+        download: bool = True,
+        val_size: int = 5000,
+        mean=None,
+        std=None,
+        **kwargs,
     ):
         super().__init__(val_size=val_size, **kwargs)
         self.data_dir, self.download = str(data_dir), download
+        mean, std = (
+            self.default_mean if mean is None else mean,
+            self.default_std if std is None else std,
+        )
+        self.mean = check_channels(mean, self.num_channels, "data.mean")
+        self.std = check_channels(std, self.num_channels, "data.std")
 
     def prepare_data(self) -> None:
         for train in (True, False):
@@ -58,10 +73,6 @@ def _as_numpy(x):
     return x.numpy() if hasattr(x, "numpy") else x
 
 
-CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR_STD = (0.2470, 0.2435, 0.2616)
-
-
 @register_dataset("cifar10")
 class CIFAR10DataModule(TorchvisionDataModule):
     dataset_name = "CIFAR10"
@@ -79,21 +90,17 @@ class CIFAR10DataModule(TorchvisionDataModule):
         "truck",
     ]
     num_channels, image_size = 3, 32
+    default_mean, default_std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
-    def __init__(
-        self, crop_padding: int = 4, hflip: bool = True, mean=CIFAR_MEAN, std=CIFAR_STD, **kw
-    ):
+    def __init__(self, crop_padding: int = 4, hflip: bool = True, **kw):
         super().__init__(crop_padding=crop_padding, hflip=hflip, **kw)
-        self.mean, self.std = tuple(mean), tuple(std)
 
 
 @register_dataset("cifar100")
 class CIFAR100DataModule(CIFAR10DataModule):
     dataset_name = "CIFAR100"
     hint = "Expected data_dir/cifar-100-python/."
-
-    def __init__(self, mean=(0.5071, 0.4865, 0.4409), std=(0.2673, 0.2564, 0.2762), **kw):
-        super().__init__(mean=mean, std=std, **kw)
+    default_mean, default_std = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 
     def load_splits(self) -> dict[str, Split]:
         self.classes = list(self._dataset(True).classes)
@@ -106,10 +113,7 @@ class MNISTDataModule(TorchvisionDataModule):
     hint = "Expected data_dir/MNIST/raw/ with the four idx files."
     classes = [str(d) for d in range(10)]
     num_channels, image_size = 1, 28
-
-    def __init__(self, mean=(0.1307,), std=(0.3081,), **kw):
-        super().__init__(**kw)
-        self.mean, self.std = tuple(mean), tuple(std)
+    default_mean, default_std = (0.1307,), (0.3081,)
 
 
 @register_dataset("fashion_mnist")
@@ -128,6 +132,4 @@ class FashionMNISTDataModule(MNISTDataModule):
         "Bag",
         "Ankle boot",
     ]
-
-    def __init__(self, mean=(0.2860,), std=(0.3530,), **kw):
-        super().__init__(mean=mean, std=std, **kw)
+    default_mean, default_std = (0.2860,), (0.3530,)
