@@ -1,0 +1,51 @@
+"""Hydra launchers as config: joblib (parallel local jobs) and submitit_local, 2 jobs each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("hydra_plugins.hydra_joblib_launcher")  # the `sweep` extra
+
+FAST = ["trainer.max_epochs=1", "trainer.enable_progress_bar=false", "~callbacks.progress_bar",
+        "~callbacks.model_summary", "~callbacks.plots", "~callbacks.model_weights"]  # fmt: skip
+
+
+def _multirun(tmp_path: Path, *overrides: str, env: dict | None = None) -> list[dict]:
+    cmd = [sys.executable, "-m", "lightning_cls.train", "-m", "optimizer.lr=1e-3,3e-3", *FAST,
+           f"paths.root_dir={tmp_path}", f"hydra.sweep.dir={tmp_path}/sweep", *overrides]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                          env=env or dict(os.environ))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads((tmp_path / "sweep" / str(j) / "results.json").read_text()) for j in (0, 1)]
+
+
+def _assert_isolated(jobs: list[dict], tmp_path: Path) -> None:
+    assert [("optimizer.lr=0.001" in j["overrides"], "optimizer.lr=0.003" in j["overrides"]) for j in jobs] == [
+        (True, False), (False, True)]  # fmt: skip
+    assert all(j["test"]["test/acc"] > 0.3 for j in jobs)  # chance is 0.1
+    # Each job's checkpoints live in its own job folder.
+    for num, job in enumerate(jobs):
+        assert Path(job["best_ckpt"]).parent == tmp_path / "sweep" / str(num) / "checkpoints" / "digits_simplecnn"
+
+
+@pytest.mark.slow
+def test_joblib_runs_two_jobs_in_parallel_with_the_cores_split(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # let joblib decide
+    jobs = _multirun(tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", env=env)
+    _assert_isolated(jobs, tmp_path)
+    # loky gives each of the 2 worker processes cores // 2 threads: no oversubscription.
+    assert [j["torch_threads"] for j in jobs] == [max(1, os.cpu_count() // 2)] * 2
+
+
+@pytest.mark.slow
+def test_submitit_local_runs_two_jobs(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    jobs = _multirun(tmp_path, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10")
+    _assert_isolated(jobs, tmp_path)
+    assert list((tmp_path / "sweep" / ".submitit").glob("*/*_log.out"))  # submitit ran them
