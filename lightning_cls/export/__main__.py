@@ -17,6 +17,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from lightning_cls import config_dir
+from lightning_cls.cli import run_cli
 from lightning_cls.export.artifacts import load_torch_model
 from lightning_cls.export.exporter import (
     AccuracyDropError,
@@ -58,4 +59,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)
