@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from lightning_cls.cli import run_cli
+
 log = logging.getLogger(__name__)
 _HIDDEN = ("optuna.",)  # overrides every trial job gets; not parameters of the search
 _METRICS = ("val/acc", "val/loss", "test/acc", "test/loss")
@@ -148,4 +150,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -33,6 +33,7 @@ from lightning_cls import config_dir
 from lightning_cls.callbacks.best_metric import BestMetric
 from lightning_cls.callbacks.optuna_pruning import OptunaPruning
 from lightning_cls.checkpointing import LAST, check_compatible, resolve_ckpt_path
+from lightning_cls.cli import run_cli
 from lightning_cls.export.callback import ExportCallback
 from lightning_cls.module import ClassificationModule
 from lightning_cls.report import print_config, to_floats
@@ -190,4 +191,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)
