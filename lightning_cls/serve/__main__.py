@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
+from lightning_cls.cli import run_cli
 from lightning_cls.serve.server import ServeConfig, serve
 
 
@@ -36,4 +37,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)
