@@ -185,8 +185,9 @@ class BatchAugment:
     lower-precision input. ``image_size``: the size handed to the network when the stored
     images are larger (photos cached at a decode size): training takes a random resized crop
     (``random_resized_crop=True``, scale/ratio as torchvision's defaults) or the centre crop,
-    evaluation the centre crop (torchvision's Resize + CenterCrop preset). ``seed`` gives the augmentation its own generator, so its draws do
-    not depend on (or disturb) the global RNG; its state travels in ``state_dict``.
+    evaluation the centre crop (torchvision's Resize + CenterCrop preset). Random draws come
+    from the ``generator`` passed to each call (the loaders seed one per batch), else from the
+    global RNG.
     """
 
     def __init__(
@@ -197,7 +198,6 @@ class BatchAugment:
         hflip: bool = False,
         channels_last: bool = False,
         dtype: torch.dtype | str = torch.float32,
-        seed: int | None = None,
         flip_p: float = 0.5,
         image_size: int | None = None,
         random_resized_crop: bool = False,
@@ -221,14 +221,12 @@ class BatchAugment:
         self.mean, self.std = tuple(mean), tuple(std)
         self.crop_padding, self.hflip, self.flip_p = crop_padding, hflip, flip_p
         self.channels_last, self.dtype = channels_last, dtype
-        self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
         self.image_size, self.random_resized_crop = image_size, random_resized_crop
         self.rrc_scale, self.rrc_ratio = tuple(rrc_scale), tuple(rrc_ratio)
 
     def __call__(
         self, images: torch.Tensor, train: bool, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        generator = generator if generator is not None else self.generator
         b, _, h, w = images.shape  # (B, C, H, W) uint8
         size = self.image_size or min(h, w)
         if train and self.random_resized_crop:
@@ -244,12 +242,3 @@ class BatchAugment:
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return x
-
-    def state_dict(self) -> dict:
-        return {"generator": self.generator.get_state() if self.generator is not None else None}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state.get("generator") is not None:
-            if self.generator is None:
-                self.generator = torch.Generator()
-            self.generator.set_state(state["generator"])
