@@ -39,6 +39,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--ckpt-simplecnn", type=Path, help="trained SimpleCNN .ckpt (else train one)")
     p.add_argument("--ckpt-resnet18", type=Path, help="trained ResNet-18 .ckpt (else train one)")
     p.add_argument("--models", nargs="+", default=["simplecnn", "resnet18"])
+    p.add_argument("--runtimes", nargs="+", help="only these runtimes (default: all)")
+    p.add_argument("--acc-images", type=int, help="val images for accuracy (default: all)")
     p.add_argument(
         "--data", type=Path, default=REPO.parent / "shared/data/cifar10-train-jpg.tar.gz"
     )
@@ -92,8 +94,12 @@ def percentile(values: list[float], q: float) -> float:
 
 def benchmark_model(name: str, data, args) -> dict:
     net, meta, ckpt = prepare_model(name, data, args)
-    fns = runtimes(net, meta, data, args.out_dir / name, args.threads, args.calibration_batches)
+    fns = runtimes(
+        net, meta, data, args.out_dir / name, args.threads, args.calibration_batches, args.runtimes
+    )
     val = data.splits["val"]
+    if args.acc_images:
+        val = val.subset(torch.arange(min(args.acc_images, len(val))))
     res: dict[str, dict] = {rt: {} for rt in fns}
     for rt, fn in fns.items():
         preds = torch.cat(

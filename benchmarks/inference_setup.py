@@ -158,9 +158,10 @@ EXPORTED = {
 
 
 def runtimes(
-    net, meta: ModelMeta, data, out: Path, threads: int, calibration_batches: int
+    net, meta: ModelMeta, data, out: Path, threads: int, calibration_batches: int, only=None
 ) -> dict[str, Callable]:
-    """name -> fn(normalized float (B, C, H, W)) -> logits, for every runtime that builds here."""
+    """name -> fn(normalized float (B, C, H, W)) -> logits, for every runtime that builds here
+    (or only those named in ``only``; an int8 runtime builds its fp32 file first)."""
     out.mkdir(parents=True, exist_ok=True)
     net = net.eval()
     onnx = out / "model.onnx"
@@ -169,6 +170,12 @@ def runtimes(
 
     def reader():
         return SplitCalibrationReader(train, meta, calibration_batches, 32)
+
+    def fp32_files():  # the files the int8 and bf16 runtimes start from
+        if not onnx.is_file():
+            export_onnx(net, meta, onnx)
+        if not xml.is_file() and (only is None or any(n.startswith("ov_") for n in only)):
+            export_openvino(onnx, xml, meta, net)
 
     builders = {
         "eager": lambda: net,
@@ -195,9 +202,16 @@ def runtimes(
             "f32",
         ),
     }
+    unknown = sorted(set(only or ()) - set(builders))
+    if unknown:
+        raise ValueError(f"Unknown runtime(s) {unknown}; choose from {', '.join(builders)}.")
     fns = {}
     for name, build in builders.items():
+        if only and name not in only:
+            continue
         try:
+            if "int8" in name or name == "ov_bf16":
+                fp32_files()
             fns[name] = _no_grad(build())
         except Exception as err:  # report and go on: one broken runtime must not hide the rest
             log.error("runtime %s unavailable here: %s: %s", name, type(err).__name__, err)

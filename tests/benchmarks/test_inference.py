@@ -1,0 +1,33 @@
+"""benchmarks/inference.py --quick: speed-ups quoted against the best PyTorch runtime, paired."""
+
+import pytest
+
+
+@pytest.mark.slow
+def test_quick_mode_reports_paired_speedups_against_best_pytorch(run_quick, tmp_path):
+    out = run_quick(
+        "inference.py",
+        "--models", "simplecnn",
+        "--runtimes", "eager", "eager_channels_last", "ort_fp32", "ort_int8_qdq",
+        "--threads", "1",
+        "--out-dir", str(tmp_path),
+    )  # fmt: skip
+    assert out["setup"]["quick"] is True and out["setup"]["rounds"] == 2
+    result = out["models"]["simplecnn"]
+    runtimes = result["runtimes"]
+    assert set(runtimes) == {"eager", "eager_channels_last", "ort_fp32", "ort_int8_qdq"}
+    for r in runtimes.values():
+        assert len(r["img_s_b64"]) == 2 and min(r["img_s_b64"]) > 0
+        assert len(r["p50_ms_b1"]) == 2 and min(r["p50_ms_b1"]) > 0
+        assert 0.0 <= r["val_acc"] <= 1.0
+    # The baseline is the faster PyTorch runtime, by median; the ratio is paired per round.
+    med = {k: sorted(v["img_s_b64"])[0] + sorted(v["img_s_b64"])[1] for k, v in runtimes.items()}
+    assert result["best_pytorch_b64"] == max(("eager", "eager_channels_last"), key=med.get)
+    assert result["best_exported_b64"] in ("ort_fp32", "ort_int8_qdq")
+    ratio = result["exported_over_pytorch_b64"]
+    best, base = result["best_exported_b64"], result["best_pytorch_b64"]
+    expected = [e / b for e, b in zip(runtimes[best]["img_s_b64"], runtimes[base]["img_s_b64"])]
+    assert ratio["per_round"] == pytest.approx(expected, rel=1e-3)
+    assert ratio["min"] <= ratio["median"] <= ratio["max"]
+    int8 = result["int8"]["ort_int8_qdq"]
+    assert int8["over"] == "ort_fp32" and set(int8) >= {"b64", "b1", "acc_drop_points"}
