@@ -26,6 +26,7 @@ ENTRY_POINTS = {
     "cli.py",
     "export/__main__.py",
     "serve/__main__.py",
+    "data/optimize.py",  # python -m lightning_cls.data.optimize: writes litdata chunks
 }
 
 # Layer of each top-level module or sub-package, lowest first; the table in docs/architecture.md.
@@ -142,3 +143,13 @@ def test_the_checker_sees_lazy_and_package_imports(tmp_path):
         "def f():\n    import hydra.utils\n    from omegaconf import OmegaConf\n"
     )
     assert imported_modules(source) >= {"lightning_cls.data", "hydra.utils", "omegaconf"}
+
+
+def test_every_entry_point_ends_through_run_cli():
+    """A user error of any command-line tool ends in one line and exit code 1 (cli.py)."""
+    missing = []
+    for rel in sorted(ENTRY_POINTS - {"cli.py"}):
+        path = PACKAGE / rel
+        if path.is_file() and "run_cli(main)" not in path.read_text():
+            missing.append(rel)
+    assert not missing, f"end these with `if __name__ == '__main__': run_cli(main)`: {missing}"
