@@ -10,10 +10,10 @@ non-blank line before its opening fence is a marker comment (invisible on the si
 ``run`` blocks of one page are executed in order, in one temporary folder, by
 ``run_page.py``: Python blocks share one namespace (like cells of a notebook), shell blocks
 run with ``bash -euo pipefail``. ``overrides`` are appended to every
-``python -m lightning_cls.train`` command of the block (keys the command already sets are left
-alone), so a page can show the real command while the test trains for one short epoch.
-``expect`` is a regular expression that the block's output must contain. ``skip`` blocks
-become skipped tests that show their reason.
+``-m lightning_cls.train`` command of the block (``python -m`` or ``torchrun ... -m``; keys
+the command already sets are left alone), so a page can show the real command while the test
+trains for one short epoch. ``expect`` is a regular expression that the block's output must
+contain. ``skip`` blocks become skipped tests that show their reason.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ LANGUAGES = {"python": "python", "py": "python", "bash": "shell", "sh": "shell",
 RUN_KEYS = {"overrides", "expect", "timeout"}
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
 _MARKER = re.compile(r"^\s*<!--\s*test:\s*(?P<body>.*?)\s*-->\s*$")
-_TRAIN = re.compile(r"\bpython3?\s+-m\s+lightning_cls\.train\b")
+_TRAIN = re.compile(r"\s-m\s+lightning_cls\.train\b")  # python -m, torchrun ... -m
 
 
 @dataclass
@@ -130,7 +130,8 @@ def _dangling(pending: tuple[int, str] | None, path: str) -> None:
 
 
 def with_overrides(script: str, overrides: str) -> str:
-    """Append Hydra ``overrides`` to each ``python -m lightning_cls.train`` command of a script.
+    """Append Hydra ``overrides`` to each ``-m lightning_cls.train`` command of a script
+    (``python -m`` or a launcher such as ``torchrun ... -m``).
 
     Backslash-continued lines count as one command; the overrides go before a trailing
     ``# comment``; a key the command already sets (``trainer.max_epochs=3``) keeps its value.

@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -62,6 +63,12 @@ def run_shell(block: dict) -> tuple[bool, str]:
     return proc.returncode == 0, proc.stdout
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (user + system)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def main(spec_path: str) -> int:
     with open(spec_path) as f:
         blocks = json.load(f)
@@ -70,7 +77,7 @@ def main(spec_path: str) -> int:
         print(f"===== {block['path']}:{block['line']} ({block['kind']})", flush=True)
         print(block["code"], flush=True)
         print("----- output", flush=True)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _cpu_seconds()
         if block["kind"] == "python":
             ok, output = run_python(block, namespace)
         else:
@@ -78,7 +85,8 @@ def main(spec_path: str) -> int:
         if ok and block.get("expect") and not re.search(block["expect"], output):
             print(f"output does not match expect={block['expect']!r}")
             ok = False
-        print(f"----- {time.perf_counter() - started:.1f} s", flush=True)
+        wall = time.perf_counter() - started
+        print(f"----- {wall:.1f} s wall, {_cpu_seconds() - cpu:.1f} s CPU", flush=True)
         if not ok:
             print(f"FAILED: block at {block['path']}:{block['line']}", flush=True)
             return 1
