@@ -42,7 +42,7 @@ def test_two_process_test_metrics_equal_one_process(checkpoint, tmp_path):
 def test_torchrun_ranks_share_one_run_directory(tmp_path):
     cmd = ["torchrun", "--standalone", "--nproc_per_node=2", "-m", "lightning_cls.train",
            "trainer=ddp", "trainer.accelerator=cpu", "trainer.sync_batchnorm=false",
-           "trainer.max_epochs=1", "trainer.limit_train_batches=4", *QUIET,
+           "trainer.max_epochs=1", "+trainer.limit_train_batches=4", *QUIET,
            f"paths.root_dir={tmp_path}"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)

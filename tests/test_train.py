@@ -202,3 +202,18 @@ def test_eval_missing_checkpoint_names_the_path(tmp_path):
     cfg = compose("eval", [f"ckpt_path={tmp_path}/nope.ckpt", *QUIET_TRAINER[:4]], tmp=tmp_path)
     with pytest.raises(FileNotFoundError, match=r"Checkpoint not found: ckpt_path='.*nope\.ckpt'"):
         evaluate(cfg)
+
+
+def test_run_stamp_under_torchrun_is_the_launchers_start_not_now(monkeypatch):
+    import time
+
+    from lightning_cls.train import _torchrun_agent_start, run_stamp
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+    started = _torchrun_agent_start()  # this process's parent stands in for the agent
+    assert started is not None and started <= time.time()
+    first = run_stamp("%Y-%m-%d/%H-%M-%S.%f")
+    time.sleep(1.1)  # a rank that resolves a second later still gets the same folder
+    assert run_stamp("%Y-%m-%d/%H-%M-%S.%f") == first
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
+    assert run_stamp("%Y-%m-%d/%H-%M-%S.%f") != first  # otherwise: now
