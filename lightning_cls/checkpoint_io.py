@@ -36,7 +36,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """``TorchCheckpointIO`` with crash-safe local writes (temp file, fsync, ``os.replace``)."""
 
     def save_checkpoint(
-        self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any | None = None
+        self,
+        checkpoint: dict[str, Any],
+        path: str | os.PathLike,
+        storage_options: Any | None = None,
     ) -> None:
         if not isinstance(get_filesystem(path), LocalFileSystem):
             super().save_checkpoint(checkpoint, path, storage_options)

@@ -26,7 +26,11 @@ class BatchMixer:
     """
 
     def __init__(
-        self, num_classes: int, mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0, prob: float = 1.0
+        self,
+        num_classes: int,
+        mixup_alpha: float = 0.0,
+        cutmix_alpha: float = 0.0,
+        prob: float = 1.0,
     ):
         if not 0.0 <= prob <= 1.0:
             raise ValueError(f"mix_prob must be in [0, 1], got {prob}.")
@@ -41,7 +45,9 @@ class BatchMixer:
         if cutmix_alpha > 0:
             choices.append(v2.CutMix(alpha=cutmix_alpha, num_classes=num_classes))
         if not choices:
-            raise ValueError("BatchMixer needs mixup_alpha > 0 or cutmix_alpha > 0 (e.g. 0.2 / 1.0).")
+            raise ValueError(
+                "BatchMixer needs mixup_alpha > 0 or cutmix_alpha > 0 (e.g. 0.2 / 1.0)."
+            )
         self.mixer = choices[0] if len(choices) == 1 else v2.RandomChoice(choices)
         self.prob = prob
 

@@ -55,7 +55,11 @@ def test_every_trainer_config_writes_through_the_plugin(trainer, tmp_path):
     from lightning_cls import config_dir
 
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        overrides = [f"trainer={trainer}", f"paths.output_dir={tmp_path}", "trainer.accelerator=cpu"]
+        overrides = [
+            f"trainer={trainer}",
+            f"paths.output_dir={tmp_path}",
+            "trainer.accelerator=cpu",
+        ]
         cfg = compose("train", overrides=overrides)
     built = instantiate(cfg.trainer, logger=False)
     assert isinstance(built.strategy.checkpoint_io, AtomicCheckpointIO)

@@ -35,8 +35,14 @@ def test_mixer_refuses_bad_settings():
 
 def test_module_mixes_training_batches_only(tmp_path):
     data = SyntheticDataModule(
-        num_classes=4, num_channels=1, image_size=8, train_size=64, test_size=16, batch_size=16,
-        val_size=16, seed=0,
+        num_classes=4,
+        num_channels=1,
+        image_size=8,
+        train_size=64,
+        test_size=16,
+        batch_size=16,
+        val_size=16,
+        seed=0,
     )
     module = ClassificationModule(
         model_name="simplecnn",
@@ -49,8 +55,13 @@ def test_module_mixes_training_batches_only(tmp_path):
     seen = []
     module.criterion.register_forward_pre_hook(lambda _, args: seen.append(args[1]))
     trainer = pl.Trainer(
-        default_root_dir=tmp_path, accelerator="cpu", max_epochs=1, logger=False,
-        enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False,
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
         limit_val_batches=1,
     )
     trainer.fit(module, datamodule=data)

@@ -11,7 +11,10 @@ class LeftHalf(nn.Module):
     """Class 0 if the left half of the image is brighter, else class 1: flip-sensitive."""
 
     def forward(self, x):
-        left, right = x[..., : x.shape[-1] // 2].mean((1, 2, 3)), x[..., x.shape[-1] // 2 :].mean((1, 2, 3))
+        left, right = (
+            x[..., : x.shape[-1] // 2].mean((1, 2, 3)),
+            x[..., x.shape[-1] // 2 :].mean((1, 2, 3)),
+        )
         return torch.stack([left - right, right - left], dim=1) * 10
 
 
@@ -38,5 +41,9 @@ def test_the_number_of_classes_is_derived_once_from_names_or_a_count():
     counted = ClassificationModule(net=nn.Identity(), model_kwargs={"num_classes": 2})
     assert counted.classes == ["0", "1"] and counted.num_classes == 2
     assert counted.test_confusion.num_classes == 2
-    with pytest.raises(ValueError, match=r"num_classes=4 but 3 classes are named .*set model.num_classes=3"):
-        ClassificationModule(net=nn.Identity(), classes=["a", "b", "c"], model_kwargs={"num_classes": 4})
+    with pytest.raises(
+        ValueError, match=r"num_classes=4 but 3 classes are named .*set model.num_classes=3"
+    ):
+        ClassificationModule(
+            net=nn.Identity(), classes=["a", "b", "c"], model_kwargs={"num_classes": 4}
+        )

@@ -113,7 +113,12 @@ class CompileModel(pl.Callback):
     ):
         if mode not in MODES:
             raise ValueError(f"Unknown compile mode {mode!r}; use one of {MODES}.")
-        self.options = {"mode": mode, "backend": backend, "fullgraph": fullgraph, "dynamic": dynamic}
+        self.options = {
+            "mode": mode,
+            "backend": backend,
+            "fullgraph": fullgraph,
+            "dynamic": dynamic,
+        }
         self.attribute = attribute
         self.failure: BaseException | None = None  # the compiler error that forced eager mode
 
@@ -128,7 +133,9 @@ class CompileModel(pl.Callback):
             return  # already compiled (fit then test)
         reason = missing_toolchain(self.options["backend"], pl_module.device)
         if reason:
-            warnings.warn(f"Not compiling: {reason}. Training runs eagerly.", UserWarning)
+            warnings.warn(
+                f"Not compiling: {reason}. Training runs eagerly.", UserWarning, stacklevel=2
+            )
             return
         eager = type(net).forward  # the class's function; the instance comes as first argument
         forward = guarded(eager, torch.compile(eager, **self.options), self._fell_back)

@@ -34,5 +34,8 @@ class LRFinderPlot(LearningRateFinder):
         matplotlib.use("Agg")
         fig = self.optimal_lr.plot(suggest=True)
         fig.savefig(folder / "lr_finder.png", dpi=100)
-        log.info("LR finder suggests optimizer.lr=%.3g (plot: %s)", self.suggestion or float("nan"),
-                 folder / "lr_finder.png")  # fmt: skip
+        log.info(
+            "LR finder suggests optimizer.lr=%.3g (plot: %s)",
+            self.suggestion or float("nan"),
+            folder / "lr_finder.png",
+        )

@@ -62,8 +62,15 @@ def plot_confusion(matrix: torch.Tensor, classes: list[str], path: Path) -> None
     if k <= 20:
         for i in range(k):
             for j in range(k):
-                ax.text(j, i, int(matrix[i, j]), ha="center", va="center", fontsize=8,
-                        color="white" if normalized[i, j] > 0.5 else "black")  # fmt: skip
+                ax.text(
+                    j,
+                    i,
+                    int(matrix[i, j]),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if normalized[i, j] > 0.5 else "black",
+                )
     fig.colorbar(image, ax=ax, fraction=0.046)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -95,7 +102,9 @@ class TrainingPlots(pl.Callback):
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module) -> None:
         metrics = self._curve_metrics(trainer)  # train/acc here would be last epoch's value
-        self.history.append({"epoch": trainer.current_epoch, **{k: v for k, v in metrics.items() if k not in LATE}})
+        self.history.append(
+            {"epoch": trainer.current_epoch, **{k: v for k, v in metrics.items() if k not in LATE}}
+        )
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module) -> None:
         self._complete_last_row(trainer)
@@ -110,7 +119,9 @@ class TrainingPlots(pl.Callback):
     @staticmethod
     def _curve_metrics(trainer: pl.Trainer) -> dict[str, float]:
         keys = {k for keys in CURVES.values() for k in keys}
-        return {k: float(trainer.callback_metrics[k]) for k in keys if k in trainer.callback_metrics}
+        return {
+            k: float(trainer.callback_metrics[k]) for k in keys if k in trainer.callback_metrics
+        }
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module) -> None:
         self._complete_last_row(trainer)
@@ -122,7 +133,9 @@ class TrainingPlots(pl.Callback):
     def on_test_epoch_end(self, trainer, pl_module) -> None:
         metric = getattr(pl_module, "test_confusion", None)
         if metric is None:
-            log.info("%s has no test_confusion metric: no confusion matrix.", type(pl_module).__name__)
+            log.info(
+                "%s has no test_confusion metric: no confusion matrix.", type(pl_module).__name__
+            )
             self.matrix = None
             return
         self.matrix = metric.compute().cpu()  # (K, K); every rank calls it: it syncs
@@ -142,4 +155,3 @@ class TrainingPlots(pl.Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.history = list(state_dict.get("history", []))
-

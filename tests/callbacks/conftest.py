@@ -15,16 +15,29 @@ from lightning_cls.module import ClassificationModule
 
 
 def make_data(**kwargs) -> SyntheticDataModule:
-    options = dict(num_classes=4, num_channels=1, image_size=8, train_size=64, test_size=32,
-                   batch_size=16, val_size=16, seed=0)  # fmt: skip
+    options = dict(
+        num_classes=4,
+        num_channels=1,
+        image_size=8,
+        train_size=64,
+        test_size=32,
+        batch_size=16,
+        val_size=16,
+        seed=0,
+    )
     options.update(kwargs)
     return SyntheticDataModule(**options)
 
 
 def make_module(data: SyntheticDataModule | None = None, **model_kwargs) -> ClassificationModule:
     data = data or make_data()
-    kwargs = dict(num_classes=data.num_classes, in_channels=data.num_channels,
-                  image_size=data.image_size, widths=[4, 8], hidden=16)  # fmt: skip
+    kwargs = dict(
+        num_classes=data.num_classes,
+        in_channels=data.num_channels,
+        image_size=data.image_size,
+        widths=[4, 8],
+        hidden=16,
+    )
     kwargs.update(model_kwargs)
     return ClassificationModule(
         model_name="simplecnn",
@@ -35,10 +48,18 @@ def make_module(data: SyntheticDataModule | None = None, **model_kwargs) -> Clas
 
 
 def make_trainer(tmp_path, callbacks=(), **kwargs) -> pl.Trainer:
-    options = dict(default_root_dir=tmp_path, accelerator="cpu", devices=1, max_epochs=1,
-                   logger=False, enable_progress_bar=False, enable_model_summary=False,
-                   enable_checkpointing=False, num_sanity_val_steps=0,
-                   plugins=[AtomicCheckpointIO()])  # fmt: skip
+    options = dict(
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        plugins=[AtomicCheckpointIO()],
+    )
     options["enable_checkpointing"] = any(isinstance(c, ModelCheckpoint) for c in callbacks)
     options.update(kwargs)
     return pl.Trainer(callbacks=list(callbacks), **options)

@@ -51,11 +51,20 @@ torch_io._atomic_save = slow_save  # Lightning's writer, used by the "plain" con
 torch.set_num_threads(1)
 pl.seed_everything(0)
 plugins = [SlowAtomicCheckpointIO()] if kind == "atomic" else []
-checkpoint = ModelCheckpoint(dirpath=out / "ckpt", save_last=True, save_top_k=0, every_n_train_steps=1)
+checkpoint = ModelCheckpoint(
+    dirpath=out / "ckpt", save_last=True, save_top_k=0, every_n_train_steps=1
+)
 data = make_data()
 trainer = pl.Trainer(
-    accelerator="cpu", max_epochs=1000, logger=False, enable_progress_bar=False,
-    enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-    callbacks=[checkpoint, StepMarker()], default_root_dir=out, plugins=plugins,
-)  # fmt: skip
+    accelerator="cpu",
+    max_epochs=1000,
+    logger=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    num_sanity_val_steps=0,
+    limit_val_batches=0,
+    callbacks=[checkpoint, StepMarker()],
+    default_root_dir=out,
+    plugins=plugins,
+)
 trainer.fit(make_module(data), datamodule=data)

@@ -6,14 +6,13 @@ import warnings
 
 import pytest
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 from torch import nn
 from torch._dynamo.exc import BackendCompilerFailed, TorchRuntimeError
-from pytorch_lightning.callbacks import ModelCheckpoint
 
 from lightning_cls.callbacks import CompileModel
 from lightning_cls.callbacks.compile import guarded
 from lightning_cls.checkpointing import check_compatible
-from lightning_cls.models import create_model
 
 
 def _failing_backend(gm, example_inputs):
@@ -29,9 +28,13 @@ def _fit(tmp_path, tiny_data, tiny_module, tiny_trainer, callback):
     return module, tmp_path / "ckpt" / "last.ckpt"
 
 
-def test_compiled_checkpoint_loads_into_uncompiled_model_and_exports(tmp_path, tiny_data, tiny_module, tiny_trainer):
+def test_compiled_checkpoint_loads_into_uncompiled_model_and_exports(
+    tmp_path, tiny_data, tiny_module, tiny_trainer
+):
     # aot_eager runs dynamo + AOTAutograd without a C++ compiler: the real compile path, cheaply.
-    module, last = _fit(tmp_path, tiny_data, tiny_module, tiny_trainer, CompileModel(backend="aot_eager"))
+    module, last = _fit(
+        tmp_path, tiny_data, tiny_module, tiny_trainer, CompileModel(backend="aot_eager")
+    )
     assert "forward" in vars(module.net)  # compiled: the instance's forward is the guarded one
     state = torch.load(last, weights_only=True)["state_dict"]
     assert not any("_orig_mod" in k for k in state)
@@ -44,9 +47,13 @@ def test_compiled_checkpoint_loads_into_uncompiled_model_and_exports(tmp_path, t
     torch.testing.assert_close(exported.module()(x), net(x))
 
 
-def test_compile_failure_warns_once_and_trains_eagerly(tmp_path, tiny_data, tiny_module, tiny_trainer):
+def test_compile_failure_warns_once_and_trains_eagerly(
+    tmp_path, tiny_data, tiny_module, tiny_trainer
+):
     callback = CompileModel(backend=_failing_backend)
-    with pytest.warns(UserWarning, match="torch.compile failed .*simulated compiler failure.*continues eagerly") as record:
+    with pytest.warns(
+        UserWarning, match="torch.compile failed .*simulated compiler failure.*continues eagerly"
+    ) as record:
         _, last = _fit(tmp_path, tiny_data, tiny_module, tiny_trainer, callback)
     assert sum("torch.compile failed" in str(w.message) for w in record) == 1
     assert isinstance(callback.failure, BackendCompilerFailed)
@@ -71,7 +78,9 @@ class Counting(nn.Module):
 
 
 def _compile(net, **options):
-    CompileModel(**options).setup(None, types.SimpleNamespace(net=net, device=torch.device("cpu")), "fit")
+    CompileModel(**options).setup(
+        None, types.SimpleNamespace(net=net, device=torch.device("cpu")), "fit"
+    )
     return net
 
 

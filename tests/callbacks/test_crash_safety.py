@@ -33,8 +33,10 @@ def _train_and_kill(out: Path, kind: str, moment: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "crash_child.py"), str(out), kind],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     # The 3rd save overwrites an existing last.ckpt; kill inside it, or between two steps.
     _wait_for(out / ("saving-3" if moment == "mid_save" else "step-3"), proc)
     time.sleep(0.1)
@@ -43,6 +45,7 @@ def _train_and_kill(out: Path, kind: str, moment: str) -> None:
     assert proc.returncode == -signal.SIGKILL
 
 
+@pytest.mark.slow  # a training subprocess per case (~13 s each on a quiet 2-core machine)
 @pytest.mark.parametrize("moment", ["mid_save", "mid_training"])
 def test_killed_run_leaves_a_loadable_last_ckpt_and_resumes(
     tmp_path, moment, tiny_data, tiny_module, tiny_trainer
@@ -61,6 +64,7 @@ def test_killed_run_leaves_a_loadable_last_ckpt_and_resumes(
     assert trainer.global_step == ckpt["global_step"] + 3
 
 
+@pytest.mark.slow
 def test_plain_model_checkpoint_is_corrupted_by_the_same_kill(tmp_path):
     """Proves the kill lands mid-write: Lightning's own writer (patched slow) breaks."""
     _train_and_kill(tmp_path, "plain", "mid_save")

@@ -34,7 +34,9 @@ def _ema(raw: list[dict[str, torch.Tensor]], decay: float) -> dict[str, torch.Te
     return average
 
 
-def test_ema_weights_are_validated_checkpointed_and_kept(tmp_path, tiny_data, tiny_module, tiny_trainer):
+def test_ema_weights_are_validated_checkpointed_and_kept(
+    tmp_path, tiny_data, tiny_module, tiny_trainer
+):
     data = tiny_data()
     module = tiny_module(data)
     spy = WeightSpy()

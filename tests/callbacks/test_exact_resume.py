@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
@@ -20,11 +19,18 @@ def _fit(tiny_data, tiny_module, tmp_path, max_epochs, ckpt_path=None):
     module = tiny_module(data, dropout=0.2)
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0)
     trainer = pl.Trainer(
-        default_root_dir=tmp_path, accelerator="cpu", devices=1, max_epochs=max_epochs,
-        deterministic=True, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=1,
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+        devices=1,
+        max_epochs=max_epochs,
+        deterministic=True,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=1,
         callbacks=[checkpoint, RngState()],
-    )  # fmt: skip
+    )
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     return module, trainer
 

@@ -59,7 +59,12 @@ def test_norm_mode_never_exceeds_the_bound(tiny_data, tiny_module, tiny_trainer,
     clip, spy, raw = GradientClipping("norm", max_norm=0.05), NormSpy(), NormSpy()
     callbacks = [raw, clip, spy]
     trainer = _fit(
-        tiny_data, tiny_module, tiny_trainer, callbacks, max_epochs=2, accumulate_grad_batches=accumulate
+        tiny_data,
+        tiny_module,
+        tiny_trainer,
+        callbacks,
+        max_epochs=2,
+        accumulate_grad_batches=accumulate,
     )
     # Once per optimizer step, on the accumulated gradient: 3 batches per epoch.
     assert len(spy.norms) == trainer.global_step == 2 * math.ceil(3 / accumulate)
@@ -72,12 +77,16 @@ def test_norm_mode_never_exceeds_the_bound(tiny_data, tiny_module, tiny_trainer,
 
 def test_value_mode_clamps_every_element(tiny_data, tiny_module, tiny_trainer):
     raw, spy = NormSpy(), NormSpy()
-    _fit(tiny_data, tiny_module, tiny_trainer, [raw, GradientClipping("value", clip_value=0.01), spy])
+    _fit(
+        tiny_data, tiny_module, tiny_trainer, [raw, GradientClipping("value", clip_value=0.01), spy]
+    )
     assert max(raw.max_abs) > 0.01
     assert max(spy.max_abs) <= 0.01
 
 
-def test_adaptive_mode_clips_to_a_multiple_of_the_running_median(tiny_data, tiny_module, tiny_trainer):
+def test_adaptive_mode_clips_to_a_multiple_of_the_running_median(
+    tiny_data, tiny_module, tiny_trainer
+):
     clip = GradientClipping("adaptive", factor=2.0, min_history=3, window=5)
     raw, spy = NormSpy(), NormSpy()
     _fit(tiny_data, tiny_module, tiny_trainer, [raw, Spike(4, 100.0), clip, spy], max_epochs=3)
@@ -113,7 +122,10 @@ def test_a_gradient_spike_is_survived_with_clipping_and_wrecks_the_run_without(
     tiny_data, tiny_module, tiny_trainer
 ):
     runs = {}
-    for name, extra in {"plain": [], "clipped": [GradientClipping("adaptive", min_history=3)]}.items():
+    for name, extra in {
+        "plain": [],
+        "clipped": [GradientClipping("adaptive", min_history=3)],
+    }.items():
         losses = Losses()
         callbacks = [Spike(5, 1e4), losses, *extra]
         _fit(tiny_data, tiny_module, tiny_trainer, callbacks, max_epochs=8, deterministic=True)

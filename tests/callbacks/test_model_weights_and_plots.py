@@ -11,7 +11,9 @@ from lightning_cls.callbacks import SaveModelWeights, TrainingPlots
 from lightning_cls.models import create_model
 
 
-def test_model_weights_next_to_best_ckpt_load_into_create_model(tmp_path, tiny_data, tiny_module, tiny_trainer):
+def test_model_weights_next_to_best_ckpt_load_into_create_model(
+    tmp_path, tiny_data, tiny_module, tiny_trainer
+):
     data = tiny_data()
     module = tiny_module(data)
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val/acc", mode="max")
@@ -25,7 +27,9 @@ def test_model_weights_next_to_best_ckpt_load_into_create_model(tmp_path, tiny_d
     torch.testing.assert_close(net.features[0].weight, best["net.features.0.weight"])
 
 
-def test_model_weights_json_makes_the_weights_self_describing(tmp_path, tiny_data, tiny_module, tiny_trainer):
+def test_model_weights_json_makes_the_weights_self_describing(
+    tmp_path, tiny_data, tiny_module, tiny_trainer
+):
     import json
 
     from lightning_cls.export.artifacts import load_artifact
@@ -42,7 +46,9 @@ def test_model_weights_json_makes_the_weights_self_describing(tmp_path, tiny_dat
     (alone / weights.name).write_bytes(weights.read_bytes())
     (alone / "model_weights.json").write_text(weights.with_suffix(".json").read_text())
     predictor = load_artifact(alone / "model_weights.pt")  # no .ckpt beside it, no model name given
-    x = torch.randint(0, 256, (3, data.num_channels, data.image_size, data.image_size), dtype=torch.uint8)
+    x = torch.randint(
+        0, 256, (3, data.num_channels, data.image_size, data.image_size), dtype=torch.uint8
+    )
     assert list(predictor.meta.classes) == list(data.classes)
     module.eval()
     with torch.no_grad():
@@ -58,7 +64,9 @@ def _assert_png(path, min_size=(300, 200)):
         assert image.size[0] >= min_size[0] and image.size[1] >= min_size[1]
 
 
-def test_curves_and_confusion_matrix_are_written(tmp_path, tiny_data, tiny_module, tiny_trainer, caplog):
+def test_curves_and_confusion_matrix_are_written(
+    tmp_path, tiny_data, tiny_module, tiny_trainer, caplog
+):
     data = tiny_data()
     module = tiny_module(data)
     plots = TrainingPlots()

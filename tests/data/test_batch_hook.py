@@ -11,8 +11,15 @@ from lightning_cls.data import SyntheticDataModule
 
 def _data() -> SyntheticDataModule:
     return SyntheticDataModule(
-        num_classes=3, image_size=8, train_size=80, test_size=8, batch_size=16, val_size=16,
-        crop_padding=2, hflip=True, seed=5,
+        num_classes=3,
+        image_size=8,
+        train_size=80,
+        test_size=8,
+        batch_size=16,
+        val_size=16,
+        crop_padding=2,
+        hflip=True,
+        seed=5,
     )
 
 
@@ -28,7 +35,9 @@ def test_batches_fetched_ahead_are_augmented_as_if_fetched_one_by_one():
     data = _attached()
     fetched_ahead = list(data.train_dataloader())  # the whole epoch in flight before any hook
     late = [data.on_after_batch_transfer(batch, 0) for batch in fetched_ahead]
-    one_by_one = [data.on_after_batch_transfer(batch, 0) for batch in _attached().train_dataloader()]
+    one_by_one = [
+        data.on_after_batch_transfer(batch, 0) for batch in _attached().train_dataloader()
+    ]
     outside = list(_data().train_dataloader())  # no Trainer: the loader augments itself
     assert len(late) == len(outside) == 4
     for (x_late, y_late), (x_now, _), (x_out, y_out) in zip(late, one_by_one, outside):
@@ -49,8 +58,12 @@ def test_eval_batches_carry_no_key_and_are_not_augmented():
 
 
 def test_true_precisions_get_their_input_dtype():
-    expected = {"bf16-true": torch.bfloat16, "64-true": torch.float64,
-                "bf16-mixed": torch.float32, "32-true": torch.float32}
+    expected = {
+        "bf16-true": torch.bfloat16,
+        "64-true": torch.float64,
+        "bf16-mixed": torch.float32,
+        "32-true": torch.float32,
+    }
     for precision, dtype in expected.items():
         data = _attached(precision)
         x, _ = data.on_after_batch_transfer(next(iter(data.train_dataloader())), 0)
