@@ -52,6 +52,7 @@ class ServeConfig:
     max_images_per_request: int = 64
     top_k: int = 5
     accelerator: str = "cpu"
+    fast_queue: bool = True  # LitServe's ZeroMQ response transport (its advice above ~100 req/s)
     api_path: str = "/predict"
     log_level: str = "warning"
 
@@ -100,7 +101,7 @@ def build_server(config: ServeConfig) -> tuple[ls.LitServer, ServeMetrics]:
     metadata = {**info, "spec": spec.to_dict(), "config": asdict(config)}
     server = ls.LitServer(api, accelerator=config.accelerator, workers_per_device=config.workers,
                           timeout=config.timeout, model_metadata=metadata,
-                          middlewares=[gate])  # fmt: skip
+                          middlewares=[gate], fast_queue=config.fast_queue)  # fmt: skip
 
     async def prometheus() -> PlainTextResponse:
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")

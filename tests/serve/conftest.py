@@ -18,7 +18,7 @@ def server(serve_artifacts, tmp_path_factory):
     """ONNX artifact; small limits so the tests can reach them with few requests."""
     proc = ServerProcess(
         serve_artifacts.paths["onnx"], tmp_path_factory.mktemp("serve_run"),
-        "serve.max_batch_size=8", "serve.batch_timeout=0.05", "serve.max_queue=8",
+        "serve.max_batch_size=8", "serve.batch_timeout=0.05", "serve.max_queue=16",
         "serve.max_body_bytes=65536", "serve.top_k=3",
     )  # fmt: skip
     yield proc

@@ -1,0 +1,214 @@
+"""Load benchmark of ``python -m lightning_cls.serve`` against the tutorial server.
+
+Bounded asyncio + httpx load (127.0.0.1 only) on servers started here, all kept running and
+measured in interleaved rounds: the FastAPI tutorial server (``tutorial_server.py``, batch 1,
+eager), lightning_cls serve with ONNX Runtime and dynamic batching, the same with
+``max_batch_size=1``, eager PyTorch behind the same server, and ResNet-18 served vs in-process
+ONNX Runtime at batch 32. Then an overload phase at 10x the queue depth. Models have random
+weights (throughput does not depend on them); every 200 is checked against in-process
+``Predictor`` output on the same image. Last line: one JSON object (medians over rounds).
+
+    python benchmarks/serve_load.py                  # 3 rounds, 5 s per measurement, 20 s overload
+    python benchmarks/serve_load.py --quick          # smoke: 1 round, 1 s, 2 s overload
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import torch
+
+from paired import cpu_name, summarize
+from serve_setup import QUIET, SERVE_BASE, Server, make_model, png_images
+
+
+async def _load(url: str, bodies: list[bytes], expected: torch.Tensor, concurrency: int,
+                seconds: float, warmup: float = 0.3) -> dict:  # fmt: skip
+    """``concurrency`` clients posting images in a loop for ``seconds``; stats of the run."""
+    latencies, codes, wrong = [], {}, 0
+    deadline = time.perf_counter() + warmup + seconds
+    measure_from = time.perf_counter() + warmup
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    async def client_loop(client: httpx.AsyncClient, k: int) -> None:
+        nonlocal wrong
+        i = k
+        while (now := time.perf_counter()) < deadline:
+            idx = i % len(bodies)
+            i += concurrency
+            r = await client.post("/predict", content=bodies[idx],
+                                  headers={"Content-Type": "image/png"})  # fmt: skip
+            if now < measure_from:
+                continue
+            latencies.append(time.perf_counter() - now)
+            codes[r.status_code] = codes.get(r.status_code, 0) + 1
+            if r.status_code == 200 and not _correct(r.json(), expected[idx]):
+                wrong += 1
+
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        await asyncio.gather(*(client_loop(client, k) for k in range(concurrency)))
+    ok = sorted(lat for lat in latencies)
+    return {"rps": codes.get(200, 0) / seconds, "codes": codes, "wrong": wrong,
+            "p50_ms": 1e3 * _quantile(ok, 0.5), "p99_ms": 1e3 * _quantile(ok, 0.99)}  # fmt: skip
+
+
+def _correct(body: dict, probs: torch.Tensor, atol: float = 1e-4) -> bool:
+    """The served top-k (labels and probabilities) equals the in-process one."""
+    got = body["predictions"][0] if "predictions" in body else body
+    top = probs.topk(len(got["probs"]))
+    return bool(np.allclose(got["probs"], top.values.numpy(), atol=atol))
+
+
+def _quantile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def measure(server: Server, bodies, expected, concurrency: int, seconds: float) -> dict:
+    before = server.batch_stats()
+    out = asyncio.run(_load(server.url, bodies, expected, concurrency, seconds))
+    after = server.batch_stats()
+    calls = after[1] - before[1]
+    out["mean_batch"] = (after[0] - before[0]) / calls if calls else 1.0
+    return out
+
+
+def inprocess_img_s(predictor, images: torch.Tensor, batch: int, seconds: float) -> float:
+    """In-process ONNX Runtime on uint8 batches (normalization included), images per second."""
+    x = images[:batch]
+    predictor.predict_images(x, batch)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        predictor.predict_images(x, batch)
+        n += batch
+    return n / (time.perf_counter() - start)
+
+
+# (measurement name, server, concurrency); run in this order in every round (interleaved).
+PLAN = [("tutorial_c64", "tutorial", 64), ("batch1_c64", "batch1", 64),
+        ("dynamic_c64", "dynamic", 64), ("eager_c64", "eager", 64),
+        ("dynamic_c16", "dynamic", 16), ("dynamic_c1", "dynamic", 1),
+        ("tutorial_c16", "tutorial", 16), ("resnet18_c32", "resnet18", 32)]  # fmt: skip
+
+
+def run_rounds(servers: dict, data: dict, rounds: int, seconds: float) -> list[dict]:
+    from lightning_cls.inference import load_artifact
+
+    threads = max(1, (os.cpu_count() or 1))
+    resnet_inproc = load_artifact(data["resnet18"]["onnx"], threads=threads)
+    results = []
+    for r in range(rounds):
+        row = {}
+        for name, server, conc in PLAN:
+            model = "resnet18" if server == "resnet18" else "simplecnn"
+            kind = "eager" if server in ("eager", "tutorial") else "onnx"
+            row[name] = measure(servers[server], data[model]["bodies"],
+                                data[model]["expected"][kind], conc, seconds)  # fmt: skip
+            print(f"round {r} {name}: {_fmt(row[name])}", file=sys.stderr)
+        row["resnet18_inprocess_b32"] = inprocess_img_s(
+            resnet_inproc, data["resnet18"]["images"], 32, seconds
+        )
+        results.append(row)
+    return results
+
+
+def overload(data: dict, work: Path, queue: int, seconds: float) -> dict:
+    """10x ``queue`` clients for ``seconds``: 5xx other than 503/504, RSS growth, correctness."""
+    server = Server(data["simplecnn"]["onnx"], work / "overload", *QUIET,
+                    f"serve.max_queue={queue}")  # fmt: skip
+    try:
+        server.wait_ready()
+        warm = asyncio.run(_load(server.url, data["simplecnn"]["bodies"],
+                                 data["simplecnn"]["expected"]["onnx"], queue, 1.0))  # fmt: skip
+        rss_before = server.rss_mb()
+        out = asyncio.run(_load(server.url, data["simplecnn"]["bodies"],
+                                data["simplecnn"]["expected"]["onnx"], 10 * queue, seconds))  # fmt: skip
+        rss_after = server.rss_mb()
+        healthy = httpx.get(server.url + "/health", timeout=10).status_code == 200
+    finally:
+        server.stop()
+    bad = sum(n for code, n in out["codes"].items() if code >= 500 and code not in (503, 504))
+    return {"codes": out["codes"], "bad_5xx": bad, "wrong": out["wrong"] + warm["wrong"],
+            "rss_growth_mb": rss_after - rss_before, "rss_mb": rss_after,
+            "healthy_after": healthy, "clients": 10 * queue, "seconds": seconds}  # fmt: skip
+
+
+def _fmt(m: dict) -> str:
+    return (f"{m['rps']:.0f} req/s, p50 {m['p50_ms']:.1f} ms, p99 {m['p99_ms']:.1f} ms, "
+            f"batch {m['mean_batch']:.1f}, codes {m['codes']}, wrong {m['wrong']}")  # fmt: skip
+
+
+def summary(results: list[dict], over: dict, args) -> dict:
+    med = {name: statistics.median(r[name]["rps"] for r in results) for name, _, _ in PLAN}
+    ratio = lambda a, b: summarize([r[a]["rps"] / r[b]["rps"] for r in results])  # noqa: E731
+    return {
+        "quick": args.quick, "rounds": args.rounds, "seconds": args.seconds,
+        "cpu": cpu_name(), "cpu_count": os.cpu_count(),
+        "load_average_1m": os.getloadavg()[0],
+        "tutorial_rps_c64": med["tutorial_c64"], "batch1_rps_c64": med["batch1_c64"],
+        "dynamic_rps_c64": med["dynamic_c64"], "eager_rps_c64": med["eager_c64"],
+        "dynamic_rps_c1": med["dynamic_c1"], "tutorial_rps_c16": med["tutorial_c16"],
+        "p99_ms_c16": statistics.median(r["dynamic_c16"]["p99_ms"] for r in results),
+        "p50_ms_c16": statistics.median(r["dynamic_c16"]["p50_ms"] for r in results),
+        "mean_batch_c64": statistics.median(r["dynamic_c64"]["mean_batch"] for r in results),
+        "resnet18_served_img_s_c32": med["resnet18_c32"],
+        "resnet18_inprocess_img_s_b32": statistics.median(
+            r["resnet18_inprocess_b32"] for r in results),
+        "dynamic_over_tutorial_c64": ratio("dynamic_c64", "tutorial_c64"),
+        "dynamic_over_batch1_c64": ratio("dynamic_c64", "batch1_c64"),
+        "onnx_over_eager_c64": ratio("dynamic_c64", "eager_c64"),
+        "wrong_answers": sum(m["wrong"] for r in results for n, m in r.items() if isinstance(m, dict)),
+        "overload_bad_5xx": over["bad_5xx"], "overload_rss_growth_mb": over["rss_growth_mb"],
+        "overload": over,
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run (1 round, 1 s each)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    parser.add_argument("--overload-seconds", type=float, default=20.0)
+    parser.add_argument("--queue", type=int, default=32, help="max_queue in the overload phase")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.seconds, args.overload_seconds, args.queue = 1, 1.0, 2.0, 16
+    work = Path(tempfile.mkdtemp(prefix="serve_load_"))
+    data = {name: make_model(name, work / name) for name in ("simplecnn", "resnet18")}
+    for name in data:
+        data[name]["bodies"] = png_images(data[name]["images"])
+    servers = start_servers(data, work)
+    try:
+        results = run_rounds(servers, data, args.rounds, args.seconds)
+    finally:
+        for server in servers.values():
+            server.stop()
+    over = overload(data, work, args.queue, args.overload_seconds)
+    print(json.dumps(summary(results, over, args)))
+
+
+def start_servers(data: dict, work: Path) -> dict:
+    simple, resnet = data["simplecnn"], data["resnet18"]
+    servers = {
+        "tutorial": Server.tutorial(simple["weights"], work / "tutorial"),
+        "dynamic": Server(simple["onnx"], work / "dynamic", *SERVE_BASE),
+        "batch1": Server(simple["onnx"], work / "batch1", "serve.max_batch_size=1", *SERVE_BASE),
+        "eager": Server(simple["weights"], work / "eager", *SERVE_BASE),
+        "resnet18": Server(resnet["onnx"], work / "resnet18", *SERVE_BASE),
+    }
+    for server in servers.values():
+        server.wait_ready()
+    return servers
+
+
+if __name__ == "__main__":
+    main()
