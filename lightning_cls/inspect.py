@@ -19,6 +19,7 @@ from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
 from lightning_cls.models import create_model
 from lightning_cls.shapes import ShapeMismatchError, format_table, trace
+from lightning_cls.train import run_stamp  # noqa: F401  (registers the resolver conf/hydra/train.yaml uses)
 
 log = logging.getLogger(__name__)
 
