@@ -46,6 +46,7 @@ class Registry:
         self.kind, self.group, self.returns = kind, group, returns
         self._builders: dict[str, Builder] = {}
         self._entry_points_read = False
+        self._clashes: list[str] = []
 
     def register(self, name: str | Builder | None = None) -> Callable[[Builder], Builder]:
         """Decorator: register a builder under ``name`` (default: its ``__name__``).
@@ -79,32 +80,44 @@ class Registry:
         self._builders[key] = builder
 
     def load_entry_points(self, reload: bool = False) -> None:
-        """Import the group's entry points (once, unless ``reload``); a plug-in that fails to
-        import is logged and skipped so it cannot break the built-ins."""
-        if self._entry_points_read and not reload:
-            return
-        self._entry_points_read = True
-        for ep in entry_points(group=self.group):
-            try:
-                obj = ep.load()
-            except Exception as err:  # noqa: BLE001  (third-party code can raise anything)
-                log.warning(
-                    "Could not load %s plug-in %r (%s): %s", self.kind, ep.name, ep.value, err
-                )
-                continue
-            if isinstance(obj, ModuleType):
-                continue  # the module registered its builders when it was imported
-            if not callable(obj):
-                log.warning(
-                    "%s plug-in %r (%s) is a %s; an entry point must name a builder function, a "
-                    "class or a module.",
-                    self.kind.capitalize(),
-                    ep.name,
-                    ep.value,
-                    type(obj).__name__,
-                )
-                continue
+        """Import the group's entry points (once, unless ``reload``).
+
+        A plug-in that fails to import is logged and skipped so it cannot break the others; a
+        plug-in whose name is taken is a ``ValueError`` at every lookup until one is renamed
+        (or uninstalled), after every other entry point was read.
+        """
+        if not self._entry_points_read or reload:
+            self._entry_points_read = True
+            self._clashes = [
+                msg for ep in entry_points(group=self.group) if (msg := self._load(ep))
+            ]
+        if self._clashes:
+            raise ValueError(" ".join(self._clashes))
+
+    def _load(self, ep) -> str | None:
+        """Register one entry point; return the clash message if its name is taken."""
+        try:
+            obj = ep.load()
+        except Exception as err:  # noqa: BLE001  (third-party code can raise anything)
+            log.warning("Could not load %s plug-in %r (%s): %s", self.kind, ep.name, ep.value, err)
+            return None
+        if isinstance(obj, ModuleType):
+            return None  # the module registered its builders when it was imported
+        if not callable(obj):
+            log.warning(
+                "%s plug-in %r (%s) is a %s; an entry point must name a builder function, a "
+                "class or a module.",
+                self.kind.capitalize(),
+                ep.name,
+                ep.value,
+                type(obj).__name__,
+            )
+            return None
+        try:
             self._add(ep.name, obj)
+        except ValueError as err:
+            return str(err)
+        return None
 
     def __contains__(self, name: object) -> bool:
         self.load_entry_points()
