@@ -20,7 +20,7 @@ ENTRY_POINTS = {
     "eval.py",
     "predict.py",
     "stats.py",
-    "inspect.py",
+    "inspect_model.py",
     "bench_data.py",
     "summarize.py",
     "cli.py",

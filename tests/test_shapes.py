@@ -54,7 +54,7 @@ def test_inspect_entry_point_uses_the_training_config(capsys):
     from hydra import compose, initialize_config_dir
 
     from lightning_cls import config_dir
-    from lightning_cls.inspect import inspect_model
+    from lightning_cls.inspect_model import inspect_model
 
     overrides = ["data=synthetic", "data.image_size=16", "data.train_size=32", "data.batch_size=4"]
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):

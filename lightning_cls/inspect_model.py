@@ -1,4 +1,4 @@
-"""``python -m lightning_cls.inspect model=... data=...``: trace one batch through the network.
+"""``python -m lightning_cls.inspect_model model=... data=...``: trace one batch through the network.
 
 Composes the same config as training (``conf/train.yaml``), takes one training batch and
 prints each layer's input and output shape and parameter count — or, when a layer rejects its
