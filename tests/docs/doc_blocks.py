@@ -13,7 +13,9 @@ run with ``bash -euo pipefail``. ``overrides`` are appended to every
 ``-m lightning_cls.train`` command of the block (``python -m`` or ``torchrun ... -m``; keys
 the command already sets are left alone), so a page can show the real command while the test
 trains for one short epoch. ``expect`` is a regular expression that the block's output must
-contain. ``skip`` blocks become skipped tests that show their reason.
+contain. ``requires="optuna,litserve"`` names modules of optional extras: without them the
+whole page is skipped, saying which are missing. ``skip`` blocks become skipped tests that
+show their reason.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LANGUAGES = {"python": "python", "py": "python", "bash": "shell", "sh": "shell", "shell": "shell"}
-RUN_KEYS = {"overrides", "expect", "timeout"}
+RUN_KEYS = {"overrides", "expect", "timeout", "requires"}
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
 _MARKER = re.compile(r"^\s*<!--\s*test:\s*(?P<body>.*?)\s*-->\s*$")
 _TRAIN = re.compile(r"\s-m\s+lightning_cls\.train\b")  # python -m, torchrun ... -m

@@ -7,6 +7,7 @@ page, the tutorial page and the guides) must mark every python/shell block one w
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -41,6 +42,10 @@ SKIPPED = [b for blocks in PAGES.values() for b in blocks if b.action == "skip"]
 @pytest.mark.parametrize("page", RUN_PAGES)
 def test_page_examples_run(page: str, tmp_path: Path):
     blocks = [b for b in PAGES[page] if b.action == "run"]
+    needed = {m for b in blocks for m in b.options.get("requires", "").split(",") if m}
+    missing = sorted(m for m in needed if importlib.util.find_spec(m) is None)
+    if missing:
+        pytest.skip(f"{page} needs {', '.join(missing)} (an optional extra of pyproject.toml)")
     spec = [
         {
             "path": b.path,
