@@ -6,8 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 

@@ -49,3 +49,18 @@ def test_submitit_local_runs_two_jobs(tmp_path):
     jobs = _multirun(tmp_path, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10")
     _assert_isolated(jobs, tmp_path)
     assert list((tmp_path / "sweep" / ".submitit").glob("*/*_log.out"))  # submitit ran them
+
+
+def test_slurm_launcher_is_sized_from_the_trainer():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from hydra import compose, initialize_config_dir
+
+    from lightning_cls import config_dir
+
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose("train", ["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4", "trainer.num_nodes=2"],
+                      return_hydra_config=True)  # fmt: skip
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 4, 4)
+    assert launcher.max_num_timeout == 3  # requeued on timeout; auto_resume continues the job

@@ -96,7 +96,7 @@ def test_sweep_prunes_across_processes_records_and_resumes(tmp_path):
     common = ["trainer.max_epochs=3", f"hydra.sweeper.storage={storage}",
               "hydra.sweeper.sampler.seed=1", "hydra.sweeper.pruner._target_=optuna.pruners.ThresholdPruner",
               "~hydra.sweeper.pruner.n_startup_trials", "+hydra.sweeper.pruner.lower=0.3",
-              "hydra.sweeper.pruner.n_warmup_steps=1", "hydra.sweeper.params.optimizer\\.lr='choice(3e-3, 1e-5)'"]  # fmt: skip
+              "hydra.sweeper.pruner.n_warmup_steps=1", 'hydra.sweeper.params={optimizer.lr: "choice(3e-3, 1e-5)"}']  # fmt: skip
     _sweep(tmp_path, *common, "hydra.sweeper.n_trials=4", f"hydra.sweep.dir={tmp_path}/first")
     results = yaml.safe_load((tmp_path / "first" / "optimization_results.yaml").read_text())
     by_state = {s: [t for t in results["trials"] if t["state"] == s] for s in ("COMPLETE", "PRUNED")}
