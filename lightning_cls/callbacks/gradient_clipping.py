@@ -13,7 +13,10 @@ median: typical steps pass untouched, a spike (a bad batch, a loss blow-up) is c
 times the usual size. The median ignores the spikes themselves, which a mean would not. Until
 ``min_history`` norms are seen it clips to ``max_norm`` if one is given.
 
-Logged each step: ``train/grad_norm_before_clip`` and ``train/grad_norm_after_clip``.
+Logged each step: ``train/grad_norm_before_clip`` and ``train/grad_norm_after_clip``. The
+adaptive mode reads each norm on the host (one device sync per step). Under sharded strategies
+(FSDP, DeepSpeed) each rank holds a shard of the gradients, so the norm here is the shard's:
+use ``trainer.gradient_clip_val`` there, which the strategy computes across shards.
 """
 
 from __future__ import annotations
