@@ -1,4 +1,4 @@
-"""``python -m lightning_cls.export ckpt_path=... export=onnx|torchscript|pt2|all|int8``.
+"""``python -m lightning_cls.export ckpt_path=... export=onnx|torchscript|pt2|all|int8|triton``.
 
 Reads top to bottom: load the network and its metadata → data (INT8 only) → export every
 requested format, each verified against eager PyTorch → INT8 reports. An INT8 model that
@@ -36,7 +36,7 @@ def export(cfg: DictConfig) -> ExportResult:
     config: ExportConfig = instantiate(cfg.export)
     if not config.enabled:
         raise ValueError(
-            "Nothing to export: export=none; choose export=onnx|torchscript|pt2|all|int8."
+            "Nothing to export: export=none; choose export=onnx|torchscript|pt2|all|int8|triton."
         )
     net, meta = load_torch_model(cfg.ckpt_path, model_name=cfg.get("model_name"))
     datamodule = instantiate(cfg.data) if cfg.get("data") and config.needs_data else None

@@ -13,11 +13,14 @@ from pathlib import Path
 
 from torch import nn
 
+from lightning_cls.export.triton import TritonConfig, export_triton
 from lightning_cls.inference.spec import META_FILE, InputSpec
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("onnx", "torchscript", "pt2")
+# Built from another format's file: "triton" wraps the ONNX file in a Triton model repository.
+DERIVED_FORMATS = ("triton",)
 # Not in "all": openvino needs the `openvino` extra; auto measures every runtime (slow).
 EXTRA_FORMATS = ("openvino", "auto")
 REPORT_FILE = "quantization_report.json"
@@ -57,19 +60,25 @@ class ExportConfig:
     quantize: QuantizeConfig = field(default_factory=QuantizeConfig)
     openvino_precision: str = "f32"  # or bf16 (OpenVINO's CPU default where supported)
     auto: dict = field(default_factory=dict)  # lightning_cls.export.auto.AutoConfig fields
+    triton: TritonConfig = field(default_factory=TritonConfig)
 
     def __post_init__(self):
         if isinstance(self.quantize, dict):
             self.quantize = QuantizeConfig(**self.quantize)
+        if isinstance(self.triton, dict):
+            self.triton = TritonConfig(**self.triton)
         self.auto = dict(self.auto or {})
         self.torchscript_modes = list(self.torchscript_modes)
         self.check_batch_sizes = [int(b) for b in self.check_batch_sizes]
         formats = list(FORMATS) if list(self.formats) == ["all"] else list(self.formats)
-        unknown = sorted(set(formats) - set(FORMATS) - set(EXTRA_FORMATS))
+        known = FORMATS + EXTRA_FORMATS + DERIVED_FORMATS
+        unknown = sorted(set(formats) - set(known))
         if unknown:
+            raise ValueError(f"Unknown export format(s) {unknown}; use {', '.join(known)} or 'all'.")
+        if "triton" in formats and "onnx" not in formats:
             raise ValueError(
-                f"Unknown export format(s) {unknown}; use {', '.join(FORMATS + EXTRA_FORMATS)} "
-                "or 'all'."
+                f"A Triton repository serves the ONNX file, but 'onnx' is not in "
+                f"export.formats={formats}; add it (export=triton does)."
             )
         if "openvino" in formats and "onnx" not in formats:
             raise ValueError(
@@ -152,6 +161,10 @@ def export_model(
             )
         auto = export_auto(net, meta, out / "auto", datamodule, AutoConfig(**config.auto), kw)
         result.paths["auto"] = auto.path
+    if "triton" in config.formats:
+        result.paths["triton"] = export_triton(
+            result.paths["onnx"], out / "triton", meta, config.triton
+        ).parent
     if config.quantize.enabled:
         _quantize(net, meta, out, config, datamodule, result)
     for name, path in result.paths.items():

@@ -51,3 +51,28 @@ def test_predict_cli_same_top1_for_ckpt_onnx_int8_pt2(trained, tmp_path):
     assert top1["onnx"] == top1["pt2"] == top1["ckpt"]
     # int8 may flip a borderline image; it must agree on nearly all of them.
     assert sum(a == b for a, b in zip(top1["int8"], top1["ckpt"])) >= 9
+
+
+def test_predict_cli_user_errors_exit_1_with_one_line(trained, tmp_path):
+    import subprocess
+    import sys
+
+    import pytest
+
+    folder = tmp_path / "empty"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "notes.txt").write_text("no images here")
+    base = [f"ckpt_path={trained.ckpt}", f"output={tmp_path}/p.csv"]
+    with pytest.raises(FileNotFoundError, match=r"No image files in folder .*empty \(looked for "):
+        predict(_compose_predict([*base, f"inputs={folder}"], tmp_path))
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match=rf"batch_size={bad} must be an integer >= 1"):
+            predict(_compose_predict([*base, f"inputs={folder}", f"batch_size={bad}"], tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-m", "lightning_cls.predict", *base, f"inputs={folder}", "batch_size=0",
+         f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path}/run"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "batch_size=0 must be an integer >= 1" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,111 @@
+"""``export=triton``: a Triton Inference Server model repository around the exported ONNX file.
+
+Layout (Triton's): ``<repo>/<model_name>/config.pbtxt``, ``<repo>/<model_name>/1/model.onnx``
+and ``labels.txt`` (Triton's classification extension answers top-k class names from it).
+``config.pbtxt`` is protobuf text of Triton's ``ModelConfig``: the ``onnxruntime_onnx``
+platform, input/output names, types and dims read from the ONNX graph (the dynamic batch axis
+left to ``max_batch_size``), and dynamic batching. Triton runs the network only: clients
+normalize pixels with the spec stored in the ONNX ``metadata_props`` (docs/serving.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lightning_cls.fileio import atomic_path
+from lightning_cls.inference.spec import InputSpec
+
+log = logging.getLogger(__name__)
+
+# ONNX TensorProto element types -> Triton DataType names (those a classifier can have).
+_TRITON_TYPES = {1: "TYPE_FP32", 10: "TYPE_FP16", 11: "TYPE_FP64", 16: "TYPE_BF16",
+                 2: "TYPE_UINT8", 3: "TYPE_INT8", 6: "TYPE_INT32", 7: "TYPE_INT64"}  # fmt: skip
+LABELS_FILE = "labels.txt"
+
+
+@dataclass
+class TritonConfig:
+    """Options of the generated ``config.pbtxt`` (``export.triton.*`` in the config)."""
+
+    model_name: str = "classifier"
+    max_batch_size: int = 64
+    preferred_batch_sizes: list[int] = field(default_factory=lambda: [8, 16, 32])
+    max_queue_delay_us: int = 2000  # how long Triton waits to fill a batch
+    instances: int = 1  # model instances (each on the CPU)
+
+    def __post_init__(self):
+        if self.max_batch_size < 1:
+            raise ValueError(f"export.triton.max_batch_size={self.max_batch_size} must be >= 1.")
+        too_big = [b for b in self.preferred_batch_sizes if not 1 <= b <= self.max_batch_size]
+        if too_big:
+            raise ValueError(
+                f"export.triton.preferred_batch_sizes {too_big} must lie in 1.."
+                f"{self.max_batch_size} (export.triton.max_batch_size)."
+            )
+
+
+def export_triton(onnx_path: str | Path, repo: str | Path, spec: InputSpec,
+                  config: TritonConfig | None = None) -> Path:  # fmt: skip
+    """Write ``repo/<model_name>/`` for ``onnx_path``; return the ``config.pbtxt`` path."""
+    import onnx
+
+    config = config or TritonConfig()
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    folder = Path(repo) / config.model_name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    with atomic_path(folder / "1" / "model.onnx", keep_suffix=True) as tmp:
+        shutil.copyfile(onnx_path, tmp)
+    (folder / LABELS_FILE).write_text("\n".join(spec.classes) + "\n")
+    text = model_config_text(model, config)
+    path = folder / "config.pbtxt"
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+    log.info("Wrote Triton model repository %s", folder)
+    return path
+
+
+def model_config_text(model, config: TritonConfig) -> str:
+    """``config.pbtxt`` (protobuf text format of Triton's ``ModelConfig``) for an ONNX model."""
+    inputs = [_tensor(v, "input") for v in _graph_inputs(model)]
+    outputs = [_tensor(v, "output", f'label_filename: "{LABELS_FILE}"') for v in model.graph.output]
+    preferred = ", ".join(map(str, config.preferred_batch_sizes))
+    sep = ",\n"
+    return (
+        f'name: "{config.model_name}"\n'
+        'platform: "onnxruntime_onnx"\n'
+        f"max_batch_size: {config.max_batch_size}\n"
+        f"input [\n{sep.join(inputs)}\n]\n"
+        f"output [\n{sep.join(outputs)}\n]\n"
+        "dynamic_batching {\n"
+        f"  preferred_batch_size: [ {preferred} ]\n"
+        f"  max_queue_delay_microseconds: {config.max_queue_delay_us}\n"
+        "}\n"
+        f"instance_group [\n  {{\n    count: {config.instances}\n    kind: KIND_CPU\n  }}\n]\n"
+    )
+
+
+def _graph_inputs(model) -> list:
+    """Graph inputs that are not initializers (older exporters list weights as inputs)."""
+    weights = {init.name for init in model.graph.initializer}
+    return [v for v in model.graph.input if v.name not in weights]
+
+
+def _tensor(value, what: str, extra: str = "") -> str:
+    tensor = value.type.tensor_type
+    if tensor.elem_type not in _TRITON_TYPES:
+        raise ValueError(f"ONNX {what} '{value.name}' has element type {tensor.elem_type}, "
+                         f"which this exporter does not map to a Triton type.")  # fmt: skip
+    dims = tensor.shape.dim
+    if not dims or dims[0].dim_value > 0:
+        raise ValueError(
+            f"ONNX {what} '{value.name}' has no dynamic batch axis (first dim "
+            f"{dims[0].dim_value if dims else 'missing'}); Triton's dynamic batching needs one. "
+            "Re-export with lightning_cls.export (its ONNX files have a dynamic 'batch' axis)."
+        )
+    rest = [d.dim_value if d.dim_value > 0 else -1 for d in dims[1:]]
+    return (f'  {{\n    name: "{value.name}"\n    data_type: {_TRITON_TYPES[tensor.elem_type]}\n'
+            f"    dims: [ {', '.join(map(str, rest))} ]\n"
+            + (f"    {extra}\n" if extra else "") + "  }")  # fmt: skip
