@@ -72,7 +72,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=10, help="untimed steps per run")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--docs", type=Path, default=REPO / "docs/benchmarks.md")
-    p.add_argument("--quick", action="store_true", help="synthetic data, 1 round, few steps")
+    p.add_argument("--quick", action="store_true", help="synthetic data, 2 rounds, few steps")
+    p.add_argument(
+        "--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+        help="run only these (ratios whose two variants ran are reported)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.steps, args.warmup, args.data = 2, 3, 1, Path("/nonexistent")
@@ -222,6 +226,8 @@ def paired(rounds: list[dict[str, float]]) -> dict[str, dict]:
     """Each ratio of RATIOS computed per round, then its median, min and max over rounds."""
     out = {}
     for name, (num, den, kind) in RATIOS.items():
+        if num not in rounds[0] or den not in rounds[0]:
+            continue
         values = [r[num] / r[den] for r in rounds]
         sign = {"overhead": (1, -1), "gain": (-1, 1), "ratio": (0, 1)}[kind]
         out[name] = summarize([sign[0] + sign[1] * v for v in values])
@@ -233,12 +239,13 @@ def markdown(results: dict, source: str, args) -> str:
     rows = "\n".join(
         f"| {v} | {statistics.median(r[v] for r in results['rounds']):,.0f} | "
         f"{', '.join(f'{r[v]:,.0f}' for r in results['rounds'])} |"
-        for v in VARIANTS
+        for v in results["variants"]
     )
     ratios = "\n".join(
         f"| {name} | {_formula(num, den, kind)} | {_fmt(results[name], kind)} | "
         f"{', '.join(_fmt1(x, kind) for x in results[name]['per_round'])} |"
         for name, (num, den, kind) in RATIOS.items()
+        if name in results
     )
     return f"""{DOC_START}
 
@@ -297,8 +304,9 @@ def main(argv=None) -> dict:
     }
     rounds: list[dict[str, float]] = []
     default_threads = torch.get_num_threads()
+    variants = tuple(v for v in VARIANTS if v in args.variants)
     for r in range(args.rounds):
-        order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
+        order = variants[r % len(variants) :] + variants[: r % len(variants)]
         rounds.append({})
         for v in order:
             # The thread cap (pil) lowers torch's threads for its 2 workers; every variant
@@ -308,7 +316,8 @@ def main(argv=None) -> dict:
             log.info("round %d %-9s %8.0f img/s", r + 1, v, rounds[-1][v])
     torch.set_num_threads(default_threads)
     results = {
-        "rounds": [{v: round(r[v], 1) for v in VARIANTS} for r in rounds],
+        "rounds": [{v: round(r[v], 1) for v in variants} for r in rounds],
+        "variants": list(variants),
         **paired(rounds),
         "bf16_supported": bool(torch.cpu._is_avx512_bf16_supported()),
         "bf16_used": "torch.bfloat16" in fast_dtypes,
@@ -321,7 +330,7 @@ def main(argv=None) -> dict:
     }
     section = markdown(results, source, args)
     log.info("\n%s", section)
-    if not args.quick:
+    if not args.quick and set(variants) == set(VARIANTS):
         write_section(args.docs, DOC_START, DOC_END, section)
     print(json.dumps(results), flush=True)
     return results

@@ -1,10 +1,13 @@
 """Thread sanity for CPU training with DataLoader worker processes.
 
-Each DataLoader worker is a process that, left alone, starts as many intra-op threads as
-the main process; together with the main process's own threads they oversubscribe the
-cores (a user's report: the classic tutorial loop fell from ~1,000 to ~200 img/s on a
-busy 2-core machine). The rule used here: workers run one thread each, and the main (training) process
-keeps ``cores - num_workers`` intra-op threads (at least one).
+torch already runs each DataLoader worker process with one intra-op thread
+(``torch.utils.data`` calls ``torch.set_num_threads(1)`` in every worker), but the main
+(training) process keeps all its threads, so busy workers plus that pool oversubscribe the
+cores (a user's report: the classic tutorial loop fell from ~1,000 to ~200 img/s on a busy
+2-core machine). The cap: the main process keeps ``cores - num_workers`` intra-op threads
+(at least one). Measured with paired rounds (``benchmarks/train_throughput.py --variants pil
+pil_nocap``, docs/data.md) it only ever helped, so it stays on wherever workers + threads
+would exceed the cores, and does nothing elsewhere.
 
 ``configure_threads`` applies and logs the choice; ``worker_init_fn`` goes into the
 DataLoader. Neither does anything on an accelerator or without workers.
@@ -31,12 +34,12 @@ def available_cores() -> int:
 
 
 def worker_init_fn(worker_id: int) -> None:
-    """DataLoader ``worker_init_fn``: one intra-op thread per worker process.
+    """DataLoader ``worker_init_fn``: Lightning's worker seeding, when it was asked for.
 
-    Setting a ``worker_init_fn`` stops Lightning from adding its own worker seeding, so this
-    does that seeding too when ``seed_everything(..., workers=True)`` asked for it.
+    Workers already run one intra-op thread (torch sets it). Setting a ``worker_init_fn``
+    stops Lightning from adding its own worker seeding, so this does that seeding when
+    ``seed_everything(..., workers=True)`` asked for it.
     """
-    torch.set_num_threads(1)
     if int(os.environ.get("PL_SEED_WORKERS", "0")):
         from lightning_fabric.utilities.seed import pl_worker_init_function
 

@@ -61,11 +61,13 @@ class _ThreadCount(torch.utils.data.Dataset):
         return torch.get_num_threads()
 
 
-def test_worker_init_fn_gives_workers_one_thread():
-    loader = DataLoader(
-        _ThreadCount(), batch_size=1, num_workers=1, worker_init_fn=threads.worker_init_fn
-    )
+@pytest.mark.parametrize("init_fn", [None, threads.worker_init_fn])
+def test_workers_run_one_thread_so_only_the_main_process_is_capped(init_fn):
+    # torch gives every worker one intra-op thread by itself; the cap is for the main process.
+    torch.set_num_threads(2)
+    loader = DataLoader(_ThreadCount(), batch_size=1, num_workers=1, worker_init_fn=init_fn)
     assert [int(b) for b in loader] == [1, 1]
+    assert torch.get_num_threads() == 2
 
 
 def test_worker_init_fn_keeps_lightning_worker_seeding(monkeypatch):
