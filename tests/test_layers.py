@@ -22,6 +22,7 @@ ENTRY_POINTS = {
     "stats.py",
     "inspect_model.py",
     "bench_data.py",
+    "data/optimize.py",
     "summarize.py",
     "cli.py",
     "export/__main__.py",

@@ -1,0 +1,282 @@
+"""Datasets larger than RAM: uint8 (C, H, W) images in litdata chunks, streamed from disk or an
+object store (optional extra: ``pip install 'lightning-cls[streaming]'``).
+
+``write_streaming`` turns any DataModule's splits into ``<out>/<split>/`` chunk folders plus
+``<out>/meta.json`` (classes, image size, channels, mean/std). ``StreamingDataModule`` reads
+them with litdata's ``StreamingDataset``/``StreamingDataLoader``: a bounded window of chunks
+is held at a time (memory does not grow with the dataset), each DDP rank reads its own shard,
+and the loader's position travels in checkpoints (mid-epoch resume). Batches arrive as uint8
+and get the same batched augmentation as the in-memory DataModules, on the batch's device.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from lightning_cls.data.augment import BatchAugment
+from lightning_cls.data.registry import register_dataset
+
+log = logging.getLogger(__name__)
+
+META_FILE = "meta.json"
+SPLITS = ("train", "val", "test")
+_REMOTE = ("s3://", "gs://", "gcs://", "azure://", "az://", "r2://", "hf://")
+
+
+def _litdata():
+    try:
+        import litdata
+    except ImportError as err:
+        raise ImportError(
+            "data=streaming needs litdata: pip install 'lightning-cls[streaming]' (or pip install litdata)."
+        ) from err
+    return litdata
+
+
+def write_streaming(
+    splits: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    meta: Mapping,
+    out_dir: str | Path,
+    chunk_bytes: str = "64MB",
+    progress: bool = True,
+) -> Path:
+    """Write ``{split: (images (N, C, H, W) uint8, labels (N,))}`` as litdata chunks + meta.json.
+
+    Everything is written into a temporary sibling folder that is renamed to ``out_dir`` at
+    the end: an interrupted conversion never leaves a folder that looks complete.
+    """
+    from litdata.streaming.writer import BinaryWriter
+    from tqdm import tqdm
+
+    _litdata()
+    out = Path(out_dir).expanduser()
+    if out.exists():
+        raise FileExistsError(f"{out} already exists; remove it or choose another out=.")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent if out.parent.exists() else None))
+    counts = {}
+    try:
+        for name, (images, labels) in splits.items():
+            if images.dtype != torch.uint8 or images.ndim != 4:
+                raise TypeError(f"split {name}: expected (N, C, H, W) uint8, got {images.dtype} {tuple(images.shape)}.")
+            writer = BinaryWriter(str(tmp / name), chunk_bytes=chunk_bytes)
+            for i in tqdm(range(len(labels)), desc=f"{name} -> chunks", disable=not progress):
+                writer[i] = {"index": i, "image": images[i].contiguous(), "label": int(labels[i])}
+            writer.done()
+            writer.merge()
+            counts[name] = len(labels)
+        (tmp / META_FILE).write_text(json.dumps({**dict(meta), "counts": counts}, indent=2))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(tmp), str(out))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _collate(items: Sequence[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+    images = torch.stack([torch.as_tensor(it["image"]) for it in items])  # (B, C, H, W) uint8
+    return images, torch.tensor([int(it["label"]) for it in items], dtype=torch.int64)
+
+
+@register_dataset("streaming")
+class StreamingDataModule(pl.LightningDataModule):
+    """Train/val/test from litdata chunks written by ``write_streaming`` (``lightning_cls.data.optimize``).
+
+    ``input_dir``: a local folder or an object-store URL (``s3://bucket/path``; credentials
+    from the environment or ``storage_options``). ``cache_dir`` (default: a fresh temporary
+    folder per run, removed at teardown) holds downloaded chunks, at most ``max_cache_size``.
+    ``image_size`` below the stored size trains on random resized crops
+    (``random_resized_crop``) or centre crops, and evaluates on centre crops.
+    """
+
+    def __init__(
+        self,
+        input_dir: str,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        image_size: int | None = None,
+        random_resized_crop: bool = False,
+        crop_padding: int = 0,
+        hflip: bool = False,
+        channels_last: bool = False,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        seed: int = 42,
+        cache_dir: str | None = None,
+        max_cache_size: str = "2GB",
+        storage_options: dict | None = None,
+        num_classes: int | None = None,
+        name: str = "streaming",
+        **unused,
+    ):
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        self.input_dir = str(input_dir).rstrip("/")
+        self.remote = self.input_dir.startswith(_REMOTE)
+        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.crop_padding, self.hflip, self.channels_last = crop_padding, hflip, channels_last
+        self.random_resized_crop = random_resized_crop
+        self._image_size, self._mean, self._std = image_size, mean, std
+        self.max_cache_size, self.storage_options = max_cache_size, storage_options or {}
+        self.expected_classes, self.name = num_classes, name
+        self._own_cache = cache_dir is None
+        self.cache_dir = cache_dir
+        self._meta: dict | None = None
+        self._train_loader = None
+        self._train_loader_state: dict | None = None
+
+    # -- what the data is ---------------------------------------------------------------------
+    @property
+    def info(self) -> dict:
+        if self._meta is None:
+            self._meta = self._read_meta()
+        return self._meta
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.info["classes"])
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def num_channels(self) -> int:
+        return int(self.info["num_channels"])
+
+    @property
+    def stored_size(self) -> int:
+        return int(self.info["image_size"])
+
+    @property
+    def image_size(self) -> int:
+        return self._image_size or self.stored_size
+
+    @property
+    def mean(self) -> tuple[float, ...]:
+        return tuple(self._mean if self._mean is not None else self.info["mean"])
+
+    @property
+    def std(self) -> tuple[float, ...]:
+        return tuple(self._std if self._std is not None else self.info["std"])
+
+    @property
+    def meta(self) -> dict:
+        meta = {"classes": self.classes, "mean": list(self.mean), "std": list(self.std),
+                "image_size": self.image_size, "num_channels": self.num_channels}  # fmt: skip
+        if self.stored_size != self.image_size:
+            meta["resize_size"] = self.stored_size
+        return meta
+
+    def _read_meta(self) -> dict:
+        if not self.remote:
+            path = Path(self.input_dir).expanduser() / META_FILE
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"{path} not found: data.input_dir must be a folder written by "
+                    "`python -m lightning_cls.data.optimize data=... out=...`."
+                )
+            return json.loads(path.read_text())
+        from litdata.streaming.downloader import get_downloader
+
+        local = Path(self._cache()) / META_FILE
+        try:
+            get_downloader(self.input_dir, str(local.parent), [], self.storage_options).download_file(
+                f"{self.input_dir}/{META_FILE}", str(local)
+            )
+        except Exception as err:  # boto/obstore raise their own types for auth and network errors
+            raise ConnectionError(
+                f"Cannot read {self.input_dir}/{META_FILE} ({type(err).__name__}: {err}). For an "
+                "object store, give credentials in the environment (e.g. AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE) or data.storage_options, and check the URL."
+            ) from err
+        return json.loads(local.read_text())
+
+    def _cache(self) -> str:
+        # litdata's default cache is shared by every run reading the same URL and is never
+        # cleaned, so a rewritten dataset could be read from stale chunks: one folder per run.
+        if self.cache_dir is None:
+            self.cache_dir = tempfile.mkdtemp(prefix="lightning_cls-stream-")
+        return self.cache_dir
+
+    # -- loaders ------------------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        self._meta = self._read_meta()  # fails early on a wrong folder, URL or credentials
+        if self.expected_classes is not None and self.expected_classes != self.num_classes:
+            raise ValueError(
+                f"data.num_classes={self.expected_classes} but {self.input_dir} holds "
+                f"{self.num_classes} classes; set data.num_classes={self.num_classes}."
+            )
+
+    def dataset(self, split: str, shuffle: bool):
+        """litdata ``StreamingDataset`` of one split (each DDP rank sees its own shard)."""
+        if split not in self.info.get("counts", {}):
+            raise ValueError(f"{self.input_dir} has no '{split}' split; it has {sorted(self.info['counts'])}.")
+        litdata = _litdata()
+        return litdata.StreamingDataset(
+            f"{self.input_dir}/{split}", cache_dir=f"{self._cache()}/{split}", shuffle=shuffle,
+            drop_last=False, seed=self.seed, max_cache_size=self.max_cache_size,
+            storage_options=self.storage_options,
+        )  # fmt: skip
+
+    def _loader(self, split: str, train: bool):
+        litdata = _litdata()
+        return litdata.StreamingDataLoader(
+            self.dataset(split, shuffle=train), batch_size=self.batch_size,
+            num_workers=self.num_workers, collate_fn=_collate,
+        )  # fmt: skip
+
+    def train_dataloader(self):
+        loader = self._loader("train", train=True)
+        if self._train_loader_state is not None:
+            loader.load_state_dict(self._train_loader_state)
+            self._train_loader_state = None
+        self._train_loader = loader
+        return loader
+
+    def val_dataloader(self):
+        return self._loader("val" if "val" in self.info["counts"] else "test", train=False)
+
+    def test_dataloader(self):
+        return self._loader("test", train=False)
+
+    # The loader's position (litdata's state_dict) is saved with the DataModule: see
+    # ImageDataModule.state_dict for why not through the fit loop.
+    def state_dict(self) -> dict:
+        loader = self._train_loader
+        return {"train_loader": loader.state_dict()} if loader is not None else {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._train_loader_state = state_dict.get("train_loader")
+
+    def teardown(self, stage: str | None = None) -> None:
+        if self._own_cache and self.cache_dir is not None and stage in (None, "fit", "test"):
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
+            self.cache_dir = None
+
+    # -- batched augmentation on the batch's device --------------------------------------------
+    def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:
+        return BatchAugment(
+            self.mean, self.std, self.crop_padding, self.hflip, self.channels_last, dtype,
+            image_size=self.image_size, random_resized_crop=self.random_resized_crop,
+        )  # fmt: skip
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        x, y = batch
+        if x.dtype != torch.uint8:
+            return batch
+        trainer = self.trainer
+        train = bool(trainer and trainer.training)
+        generator = None
+        if train:  # draws keyed by (seed, step, rank): a resumed run repeats them
+            key = (self.seed * 1_000_003 + trainer.global_step) * 64 + trainer.global_rank
+            generator = torch.Generator().manual_seed(key)
+        return self.batch_augment()(x, train=train, generator=generator), y

@@ -1,0 +1,158 @@
+"""StreamingDataModule over litdata chunks: round trip, resume, DDP shards, bounded memory, URLs."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+pytest.importorskip("litdata")
+
+from lightning_cls.data.streaming import StreamingDataModule, write_streaming  # noqa: E402
+
+
+def _write(tmp_path, n=40, classes=("a", "b", "c"), size=8, name="stream"):
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
+    labels = torch.arange(n) % len(classes)
+    meta = {"classes": list(classes), "mean": [0.5] * 3, "std": [0.25] * 3,
+            "image_size": size, "num_channels": 3}  # fmt: skip
+    splits = {"train": (images, labels), "val": (images[:10], labels[:10])}
+    return write_streaming(splits, meta, tmp_path / name, chunk_bytes="4kb", progress=False), images
+
+
+@pytest.mark.slow
+def test_round_trip_through_the_optimize_entry_point(tmp_path, make_folder):
+    root = make_folder(tmp_path / "imgs", "train", {"x": 6, "y": 6}, size=10)
+    out = tmp_path / "chunks"
+    cmd = [sys.executable, "-m", "lightning_cls.data.optimize", "data=imagefolder",
+           f"data.root={root}", "data.image_size=8", "data.cache=false", "data.val_size=2",
+           "data.test_size=2", f"out={out}", f"hydra.run.dir={tmp_path}/run"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["counts"] == {"train": 8, "test": 2, "val": 2}
+    dm = StreamingDataModule(str(out), batch_size=4)
+    dm.setup()
+    assert dm.classes == ["x", "y"] and dm.meta["image_size"] == 8
+    seen = sum(len(y) for _, y in dm.test_dataloader())
+    assert seen == 2
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode != 0 and "already exists; remove it or choose another out=" in again.stderr
+
+
+def test_train_loader_serves_every_sample_once_and_augments(tmp_path):
+    out, images = _write(tmp_path)
+    dm = StreamingDataModule(str(out), batch_size=16, image_size=6, random_resized_crop=True, hflip=True)
+    dm.setup()
+    labels = torch.cat([y for _, y in dm.train_dataloader()])
+    assert sorted(labels.tolist()) == sorted((torch.arange(40) % 3).tolist())
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.dtype == torch.uint8 and x.shape == (16, 3, 8, 8)  # augmented after transfer
+    out_x = dm.batch_augment()(x, train=True, generator=torch.Generator().manual_seed(0))
+    assert out_x.shape == (16, 3, 6, 6) and out_x.dtype == torch.float32
+    assert dm.meta["resize_size"] == 8 and dm.meta["image_size"] == 6
+
+
+def test_mid_epoch_resume_continues_where_it_stopped(tmp_path):
+    out, _ = _write(tmp_path)
+    dm = StreamingDataModule(str(out), batch_size=8, seed=3)
+    dm.setup()
+    full = [x for x, _ in dm.train_dataloader()]
+    loader = dm.train_dataloader()
+    it = iter(loader)
+    first = [next(it)[0] for _ in range(2)]
+    state = dm.state_dict()
+    resumed = StreamingDataModule(str(out), batch_size=8, seed=3)
+    resumed.load_state_dict(state)
+    rest = [x for x, _ in resumed.train_dataloader()]
+    assert len(first) + len(rest) == len(full) == 5
+    for a, b in zip(first + rest, full):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.slow
+def test_two_ranks_read_disjoint_shards_covering_the_split(tmp_path):
+    out, _ = _write(tmp_path, n=41)
+    script = textwrap.dedent(f"""
+        import json, os, sys, torch, torch.distributed as dist
+        from lightning_cls.data.streaming import StreamingDataModule
+        dist.init_process_group("gloo")
+        dm = StreamingDataModule({str(out)!r}, batch_size=4, seed=1, cache_dir=None)
+        ds = dm.dataset("train", shuffle=True)
+        ids = [int(item["index"]) for item in ds]
+        print(json.dumps(ids))
+    """)
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533", "WORLD_SIZE": "2"}
+    procs = [subprocess.Popen([sys.executable, "-c", script], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]  # fmt: skip
+    shards = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=240)
+        assert p.returncode == 0, stderr[-2000:]
+        shards.append(json.loads(stdout.strip().splitlines()[-1]))
+    assert set(shards[0]).isdisjoint(shards[1])
+    assert sorted(shards[0] + shards[1]) == list(range(41))  # nothing dropped or duplicated
+
+
+def test_object_store_url_without_credentials_is_a_clear_error(tmp_path, monkeypatch):
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    dm = StreamingDataModule("s3://no-such-bucket-lightning-cls/data", cache_dir=str(tmp_path / "c"))
+    with pytest.raises(ConnectionError, match=r"Cannot read s3://no-such-bucket-lightning-cls/data/meta\.json .*credentials"):
+        dm.setup()
+
+
+def test_missing_folder_and_wrong_class_count(tmp_path):
+    with pytest.raises(FileNotFoundError, match="meta.json not found: data.input_dir must be a folder"):
+        StreamingDataModule(str(tmp_path / "nope")).setup()
+    out, _ = _write(tmp_path)
+    with pytest.raises(ValueError, match="data.num_classes=5 but .* holds 3 classes"):
+        StreamingDataModule(str(out), num_classes=5).setup()
+
+
+@pytest.mark.slow
+def test_memory_stays_bounded_streaming_four_times_the_limit(tmp_path):
+    # 5,600 incompressible 3x64x64 images: 69 MB of chunks, over 4x the 16 MiB the pass may add.
+    limit = 16 * 2**20
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (5600, 3, 64, 64), dtype=torch.uint8, generator=g)
+    meta = {"classes": ["a", "b"], "mean": [0.5] * 3, "std": [0.25] * 3, "image_size": 64, "num_channels": 3}
+    out = write_streaming({"train": (images, torch.arange(5600) % 2)}, meta, tmp_path / "big",
+                          chunk_bytes="2MB", progress=False)  # fmt: skip
+    del images
+    on_disk = sum(f.stat().st_size for f in (out / "train").glob("*.bin"))
+    assert on_disk >= 4 * limit
+    script = textwrap.dedent(f"""
+        import json, torch
+        from lightning_cls.data.streaming import StreamingDataModule
+
+        def rss():
+            with open("/proc/self/status") as f:
+                return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS"))
+
+        dm = StreamingDataModule({str(out)!r}, batch_size=64, image_size=56, random_resized_crop=True)
+        dm.setup()
+        augment = dm.batch_augment()
+        loader = dm.train_dataloader()
+        it = iter(loader)
+        x, _ = next(it)
+        augment(x, train=True)
+        base, peak, n = rss(), 0, len(x)
+        for x, _ in it:
+            augment(x, train=True)
+            n += len(x)
+            peak = max(peak, rss())
+        print(json.dumps({{"growth": peak - base, "images": n}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["images"] == 5600
+    assert result["growth"] < limit, result
