@@ -8,6 +8,7 @@ from lightning_cls.data.base import ImageDataModule, Split
 from lightning_cls.data.digits import DigitsDataModule
 from lightning_cls.data.imagefolder import ImageFolderDataModule
 from lightning_cls.data.registry import create_dataset, list_datasets, register_dataset
+from lightning_cls.data.streaming import StreamingDataModule
 from lightning_cls.data.synthetic import SyntheticDataModule
 from lightning_cls.data.torchvision_sets import (
     CIFAR10DataModule,
@@ -25,6 +26,7 @@ __all__ = [
     "ImageFolderDataModule",
     "MNISTDataModule",
     "Split",
+    "StreamingDataModule",
     "SyntheticDataModule",
     "create_dataset",
     "list_datasets",
