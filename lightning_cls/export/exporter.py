@@ -13,6 +13,7 @@ from pathlib import Path
 
 from torch import nn
 
+from lightning_cls.checkpointing import check_same_data
 from lightning_cls.export.triton import TritonConfig, export_triton
 from lightning_cls.inference.spec import META_FILE, InputSpec
 
@@ -184,6 +185,9 @@ def _quantize(net, meta, out: Path, config: ExportConfig, datamodule, result: Ex
             "so it needs a DataModule; pass data=<name> (e.g. data=cifar10) on the command line."
         )
     datamodule.setup("fit")
+    # Calibrating on, and reporting accuracy against, other classes would be silently wrong.
+    check_same_data(meta.to_dict(), datamodule.meta, "The model being quantized",
+                    data_name=f"data={getattr(datamodule, 'name', type(datamodule).__name__)}")  # fmt: skip
     train, val = datamodule.splits["train"], datamodule.splits["val"]
     if qc.static:
         reader = q.SplitCalibrationReader(
