@@ -31,3 +31,16 @@ def test_quick_mode_reports_paired_speedups_against_best_pytorch(run_quick, tmp_
     assert ratio["min"] <= ratio["median"] <= ratio["max"]
     int8 = result["int8"]["ort_int8_qdq"]
     assert int8["over"] == "ort_fp32" and set(int8) >= {"b64", "b1", "acc_drop_points"}
+
+
+@pytest.mark.slow
+def test_profile_quick_mode_reports_op_shares(run_quick):
+    pytest.importorskip("openvino")
+    out = run_quick("profile_inference.py", "--threads", "1")
+    profiles = out["profiles"]
+    assert {"ort_fp32", "ort_int8_qdq", "ort_int8_qoperator", "ov_f32", "ov_int8"} <= set(profiles)
+    assert profiles["ort_fp32"]["vs_fp32"] == 1.0
+    conv_ops = [op for op in profiles["ort_int8_qdq"]["shares"] if "Conv" in op]
+    assert conv_ops, "the int8 profile should show the quantized convolutions"
+    for p in profiles.values():
+        assert p["us_per_run"] > 0 and 0 < sum(p["shares"].values()) <= 1.0001
