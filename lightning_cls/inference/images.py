@@ -133,13 +133,13 @@ def find_images(inputs: Iterable[str | Path]) -> list[Path]:
 
 
 def load_image_batch(
-    paths: Sequence[Path], image_size: int, num_channels: int
+    paths: Sequence[Path], image_size: int, num_channels: int, resize_size: int | None = None
 ) -> tuple[torch.Tensor, list[Path], list[tuple[Path, str]]]:
     """Decode ``paths``; return (uint8 batch (B, C, H, W), paths read, [(path, reason)] failed)."""
     arrays, ok, failed = [], [], []
     for path in paths:
         try:
-            arrays.append(decode_image(path, image_size, num_channels))
+            arrays.append(decode_image(path, image_size, num_channels, resize_size))
             ok.append(path)
         except DECODE_ERRORS as err:
             failed.append((path, decode_error_reason(err)))

@@ -155,7 +155,7 @@ def predict_files(
     paths = [Path(f) for f in files]
     for start in range(0, len(paths), batch_size):
         images, ok, bad = load_image_batch(
-            paths[start : start + batch_size], spec.image_size, spec.num_channels
+            paths[start : start + batch_size], spec.image_size, spec.num_channels, spec.resize_size
         )
         failures += bad
         if not ok:

@@ -152,7 +152,9 @@ class RequestGate:
         spec, arrays = self.spec, []
         for i, data in enumerate(encoded):
             try:
-                arrays.append(decode_image(data, spec.image_size, spec.num_channels))
+                arrays.append(
+                    decode_image(data, spec.image_size, spec.num_channels, spec.resize_size)
+                )
             except DECODE_ERRORS as err:
                 which = f"image {i}" if len(encoded) > 1 else "image"
                 raise Reject(400, f"{which}: {decode_error_reason(err)}") from err

@@ -124,3 +124,22 @@ def test_eager_predictor_from_a_module(artifacts):
     x = artifacts.spec.preprocess(artifacts.images)
     with torch.no_grad():
         torch.testing.assert_close(predictor.predict_proba(x), artifacts.module.predict_step(x, 0))
+
+
+def test_predict_files_decodes_with_the_specs_resize_size(artifacts, tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    from lightning_cls.inference import decode_image
+
+    path = tmp_path / "wide.png"
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (20, 36, 3), dtype=np.uint8)).save(path)
+    predictor = load_artifact(artifacts.paths["onnx"], spec={"resize_size": 16})
+    (row,), failures = predict_files(predictor, [path], top_k=3)
+    assert not failures
+    pixels = torch.from_numpy(decode_image(path, 12, 3, resize_size=16))[None]  # centre crop
+    expected = predictor.predict_images(pixels)[0].topk(3)
+    np.testing.assert_allclose(row["probs"], expected.values.numpy(), rtol=1e-6)
+    squashed = torch.from_numpy(decode_image(path, 12, 3))[None]  # the whole image, resized
+    assert not torch.allclose(predictor.predict_images(squashed), predictor.predict_images(pixels))
