@@ -1,0 +1,55 @@
+"""ServeConfig checks (fast, no server) and a Hydra-free serving library."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from lightning_cls.serve import ServeConfig
+from lightning_cls.threads import available_cores
+
+
+def test_thread_budget_is_cores_over_workers_and_never_oversubscribed():
+    cores = available_cores()
+    assert ServeConfig(artifact="m.onnx").threads == cores
+    assert ServeConfig(artifact="m.onnx", workers=cores + 1).threads == 1
+    with pytest.raises(ValueError, match=rf"oversubscribes the {cores} available cores"):
+        ServeConfig(artifact="m.onnx", threads=cores, workers=2)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"host": "example.com"}, r"serve\.host='example\.com'; use one of 127\.0\.0\.1"),
+        ({"port": 80}, r"serve\.port=80 must be in 1024\.\.65535"),
+        ({"max_queue": 0}, r"serve\.max_queue=0 must be an integer >= 1"),
+        ({"batch_timeout": 20.0}, r"batch_timeout=20\.0 must be >= 0 and below serve\.timeout"),
+    ],
+)
+def test_bad_settings_name_the_key_and_the_fix(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ServeConfig(artifact="m.onnx", **kwargs)
+
+
+def test_default_binds_localhost_only():
+    assert ServeConfig(artifact="m.onnx").host == "127.0.0.1"
+
+
+def test_serving_library_imports_neither_hydra_nor_lightning():
+    code = ("import sys, lightning_cls.serve\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pytorch_lightning', 'hydra', 'omegaconf')))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_cli_user_error_is_one_line_and_exit_1(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "lightning_cls.serve", f"artifact={tmp_path}/missing.onnx",
+         f"hydra.run.dir={tmp_path}/run"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "Model artifact not found" in out.stderr and "Traceback" not in out.stderr
