@@ -1,11 +1,12 @@
 """``python -m lightning_cls.bench_data data=... [data.pipeline=tensor|pil]``: images per second
-for loading + augmentation alone — the classic "loop over the loader, no forward/backward"
+(and peak RSS) for loading + augmentation alone — the classic "loop over the loader, no forward/backward"
 test. The last line of output is one JSON object with the figures."""
 
 from __future__ import annotations
 
 import json
 import logging
+import resource
 import statistics
 import time
 
@@ -59,6 +60,11 @@ def bench(cfg: DictConfig) -> dict:
         "seconds": round(seconds, 4),
         "img_s": round(images / seconds, 1) if seconds else None,
         "img_s_median_batch": round(statistics.median(per_batch), 1) if per_batch else None,
+        "image_size": int(x.shape[-1]) if images else None,
+        # Peak resident memory of this process and (separately) of its largest finished
+        # DataLoader worker: the per-sample pipeline's workers each hold their own copies.
+        "peak_rss_mb": _peak_rss_mb(resource.RUSAGE_SELF),
+        "peak_worker_rss_mb": _peak_rss_mb(resource.RUSAGE_CHILDREN),
     }
     log.info(
         "%s (%s pipeline): %.0f img/s load+augment",
@@ -67,6 +73,10 @@ def bench(cfg: DictConfig) -> dict:
         result["img_s"] or 0,
     )
     return result
+
+
+def _peak_rss_mb(who: int) -> float:
+    return round(resource.getrusage(who).ru_maxrss / 1024, 1)  # ru_maxrss is in KiB on Linux
 
 
 @hydra.main(config_path=config_dir(), config_name="bench_data", version_base="1.3")
