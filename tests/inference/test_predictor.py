@@ -138,8 +138,8 @@ def test_predict_files_decodes_with_the_specs_resize_size(artifacts, tmp_path):
     predictor = load_artifact(artifacts.paths["onnx"], spec={"resize_size": 16})
     (row,), failures = predict_files(predictor, [path], top_k=3)
     assert not failures
-    pixels = torch.from_numpy(decode_image(path, 12, 3, resize_size=16))[None]  # centre crop
+    pixels = torch.from_numpy(decode_image(path, 12, 3, resize_size=16).copy())[None]  # centre crop
     expected = predictor.predict_images(pixels)[0].topk(3)
     np.testing.assert_allclose(row["probs"], expected.values.numpy(), rtol=1e-6)
-    squashed = torch.from_numpy(decode_image(path, 12, 3))[None]  # the whole image, resized
+    squashed = torch.from_numpy(decode_image(path, 12, 3).copy())[None]  # whole image, resized
     assert not torch.allclose(predictor.predict_images(squashed), predictor.predict_images(pixels))
