@@ -17,7 +17,6 @@ import json
 import time
 
 import torch
-
 from paired import cpu_name, paired_ratio, summarize  # sibling file in benchmarks/
 
 from lightning_cls.callbacks.nan_guard import finite_flag

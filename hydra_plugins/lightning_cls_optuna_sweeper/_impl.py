@@ -43,11 +43,14 @@ class OptunaSweeperImpl:
             )
         self.direction, self.n_trials, self.n_jobs = direction, n_trials, n_jobs
         self.study_name, self.storage = study_name, storage
-        self.sampler_cfg, self.pruner_cfg = sampler, pruner
+        # Hydra instantiates the sweeper recursively: sampler and pruner arrive as objects.
+        self.sampler, self.pruner = sampler, pruner
         self.params = dict(params or {})
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context, self.config = hydra_context, config
+        pruner = config.hydra.sweeper.get("pruner")
+        self.pruner_spec = OmegaConf.to_container(pruner, resolve=True) if pruner else None
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
@@ -75,12 +78,11 @@ class OptunaSweeperImpl:
         self.storage_url = self.storage or f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
         if self.storage_url.startswith("sqlite:///"):  # sqlite needs the folder to exist
             Path(self.storage_url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        pruner_spec = OmegaConf.to_container(self.pruner_cfg, resolve=True) if self.pruner_cfg else None
         study = optuna.create_study(
             storage=self.storage_url,
             study_name=self.study_name or "lightning_cls",
-            sampler=instantiate(self.sampler_cfg) if self.sampler_cfg else None,
-            pruner=instantiate(self.pruner_cfg) if self.pruner_cfg else optuna.pruners.NopPruner(),
+            sampler=_built(self.sampler),
+            pruner=_built(self.pruner) or optuna.pruners.NopPruner(),
             direction=self.direction,
             load_if_exists=True,
         )
@@ -90,7 +92,7 @@ class OptunaSweeperImpl:
                 f"{study.direction.name.lower()}, not {self.direction}; use another study_name."
             )
         # Trial jobs rebuild the pruner from here: a storage holds no pruner object.
-        study.set_user_attr(PRUNER_ATTR, pruner_spec or {"_target_": "optuna.pruners.NopPruner"})
+        study.set_user_attr(PRUNER_ATTR, self.pruner_spec or {"_target_": "optuna.pruners.NopPruner"})
         return study
 
     def _run_batch(self, study: optuna.Study, trials: list, fixed: list[str]) -> list[JobReturn]:
@@ -115,6 +117,11 @@ class OptunaSweeperImpl:
         for trial, ret in zip(launched, results):
             _tell(study, trial, ret, stored[trial.number].user_attrs)
         return list(results)
+
+
+def _built(obj: Any) -> Any:
+    """A sampler/pruner object, instantiating it if it is still a config."""
+    return instantiate(obj) if isinstance(obj, (dict, DictConfig)) else obj
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, ret: JobReturn, user_attrs: dict) -> None:
