@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics import MetricCollection
+from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from lightning_cls.mixup import BatchMixer
@@ -77,6 +77,10 @@ class ClassificationModule(pl.LightningModule):
         self.metrics = nn.ModuleDict(
             {f"{stage}_metrics": _accuracy_metrics(self.num_classes, stage) for stage in STAGES}
         )
+        # val/test loss as sample-weighted sums synced over DDP ranks: exact with uneven shards.
+        # (Lightning's sync_dist mean averages its integer sample count over ranks with
+        # truncation under gloo, e.g. 359 samples on 2 ranks count as 358.)
+        self.eval_losses = nn.ModuleDict({stage: MeanMetric() for stage in ("val", "test")})
         # Test predictions per (true, predicted) class; TrainingPlots draws it.
         self.test_confusion = MulticlassConfusionMatrix(self.num_classes)
         self.mixer = None
@@ -95,9 +99,11 @@ class ClassificationModule(pl.LightningModule):
         if stage == "test":
             self.test_confusion.update(logits.detach(), y)
         training = stage == "train"
-        # sync_dist: under DDP the epoch loss is the mean over every rank's samples.
-        self.log(f"{stage}/loss", loss, on_step=training, on_epoch=True, prog_bar=True, sync_dist=True)
-        if not training:  # train accuracy is logged once per epoch: per-step log_dict costs ~10%
+        if training:  # sync_dist: the epoch's train/loss averages all ranks (equal, padded shards)
+            self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, sync_dist=True)
+        else:  # train accuracy is logged once per epoch: per-step log_dict costs ~10%
+            self.eval_losses[stage].update(loss.detach(), weight=x.shape[0])
+            self.log(f"{stage}/loss", self.eval_losses[stage], on_step=False, on_epoch=True, prog_bar=True)
             self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True)
         return loss
 
