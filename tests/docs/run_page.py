@@ -65,7 +65,10 @@ def run_shell(block: dict) -> tuple[bool, str]:
 
 def _cpu_seconds() -> float:
     """CPU time of this process and its finished children (user + system)."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from doc_blocks import parse_blocks, with_overrides
 
 RUNNER = Path(__file__).with_name("run_page.py")
@@ -49,12 +48,21 @@ def test_parse_blocks_reads_markers_and_lines():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('<!-- test: skip -->\n```bash\nls\n```\n', r"page.md:1: a skip marker needs reason="),
+        ("<!-- test: skip -->\n```bash\nls\n```\n", r"page.md:1: a skip marker needs reason="),
         ("<!-- test: runn -->\n```bash\nls\n```\n", r"must start with 'run' or 'skip'"),
-        ('<!-- test: run overides="x=1" -->\n```bash\nls\n```\n', r"unknown test marker option.*overides"),
-        ("<!-- test: run -->\n\nSome prose.\n```bash\nls\n```\n", r"page.md:1: .*not directly followed"),
+        (
+            '<!-- test: run overides="x=1" -->\n```bash\nls\n```\n',
+            r"unknown test marker option.*overides",
+        ),
+        (
+            "<!-- test: run -->\n\nSome prose.\n```bash\nls\n```\n",
+            r"page.md:1: .*not directly followed",
+        ),
         ("<!-- test: run -->\n```text\nls\n```\n", r"not directly followed by a python or shell"),
-        ('<!-- test: run timeout="soon" -->\n```bash\nls\n```\n', r"timeout='soon' must be whole seconds"),
+        (
+            '<!-- test: run timeout="soon" -->\n```bash\nls\n```\n',
+            r"timeout='soon' must be whole seconds",
+        ),
         ("```python\nx = 1\n", r"never closed"),
     ],
 )
@@ -64,7 +72,7 @@ def test_bad_markers_are_errors(text, message):
 
 
 def test_indented_block_in_an_admonition():
-    text = '!!! note\n    <!-- test: run -->\n    ```python\n    x = 1\n    ```\n'
+    text = "!!! note\n    <!-- test: run -->\n    ```python\n    x = 1\n    ```\n"
     (block,) = parse_blocks(text, "p.md")
     assert (block.action, block.code, block.line) == ("run", "x = 1\n", 4)
 

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from doc_blocks import doc_pages, parse_blocks, with_overrides
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,7 +50,9 @@ def test_page_examples_run(page: str, tmp_path: Path):
             "path": b.path,
             "line": b.line,
             "kind": b.kind,
-            "code": with_overrides(b.code, b.options.get("overrides", "")) if b.kind == "shell" else b.code,
+            "code": with_overrides(b.code, b.options.get("overrides", ""))
+            if b.kind == "shell"
+            else b.code,
             "expect": b.options.get("expect"),
             "timeout": int(b.options.get("timeout", DEFAULT_TIMEOUT_S)),
         }
@@ -85,6 +86,6 @@ def test_reader_pages_mark_every_block():
         if b.action is None
     ]
     assert not unmarked, (
-        "mark these blocks <!-- test: run --> or <!-- test: skip reason=\"...\" -->: "
+        'mark these blocks <!-- test: run --> or <!-- test: skip reason="..." -->: '
         + ", ".join(unmarked)
     )
