@@ -49,17 +49,32 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--epochs-simplecnn", type=int, default=10)
     p.add_argument("--epochs-resnet18", type=int, default=3)
-    p.add_argument("--train-fraction-simplecnn", type=float, default=1.0,
-                   help="fraction of the train split per epoch when training SimpleCNN here")
-    p.add_argument("--train-fraction-resnet18", type=float, default=1.0,
-                   help="fraction of the train split per epoch when training ResNet-18 here")
-    p.add_argument("--train-precision", default="32-true",
-                   help="Lightning precision for the short training runs (e.g. bf16-mixed)")
+    p.add_argument(
+        "--train-fraction-simplecnn",
+        type=float,
+        default=1.0,
+        help="fraction of the train split per epoch when training SimpleCNN here",
+    )
+    p.add_argument(
+        "--train-fraction-resnet18",
+        type=float,
+        default=1.0,
+        help="fraction of the train split per epoch when training ResNet-18 here",
+    )
+    p.add_argument(
+        "--train-precision",
+        default="32-true",
+        help="Lightning precision for the short training runs (e.g. bf16-mixed)",
+    )
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
-    p.add_argument("--window", type=float, default=1.0, help="seconds timed per runtime, batch, round")
+    p.add_argument(
+        "--window", type=float, default=1.0, help="seconds timed per runtime, batch, round"
+    )
     p.add_argument("--calibration-batches", type=int, default=16)
     p.add_argument("--out-dir", type=Path, default=REPO / "outputs/benchmark_inference")
-    p.add_argument("--docs", type=Path, help="rewrite this file's inference section (docs/benchmarks.md)")
+    p.add_argument(
+        "--docs", type=Path, help="rewrite this file's inference section (docs/benchmarks.md)"
+    )
     p.add_argument("--quick", action="store_true", help="tiny data and few iterations (smoke test)")
     args = p.parse_args(argv)
     if args.threads < 1:
@@ -103,7 +118,10 @@ def benchmark_model(name: str, data, args) -> dict:
     res: dict[str, dict] = {rt: {} for rt in fns}
     for rt, fn in fns.items():
         preds = torch.cat(
-            [fn(meta.preprocess(val.images[i : i + 250])).argmax(1) for i in range(0, len(val), 250)]
+            [
+                fn(meta.preprocess(val.images[i : i + 250])).argmax(1)
+                for i in range(0, len(val), 250)
+            ]
         )
         res[rt]["val_acc"] = round((preds == val.labels).float().mean().item(), 4)
     g = torch.Generator().manual_seed(0)

@@ -213,7 +213,7 @@ def runtimes(
             if "int8" in name or name == "ov_bf16":
                 fp32_files()
             fns[name] = _no_grad(build())
-        except Exception as err:  # report and go on: one broken runtime must not hide the rest
+        except Exception as err:  # noqa: BLE001 — report and go on: one broken runtime must not hide the rest
             log.error("runtime %s unavailable here: %s: %s", name, type(err).__name__, err)
     return fns
 

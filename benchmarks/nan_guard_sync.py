@@ -58,16 +58,28 @@ def main() -> None:
         raise RuntimeError("the gradients of a plain backward pass should be finite")
     results = []
     for _ in range(rounds):
-        results.append({"per_parameter": _time(per_parameter, grads, reps, device),
-                        "one_flag": _time(one_flag, grads, reps, device)})  # fmt: skip
-    print(json.dumps({
-        "benchmark": "nan_guard_sync", "model": args.model, "device": str(device),
-        "cpu": cpu_name(), "gradients": len(grads), "threads": torch.get_num_threads(),
-        "syncs_per_step": {"per_parameter": len(grads), "one_flag": 1},
-        "per_parameter_us": summarize([r["per_parameter"] * 1e6 for r in results]),
-        "one_flag_us": summarize([r["one_flag"] * 1e6 for r in results]),
-        "speedup": paired_ratio(results, "per_parameter", "one_flag"),
-    }))  # fmt: skip
+        results.append(
+            {
+                "per_parameter": _time(per_parameter, grads, reps, device),
+                "one_flag": _time(one_flag, grads, reps, device),
+            }
+        )
+    print(
+        json.dumps(
+            {
+                "benchmark": "nan_guard_sync",
+                "model": args.model,
+                "device": str(device),
+                "cpu": cpu_name(),
+                "gradients": len(grads),
+                "threads": torch.get_num_threads(),
+                "syncs_per_step": {"per_parameter": len(grads), "one_flag": 1},
+                "per_parameter_us": summarize([r["per_parameter"] * 1e6 for r in results]),
+                "one_flag_us": summarize([r["one_flag"] * 1e6 for r in results]),
+                "speedup": paired_ratio(results, "per_parameter", "one_flag"),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -20,10 +20,16 @@ from pathlib import Path
 
 import numpy as np
 
-ORT_FILES = {"ort_fp32": "model.onnx", "ort_int8_qdq": "model_int8_qdq.onnx",
-             "ort_int8_qoperator": "model_int8_qop.onnx"}  # fmt: skip
-OV_RUNS = {"ov_f32": ("model.xml", "f32"), "ov_bf16": ("model.xml", "bf16"),
-           "ov_int8": ("model_int8.xml", "f32")}  # fmt: skip
+ORT_FILES = {
+    "ort_fp32": "model.onnx",
+    "ort_int8_qdq": "model_int8_qdq.onnx",
+    "ort_int8_qoperator": "model_int8_qop.onnx",
+}
+OV_RUNS = {
+    "ov_f32": ("model.xml", "f32"),
+    "ov_bf16": ("model.xml", "bf16"),
+    "ov_int8": ("model_int8.xml", "f32"),
+}
 
 
 def profile_ort(path: Path, x: np.ndarray, runs: int, threads: int) -> dict[str, float]:
@@ -49,8 +55,12 @@ def profile_ov(path: Path, precision: str, x: np.ndarray, runs: int, threads: in
     """Microseconds per run, summed per (layer type, kernel), from OpenVINO's counters."""
     import openvino as ov
 
-    config = {"PERF_COUNT": True, "INFERENCE_NUM_THREADS": threads,
-              "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}  # fmt: skip
+    config = {
+        "PERF_COUNT": True,
+        "INFERENCE_NUM_THREADS": threads,
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": precision,
+    }
     request = ov.Core().compile_model(str(path), "CPU", config).create_infer_request()
     per_op: collections.Counter = collections.Counter()
     for _ in range(runs):
@@ -73,13 +83,19 @@ def quick_files(out: Path) -> Path:
 
     torch.manual_seed(0)
     net = create_model("simplecnn", num_classes=10, in_channels=3, image_size=32).eval()
-    spec = InputSpec(classes=[str(i) for i in range(10)], mean=(0.5,) * 3, std=(0.25,) * 3,
-                     image_size=32, num_channels=3)  # fmt: skip
+    spec = InputSpec(
+        classes=[str(i) for i in range(10)],
+        mean=(0.5,) * 3,
+        std=(0.25,) * 3,
+        image_size=32,
+        num_channels=3,
+    )
     split = Split(torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8), torch.zeros(64))
     onnx = export_onnx(net, spec, out / "model.onnx")
     for fmt, name in (("qdq", "model_int8_qdq.onnx"), ("qoperator", "model_int8_qop.onnx")):
-        quantize_onnx_static(onnx, out / name, SplitCalibrationReader(split, spec, 2, 32),
-                             quant_format=fmt)  # fmt: skip
+        quantize_onnx_static(
+            onnx, out / name, SplitCalibrationReader(split, spec, 2, 32), quant_format=fmt
+        )
     xml = export_openvino(onnx, out / "model.xml", spec, net)
     quantize_openvino_int8(xml, out / "model_int8.xml", split, spec, 2, 32)
     return out
@@ -113,13 +129,28 @@ def main() -> None:
         base = sum(profiles.get("ov_f32" if name.startswith("ov") else "ort_fp32", {}).values())
         top = sorted(per_op.items(), key=lambda kv: -kv[1])[:4]
         shares = {op: round(us / total, 3) for op, us in top}
-        result[name] = {"us_per_run": round(total, 1), "vs_fp32": round(total / base, 3)
-                        if base else None, "shares": shares}  # fmt: skip
-        print(f"{name:20s} {result[name]['vs_fp32']}x fp32  " +
-              ", ".join(f"{op} {100 * v:.0f}%" for op, v in shares.items()))  # fmt: skip
+        result[name] = {
+            "us_per_run": round(total, 1),
+            "vs_fp32": round(total / base, 3) if base else None,
+            "shares": shares,
+        }
+        print(
+            f"{name:20s} {result[name]['vs_fp32']}x fp32  "
+            + ", ".join(f"{op} {100 * v:.0f}%" for op, v in shares.items())
+        )
     tmp.cleanup()
-    print(json.dumps({"batch_size": args.batch_size, "threads": args.threads, "runs": runs,
-                      "quick": args.quick, "profiles": result}), flush=True)  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "batch_size": args.batch_size,
+                "threads": args.threads,
+                "runs": runs,
+                "quick": args.quick,
+                "profiles": result,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -27,13 +27,18 @@ from pathlib import Path
 import httpx
 import numpy as np
 import torch
-
 from paired import cpu_name, summarize
 from serve_setup import QUIET, SERVE_BASE, Server, make_model, png_images
 
 
-async def _load(url: str, bodies: list[bytes], expected: torch.Tensor, concurrency: int,
-                seconds: float, warmup: float = 0.3) -> dict:  # fmt: skip
+async def _load(
+    url: str,
+    bodies: list[bytes],
+    expected: torch.Tensor,
+    concurrency: int,
+    seconds: float,
+    warmup: float = 0.3,
+) -> dict:
     """``concurrency`` clients posting images in a loop for ``seconds``; stats of the run."""
     latencies, codes, wrong = [], {}, 0
     deadline = time.perf_counter() + warmup + seconds
@@ -47,8 +52,9 @@ async def _load(url: str, bodies: list[bytes], expected: torch.Tensor, concurren
             idx = i % len(bodies)
             i += concurrency
             try:
-                r = await client.post("/predict", content=bodies[idx],
-                                      headers={"Content-Type": "image/png"})  # fmt: skip
+                r = await client.post(
+                    "/predict", content=bodies[idx], headers={"Content-Type": "image/png"}
+                )
             except httpx.TransportError:
                 # A keep-alive connection the server closed as the client reused it (uvicorn
                 # closes idle ones after 5 s; a starved client loop can idle that long).
@@ -64,8 +70,13 @@ async def _load(url: str, bodies: list[bytes], expected: torch.Tensor, concurren
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
         await asyncio.gather(*(client_loop(client, k) for k in range(concurrency)))
     ok = sorted(lat for lat in latencies)
-    return {"rps": codes.get(200, 0) / seconds, "codes": codes, "wrong": wrong,
-            "p50_ms": 1e3 * _quantile(ok, 0.5), "p99_ms": 1e3 * _quantile(ok, 0.99)}  # fmt: skip
+    return {
+        "rps": codes.get(200, 0) / seconds,
+        "codes": codes,
+        "wrong": wrong,
+        "p50_ms": 1e3 * _quantile(ok, 0.5),
+        "p99_ms": 1e3 * _quantile(ok, 0.99),
+    }
 
 
 def _correct(body: dict, probs: torch.Tensor, atol: float = 1e-4) -> bool:
@@ -100,10 +111,16 @@ def inprocess_img_s(predictor, images: torch.Tensor, batch: int, seconds: float)
 
 
 # (measurement name, server, concurrency); run in this order in every round (interleaved).
-PLAN = [("tutorial_c64", "tutorial", 64), ("batch1_c64", "batch1", 64),
-        ("dynamic_c64", "dynamic", 64), ("eager_c64", "eager", 64),
-        ("dynamic_c16", "dynamic", 16), ("dynamic_c1", "dynamic", 1),
-        ("tutorial_c16", "tutorial", 16), ("resnet18_c32", "resnet18", 32)]  # fmt: skip
+PLAN = [
+    ("tutorial_c64", "tutorial", 64),
+    ("batch1_c64", "batch1", 64),
+    ("dynamic_c64", "dynamic", 64),
+    ("eager_c64", "eager", 64),
+    ("dynamic_c16", "dynamic", 16),
+    ("dynamic_c1", "dynamic", 1),
+    ("tutorial_c16", "tutorial", 16),
+    ("resnet18_c32", "resnet18", 32),
+]
 
 
 def run_rounds(servers: dict, data: dict, rounds: int, seconds: float) -> list[dict]:
@@ -117,8 +134,9 @@ def run_rounds(servers: dict, data: dict, rounds: int, seconds: float) -> list[d
         for name, server, conc in PLAN:
             model = "resnet18" if server == "resnet18" else "simplecnn"
             kind = "eager" if server in ("eager", "tutorial") else "onnx"
-            row[name] = measure(servers[server], data[model]["bodies"],
-                                data[model]["expected"][kind], conc, seconds)  # fmt: skip
+            row[name] = measure(
+                servers[server], data[model]["bodies"], data[model]["expected"][kind], conc, seconds
+            )
             print(f"round {r} {name}: {_fmt(row[name])}", file=sys.stderr)
         row["resnet18_inprocess_b32"] = inprocess_img_s(
             resnet_inproc, data["resnet18"]["images"], 32, seconds
@@ -129,54 +147,91 @@ def run_rounds(servers: dict, data: dict, rounds: int, seconds: float) -> list[d
 
 def overload(data: dict, work: Path, queue: int, seconds: float) -> dict:
     """10x ``queue`` clients for ``seconds``: 5xx other than 503/504, RSS growth, correctness."""
-    server = Server(data["simplecnn"]["onnx"], work / "overload", *QUIET,
-                    f"serve.max_queue={queue}")  # fmt: skip
+    server = Server(
+        data["simplecnn"]["onnx"], work / "overload", *QUIET, f"serve.max_queue={queue}"
+    )
     try:
         server.wait_ready()
-        warm = asyncio.run(_load(server.url, data["simplecnn"]["bodies"],
-                                 data["simplecnn"]["expected"]["onnx"], queue, 1.0))  # fmt: skip
+        warm = asyncio.run(
+            _load(
+                server.url,
+                data["simplecnn"]["bodies"],
+                data["simplecnn"]["expected"]["onnx"],
+                queue,
+                1.0,
+            )
+        )
         rss_before = server.rss_mb()
-        out = asyncio.run(_load(server.url, data["simplecnn"]["bodies"],
-                                data["simplecnn"]["expected"]["onnx"], 10 * queue, seconds))  # fmt: skip
+        out = asyncio.run(
+            _load(
+                server.url,
+                data["simplecnn"]["bodies"],
+                data["simplecnn"]["expected"]["onnx"],
+                10 * queue,
+                seconds,
+            )
+        )
         rss_after = server.rss_mb()
         healthy = httpx.get(server.url + "/health", timeout=10).status_code == 200
     finally:
         server.stop()
-    bad = sum(n for code, n in out["codes"].items()
-              if isinstance(code, int) and code >= 500 and code not in (503, 504))  # fmt: skip
-    return {"codes": out["codes"], "bad_5xx": bad, "wrong": out["wrong"] + warm["wrong"],
-            "rss_growth_mb": rss_after - rss_before, "rss_mb": rss_after,
-            "healthy_after": healthy, "clients": 10 * queue, "seconds": seconds}  # fmt: skip
+    bad = sum(
+        n
+        for code, n in out["codes"].items()
+        if isinstance(code, int) and code >= 500 and code not in (503, 504)
+    )
+    return {
+        "codes": out["codes"],
+        "bad_5xx": bad,
+        "wrong": out["wrong"] + warm["wrong"],
+        "rss_growth_mb": rss_after - rss_before,
+        "rss_mb": rss_after,
+        "healthy_after": healthy,
+        "clients": 10 * queue,
+        "seconds": seconds,
+    }
 
 
 def _fmt(m: dict) -> str:
-    return (f"{m['rps']:.0f} req/s, p50 {m['p50_ms']:.1f} ms, p99 {m['p99_ms']:.1f} ms, "
-            f"batch {m['mean_batch']:.1f}, codes {m['codes']}, wrong {m['wrong']}")  # fmt: skip
+    return (
+        f"{m['rps']:.0f} req/s, p50 {m['p50_ms']:.1f} ms, p99 {m['p99_ms']:.1f} ms, "
+        f"batch {m['mean_batch']:.1f}, codes {m['codes']}, wrong {m['wrong']}"
+    )
 
 
 def summary(results: list[dict], over: dict, args) -> dict:
     med = {name: statistics.median(r[name]["rps"] for r in results) for name, _, _ in PLAN}
     ratio = lambda a, b: summarize([r[a]["rps"] / r[b]["rps"] for r in results])  # noqa: E731
     return {
-        "quick": args.quick, "rounds": args.rounds, "seconds": args.seconds,
-        "cpu": cpu_name(), "cpu_count": os.cpu_count(),
+        "quick": args.quick,
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0],
-        "tutorial_rps_c64": med["tutorial_c64"], "batch1_rps_c64": med["batch1_c64"],
-        "dynamic_rps_c64": med["dynamic_c64"], "eager_rps_c64": med["eager_c64"],
-        "dynamic_rps_c1": med["dynamic_c1"], "tutorial_rps_c16": med["tutorial_c16"],
+        "tutorial_rps_c64": med["tutorial_c64"],
+        "batch1_rps_c64": med["batch1_c64"],
+        "dynamic_rps_c64": med["dynamic_c64"],
+        "eager_rps_c64": med["eager_c64"],
+        "dynamic_rps_c1": med["dynamic_c1"],
+        "tutorial_rps_c16": med["tutorial_c16"],
         "p99_ms_c16": statistics.median(r["dynamic_c16"]["p99_ms"] for r in results),
         "p50_ms_c16": statistics.median(r["dynamic_c16"]["p50_ms"] for r in results),
         "mean_batch_c64": statistics.median(r["dynamic_c64"]["mean_batch"] for r in results),
         "resnet18_served_img_s_c32": med["resnet18_c32"],
         "resnet18_inprocess_img_s_b32": statistics.median(
-            r["resnet18_inprocess_b32"] for r in results),
+            r["resnet18_inprocess_b32"] for r in results
+        ),
         "dynamic_over_tutorial_c64": ratio("dynamic_c64", "tutorial_c64"),
         "dynamic_over_batch1_c64": ratio("dynamic_c64", "batch1_c64"),
         "onnx_over_eager_c64": ratio("dynamic_c64", "eager_c64"),
-        "wrong_answers": sum(m["wrong"] for r in results for n, m in r.items() if isinstance(m, dict)),
-        "overload_bad_5xx": over["bad_5xx"], "overload_rss_growth_mb": over["rss_growth_mb"],
+        "wrong_answers": sum(
+            m["wrong"] for r in results for n, m in r.items() if isinstance(m, dict)
+        ),
+        "overload_bad_5xx": over["bad_5xx"],
+        "overload_rss_growth_mb": over["rss_growth_mb"],
         "overload": over,
-    }  # fmt: skip
+    }
 
 
 def main() -> None:

@@ -35,9 +35,15 @@ def make_model(name: str, out: Path, image_size: int = 32, classes: int = 10) ->
     torch.manual_seed(0)
     kwargs = {"num_classes": classes, "in_channels": 3, "image_size": image_size}
     net = create_model(name, **kwargs).eval()
-    spec = InputSpec(classes=[f"c{i}" for i in range(classes)], mean=(0.49, 0.48, 0.45),
-                     std=(0.25, 0.24, 0.26), image_size=image_size, num_channels=3,
-                     model_name=name, model_kwargs=kwargs)  # fmt: skip
+    spec = InputSpec(
+        classes=[f"c{i}" for i in range(classes)],
+        mean=(0.49, 0.48, 0.45),
+        std=(0.25, 0.24, 0.26),
+        image_size=image_size,
+        num_channels=3,
+        model_name=name,
+        model_kwargs=kwargs,
+    )
     out.mkdir(parents=True, exist_ok=True)
     weights = out / "model_weights.pt"
     torch.save(net.state_dict(), weights)
@@ -45,8 +51,10 @@ def make_model(name: str, out: Path, image_size: int = 32, classes: int = 10) ->
     onnx = export_model(net, spec, out, ExportConfig(formats=["onnx"])).paths["onnx"]
     g = torch.Generator().manual_seed(1)
     images = torch.randint(0, 256, (64, 3, image_size, image_size), generator=g, dtype=torch.uint8)
-    expected = {kind: load_artifact(path).predict_images(images)
-                for kind, path in (("onnx", onnx), ("eager", weights))}  # fmt: skip
+    expected = {
+        kind: load_artifact(path).predict_images(images)
+        for kind, path in (("onnx", onnx), ("eager", weights))
+    }
     return {"weights": weights, "onnx": onnx, "images": images, "expected": expected}
 
 
@@ -68,21 +76,35 @@ def free_port() -> int:
 class Server:
     """``python -m lightning_cls.serve`` (or the tutorial server) as a child process."""
 
-    def __init__(self, artifact: Path, run_dir: Path, *overrides: str, cmd: list[str] | None = None):
+    def __init__(
+        self, artifact: Path, run_dir: Path, *overrides: str, cmd: list[str] | None = None
+    ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         run_dir.mkdir(parents=True, exist_ok=True)
         self.log = run_dir / "server.log"
-        cmd = cmd or [sys.executable, "-m", "lightning_cls.serve", f"artifact={artifact}",
-                      f"serve.port={self.port}", f"hydra.run.dir={run_dir}", *overrides]  # fmt: skip
+        cmd = cmd or [
+            sys.executable,
+            "-m",
+            "lightning_cls.serve",
+            f"artifact={artifact}",
+            f"serve.port={self.port}",
+            f"hydra.run.dir={run_dir}",
+            *overrides,
+        ]
         self.cmd = [c.replace("{port}", str(self.port)) for c in cmd]
         self.proc = subprocess.Popen(self.cmd, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
         self.is_tutorial = cmd is not None and "tutorial_server.py" in " ".join(cmd)
 
     @classmethod
     def tutorial(cls, weights: Path, run_dir: Path) -> Server:
-        cmd = [sys.executable, str(HERE / "tutorial_server.py"), str(weights),
-               str(weights.with_suffix(".json")), "{port}"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            str(HERE / "tutorial_server.py"),
+            str(weights),
+            str(weights.with_suffix(".json")),
+            "{port}",
+        ]
         return cls(weights, run_dir, cmd=cmd)
 
     def wait_ready(self, timeout: float = 300) -> None:

@@ -21,24 +21,41 @@ from pathlib import Path
 
 from paired import cpu_name, paired_ratio, summarize  # sibling file in benchmarks/
 
-QUIET = ["trainer.enable_progress_bar=false", "~callbacks.progress_bar", "~callbacks.model_summary",
-         "~callbacks.plots", "~callbacks.model_weights"]  # fmt: skip
+QUIET = [
+    "trainer.enable_progress_bar=false",
+    "~callbacks.progress_bar",
+    "~callbacks.model_summary",
+    "~callbacks.plots",
+    "~callbacks.model_weights",
+]
 VARIANTS = {"joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], "sequential": []}
 
 
 def run(variant: str, epochs: int, root: Path) -> dict:
     """One 2-job sweep; its wall time and each job's training time and thread count."""
     sweep = root / f"{variant}-{time.monotonic_ns()}"
-    cmd = [sys.executable, "-m", "lightning_cls.train", "-m", "optimizer.lr=1e-3,3e-3",
-           f"trainer.max_epochs={epochs}", *QUIET, f"paths.root_dir={root}",
-           f"hydra.sweep.dir={sweep}", *VARIANTS[variant]]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightning_cls.train",
+        "-m",
+        "optimizer.lr=1e-3,3e-3",
+        f"trainer.max_epochs={epochs}",
+        *QUIET,
+        f"paths.root_dir={root}",
+        f"hydra.sweep.dir={sweep}",
+        *VARIANTS[variant],
+    ]
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     start = time.perf_counter()
     subprocess.run(cmd, cwd=root, check=True, capture_output=True, env=env)
     wall = time.perf_counter() - start
     jobs = [json.loads((sweep / str(j) / "results.json").read_text()) for j in (0, 1)]
-    return {"wall_s": wall, "job_s": [j["wall_time_s"] for j in jobs],
-            "threads": [j["torch_threads"] for j in jobs]}  # fmt: skip
+    return {
+        "wall_s": wall,
+        "job_s": [j["wall_time_s"] for j in jobs],
+        "threads": [j["torch_threads"] for j in jobs],
+    }
 
 
 def main() -> None:
@@ -54,13 +71,20 @@ def main() -> None:
             order = list(VARIANTS) if i % 2 == 0 else list(VARIANTS)[::-1]
             results.append({v: run(v, epochs, Path(tmp)) for v in order})
     walls = [{v: r[v]["wall_s"] for v in VARIANTS} for r in results]
-    print(json.dumps({
-        "benchmark": "sweep_launchers", "cpu": cpu_name(), "cores": os.cpu_count(),
-        "epochs": epochs, "rounds": results,
-        "joblib_wall_s": summarize([w["joblib"] for w in walls]),
-        "sequential_wall_s": summarize([w["sequential"] for w in walls]),
-        "sequential_over_joblib": paired_ratio(walls, "sequential", "joblib"),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "benchmark": "sweep_launchers",
+                "cpu": cpu_name(),
+                "cores": os.cpu_count(),
+                "epochs": epochs,
+                "rounds": results,
+                "joblib_wall_s": summarize([w["joblib"] for w in walls]),
+                "sequential_wall_s": summarize([w["sequential"] for w in walls]),
+                "sequential_over_joblib": paired_ratio(walls, "sequential", "joblib"),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 QUICK_DATA = "data=synthetic data.train_size=256 data.test_size=64 data.val_size=64"
 QUICK_RUNS = {
@@ -106,8 +106,14 @@ def train_runs(specs: dict[str, str], root: Path) -> dict[str, Path]:
     dirs = {}
     for name, overrides in specs.items():
         run_dir = root / name
-        cmd = [sys.executable, "-m", "lightning_cls.train", *shlex.split(overrides), *QUIET,
-               f"hydra.run.dir={run_dir}"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "lightning_cls.train",
+            *shlex.split(overrides),
+            *QUIET,
+            f"hydra.run.dir={run_dir}",
+        ]
         print("+", shlex.join(cmd), file=sys.stderr, flush=True)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         dirs[name] = run_dir
@@ -119,8 +125,13 @@ def plot(figures: dict[str, dict], target: float, out: Path) -> None:
     for name, f in figures.items():
         curve = f["curve"]
         label = f"{name} (test {f['test_acc'] * 100:.2f}%)" if f["test_acc"] else name
-        plt.plot([p["wall_s"] / 60 for p in curve], [p["acc"] * 100 for p in curve],
-                 marker="o", ms=3, label=label)  # fmt: skip
+        plt.plot(
+            [p["wall_s"] / 60 for p in curve],
+            [p["acc"] * 100 for p in curve],
+            marker="o",
+            ms=3,
+            label=label,
+        )
     plt.axhline(target * 100, color="grey", lw=0.8, ls="--")
     plt.xlabel("wall time (minutes)")
     plt.ylabel("validation accuracy (%)")
@@ -166,15 +177,23 @@ def main() -> None:
         figures = {name: summarize_run(d, args.target) for name, d in dirs.items()}
     if args.out:
         plot(figures, args.target, Path(args.out))
-    print("| run | epochs | train wall (s) | train CPU (s) | to target wall (s) | best val | test |")
+    print(
+        "| run | epochs | train wall (s) | train CPU (s) | to target wall (s) | best val | test |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, f in figures.items():
         reached = f["time_to_target"]
         to_target = f"{reached['wall_s']:.0f} (epoch {reached['epoch']})" if reached else "never"
-        print(f"| {name} | {f['epochs']} | {f['train_wall_s']} | {f['train_cpu_s']} | "
-              f"{to_target} | {f['best_val_acc']:.4f} | {f['test_acc']} |")  # fmt: skip
-    summary = {"quick": args.quick, "target": args.target, "baseline": args.baseline,
-               "runs": figures}  # fmt: skip
+        print(
+            f"| {name} | {f['epochs']} | {f['train_wall_s']} | {f['train_cpu_s']} | "
+            f"{to_target} | {f['best_val_acc']:.4f} | {f['test_acc']} |"
+        )
+    summary = {
+        "quick": args.quick,
+        "target": args.target,
+        "baseline": args.baseline,
+        "runs": figures,
+    }
     if args.baseline:
         summary["time_to_target_over_baseline"] = ratios(figures, args.baseline)
     print(json.dumps(summary))

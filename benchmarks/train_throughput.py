@@ -35,10 +35,9 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from paired import cpu_name, summarize, write_section  # sibling file in benchmarks/
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
-
-from paired import cpu_name, summarize, write_section  # sibling file in benchmarks/
 
 from lightning_cls.data.base import ArrayDataset, ImageDataModule
 from lightning_cls.data.imagefolder import ImageFolderDataModule
@@ -74,9 +73,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--docs", type=Path, default=REPO / "docs/benchmarks.md")
     p.add_argument("--quick", action="store_true", help="synthetic data, 2 rounds, few steps")
     p.add_argument(
-        "--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        default=list(VARIANTS),
         help="run only these (ratios whose two variants ran are reported)",
-    )  # fmt: skip
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.steps, args.warmup, args.data = 2, 3, 1, Path("/nonexistent")

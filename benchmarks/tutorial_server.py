@@ -7,6 +7,7 @@
 import io
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -17,7 +18,7 @@ from PIL import Image
 from lightning_cls.models import create_model
 
 weights, meta_path, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-meta = json.loads(open(meta_path).read())
+meta = json.loads(Path(meta_path).read_text())
 model = create_model(meta["model_name"], **meta["model_kwargs"])
 model.load_state_dict(torch.load(weights, weights_only=True))
 model.eval()

@@ -1,7 +1,7 @@
 """A plain PyTorch training loop (no Lightning Trainer, no Hydra) on a lightning_cls DataModule.
 
-    python examples/plain_loop_with_datamodule.py               # embedded digits, offline
-    python examples/plain_loop_with_datamodule.py --cifar10     # downloads CIFAR-10 into ./data
+python examples/plain_loop_with_datamodule.py               # embedded digits, offline
+python examples/plain_loop_with_datamodule.py --cifar10     # downloads CIFAR-10 into ./data
 """
 
 import argparse
@@ -24,8 +24,12 @@ def main() -> None:
     dm = CIFAR10DataModule(data_dir="data") if args.cifar10 else DigitsDataModule()
     dm.prepare_data()
     dm.setup()
-    net = create_model("simplecnn", num_classes=dm.num_classes, in_channels=dm.num_channels,
-                       image_size=dm.image_size).to(device)  # fmt: skip
+    net = create_model(
+        "simplecnn",
+        num_classes=dm.num_classes,
+        in_channels=dm.num_channels,
+        image_size=dm.image_size,
+    ).to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
     criterion = nn.CrossEntropyLoss()
 
@@ -45,7 +49,9 @@ def main() -> None:
             for x, y in dm.val_dataloader():
                 correct += (net(x.to(device)).argmax(1) == y.to(device)).sum().item()
                 seen += len(y)
-        print(f"epoch {epoch}: train loss {total / len(dm.train_dataloader()):.3f}, val acc {correct / seen:.3f}")
+        print(
+            f"epoch {epoch}: train loss {total / len(dm.train_dataloader()):.3f}, val acc {correct / seen:.3f}"
+        )
 
 
 if __name__ == "__main__":

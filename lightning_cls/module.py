@@ -103,7 +103,13 @@ class ClassificationModule(pl.LightningModule):
             self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, sync_dist=True)
         else:  # train accuracy is logged once per epoch: per-step log_dict costs ~10%
             self.eval_losses[stage].update(loss.detach(), weight=x.shape[0])
-            self.log(f"{stage}/loss", self.eval_losses[stage], on_step=False, on_epoch=True, prog_bar=True)
+            self.log(
+                f"{stage}/loss",
+                self.eval_losses[stage],
+                on_step=False,
+                on_epoch=True,
+                prog_bar=True,
+            )
             self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True)
         return loss
 
@@ -145,7 +151,10 @@ class ClassificationModule(pl.LightningModule):
             return optimizer
         total = int(self.trainer.estimated_stepping_batches)
         scheduler = self.scheduler_factory(optimizer, total_steps=total)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
 
 
 def class_names(classes: Sequence[str] | None, num_classes: int | None) -> list[str]:

@@ -84,7 +84,9 @@ def explain(net: nn.Module, x: torch.Tensor, records: list[LayerRecord], err: Ex
         return f"Forward pass failed on input {tuple(x.shape)} outside any layer: {err}"
     layer = dict(net.named_modules())[failed.name]
     source = _source(records, failed)
-    origin = f"{source.name} ({_dims(source.out_shape)})" if source else f"the input ({_dims(x.shape)})"
+    origin = (
+        f"{source.name} ({_dims(source.out_shape)})" if source else f"the input ({_dims(x.shape)})"
+    )
     got = failed.in_shape
     if isinstance(layer, nn.Linear) and got:
         what = f"{failed.name} expects {layer.in_features} input features but got {got[-1]} from {origin}"
@@ -121,8 +123,15 @@ def format_table(records: list[LayerRecord]) -> str:
     """One line per layer call: name, type, input shape, output shape, parameters."""
     rows = [("layer", "type", "input", "output", "params")]
     for r in records:
-        rows.append((r.name, r.kind, str(list(r.in_shape or ())), str(list(r.out_shape or ())),
-                     f"{r.params:,}"))  # fmt: skip
+        rows.append(
+            (
+                r.name,
+                r.kind,
+                str(list(r.in_shape or ())),
+                str(list(r.out_shape or ())),
+                f"{r.params:,}",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     total = sum(r.params for r in records)

@@ -30,26 +30,40 @@ def collect(sweep_dir: Path) -> list[dict]:
     """One row per job folder: job, status, overrides (dict), metrics."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
-        raise FileNotFoundError(f"{sweep_dir} is not a folder; pass a multirun dir "
-                                "(outputs/train/multirun/<date>/<time>).")  # fmt: skip
+        raise FileNotFoundError(
+            f"{sweep_dir} is not a folder; pass a multirun dir "
+            "(outputs/train/multirun/<date>/<time>)."
+        )
     trials = _optuna_trials(sweep_dir)
     rows = []
-    for job in sorted((p for p in sweep_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
+    for job in sorted(
+        (p for p in sweep_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)
+    ):
         overrides_file = job / ".hydra" / "overrides.yaml"
         overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
         params = dict(o.split("=", 1) for o in overrides if "=" in o and not o.startswith(_HIDDEN))
         results_file = job / "results.json"
         results = json.loads(results_file.read_text()) if results_file.is_file() else {}
-        status = trials.get(int(job.name), "PRUNED" if results.get("pruned_at_epoch") is not None
-                            else "COMPLETE" if results else "NO RESULTS")  # fmt: skip
+        status = trials.get(
+            int(job.name),
+            "PRUNED"
+            if results.get("pruned_at_epoch") is not None
+            else "COMPLETE"
+            if results
+            else "NO RESULTS",
+        )
         metrics = {**results.get("val", {}), **results.get("test", {})}
-        rows.append({
-            "job": int(job.name), "status": status, "params": params,
-            "objective": results.get("objective"),
-            **{m: metrics.get(m) for m in _METRICS},
-            "wall_time_s": results.get("wall_time_s"),
-            "pruned_at_epoch": results.get("pruned_at_epoch"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "job": int(job.name),
+                "status": status,
+                "params": params,
+                "objective": results.get("objective"),
+                **{m: metrics.get(m) for m in _METRICS},
+                "wall_time_s": results.get("wall_time_s"),
+                "pruned_at_epoch": results.get("pruned_at_epoch"),
+            }
+        )
     if not rows:
         raise FileNotFoundError(
             f"No job folders (0/, 1/, ...) in {sweep_dir}; pass the multirun dir itself, not a "
@@ -68,7 +82,9 @@ def _optuna_trials(sweep_dir: Path) -> dict[int, str]:
 def rank(rows: list[dict], mode: str = "max") -> list[dict]:
     """Best objective first; jobs without one (failed, no results) last."""
     sign = -1 if mode == "max" else 1
-    return sorted(rows, key=lambda r: (r["objective"] is None, sign * (r["objective"] or 0), r["job"]))
+    return sorted(
+        rows, key=lambda r: (r["objective"] is None, sign * (r["objective"] or 0), r["job"])
+    )
 
 
 def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -94,7 +110,9 @@ def plot(rows: list[dict], swept: list[str], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     done = [r for r in rows if r["objective"] is not None]
-    fig, axes = plt.subplots(1, max(1, len(swept)), figsize=(4 * max(1, len(swept)), 3.2), squeeze=False)
+    fig, axes = plt.subplots(
+        1, max(1, len(swept)), figsize=(4 * max(1, len(swept)), 3.2), squeeze=False
+    )
     for ax, key in zip(axes[0], swept or ["job"]):
         raw = [r["params"].get(key, "") if key != "job" else r["job"] for r in done]
         numbers = [_number(v) for v in raw]
@@ -140,9 +158,15 @@ def summarize(sweep_dir: Path, mode: str = "max") -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lightning_cls.summarize", description=__doc__.split("\n")[0])
-    parser.add_argument("sweep_dir", type=Path, help="a multirun folder: outputs/train/multirun/<date>/<time>")
-    parser.add_argument("--mode", default="max", choices=("max", "min"), help="best = max or min objective")
+    parser = argparse.ArgumentParser(
+        prog="python -m lightning_cls.summarize", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "sweep_dir", type=Path, help="a multirun folder: outputs/train/multirun/<date>/<time>"
+    )
+    parser.add_argument(
+        "--mode", default="max", choices=("max", "min"), help="best = max or min objective"
+    )
     args = parser.parse_args(argv)
     out = summarize(args.sweep_dir, args.mode)
     print(out["md"].read_text(), end="")  # the CLI's output is the table itself

@@ -67,7 +67,9 @@ def train(cfg: DictConfig) -> dict:
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     export_config = instantiate(cfg.export) if cfg.get("export") else None
     if export_config is not None and export_config.enabled:
-        callbacks.append(ExportCallback(export_config, dirpath=Path(cfg.paths.output_dir) / "export"))
+        callbacks.append(
+            ExportCallback(export_config, dirpath=Path(cfg.paths.output_dir) / "export")
+        )
     best_metric = BestMetric(cfg.optimized_metric, cfg.optimized_mode)
     callbacks.append(best_metric)
     pruning = None
@@ -100,7 +102,9 @@ def train(cfg: DictConfig) -> dict:
         test_metrics = to_floats(results[0]) if results else {}
 
     output_dir = Path(cfg.paths.output_dir)
-    objective = best_metric.best if best_metric.best is not None else fit_metrics.get(cfg.optimized_metric)
+    objective = (
+        best_metric.best if best_metric.best is not None else fit_metrics.get(cfg.optimized_metric)
+    )
     summary = {
         "run_dir": str(output_dir),
         "best_ckpt": best,
@@ -145,7 +149,11 @@ def _resume_from(cfg: DictConfig) -> str | None:
             log.info("This run folder holds %s (a restarted job): resuming from it.", own)
             return str(own)
         return None
-    if str(ckpt_path) == LAST and HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+    if (
+        str(ckpt_path) == LAST
+        and HydraConfig.initialized()
+        and HydraConfig.get().mode == RunMode.MULTIRUN
+    ):
         raise ValueError(
             "ckpt_path=last in a sweep (-m) would make every job resume the same newest run, "
             "another trial's; give each job its own ckpt_path=<file>, or rely on auto_resume "
@@ -172,8 +180,11 @@ def _torchrun_agent_start() -> float | None:
     try:
         stat = Path(f"/proc/{os.getppid()}/stat").read_text()
         ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime (after comm)
-        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime"))  # fmt: skip
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime")
+        )
     except (OSError, ValueError, IndexError, StopIteration):
         return None
     return boot + ticks / os.sysconf("SC_CLK_TCK")

@@ -30,8 +30,16 @@ class Artifacts:
 def make_artifacts(root: Path, tta_flip: bool = True) -> Artifacts:
     """Train a 3-class SimpleCNN for a few steps (flip TTA on), save .ckpt, weights and exports."""
     torch.manual_seed(0)
-    data = SyntheticDataModule(num_classes=3, num_channels=3, image_size=12, train_size=96,
-                               test_size=16, val_size=32, batch_size=16, seed=0)  # fmt: skip
+    data = SyntheticDataModule(
+        num_classes=3,
+        num_channels=3,
+        image_size=12,
+        train_size=96,
+        test_size=16,
+        val_size=32,
+        batch_size=16,
+        seed=0,
+    )
     module = ClassificationModule(
         model_name="simplecnn",
         model_kwargs=dict(num_classes=3, in_channels=3, image_size=12, widths=[4, 8], hidden=16),
@@ -39,10 +47,18 @@ def make_artifacts(root: Path, tta_flip: bool = True) -> Artifacts:
         tta_flip=tta_flip,
         **data.meta,
     )
-    trainer = pl.Trainer(default_root_dir=root, accelerator="cpu", devices=1, max_epochs=1,
-                         logger=False, enable_progress_bar=False, enable_model_summary=False,
-                         enable_checkpointing=False, num_sanity_val_steps=0,
-                         limit_val_batches=0)  # fmt: skip
+    trainer = pl.Trainer(
+        default_root_dir=root,
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
     trainer.fit(module, datamodule=data)
     ckpt = root / "model.ckpt"
     trainer.save_checkpoint(ckpt)
@@ -50,13 +66,22 @@ def make_artifacts(root: Path, tta_flip: bool = True) -> Artifacts:
     weights = root / "weights" / "model_weights.pt"
     weights.parent.mkdir()
     torch.save(network_state_dict(module.state_dict()), weights)
-    hparams = {k: v for k, v in module.hparams.items() if isinstance(v, (str, int, float, bool, list, dict, type(None)))}  # noqa: E501
+    hparams = {
+        k: v
+        for k, v in module.hparams.items()
+        if isinstance(v, (str, int, float, bool, list, dict, type(None)))
+    }
     weights.with_suffix(".json").write_text(json.dumps(hparams))
     spec = InputSpec.from_hparams(module.hparams)
     config = ExportConfig(formats=["onnx", "torchscript", "pt2"], torchscript_modes=["trace"])
     exported = export_model(module.net, spec, root / "export", config).paths
-    paths = {"ckpt": ckpt, "weights": weights, "onnx": exported["onnx"],
-             "torchscript": exported["torchscript_trace"], "pt2": exported["pt2"]}  # fmt: skip
+    paths = {
+        "ckpt": ckpt,
+        "weights": weights,
+        "onnx": exported["onnx"],
+        "torchscript": exported["torchscript_trace"],
+        "pt2": exported["pt2"],
+    }
     return Artifacts(module, spec, paths, data.splits["val"].images[:16].clone())
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def compose(config_name: str = "train", overrides: list[str] | None = None, tmp: Path | None = None):
+def compose(
+    config_name: str = "train", overrides: list[str] | None = None, tmp: Path | None = None
+):
     """The config a user's command line would produce, with outputs redirected to ``tmp``."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir

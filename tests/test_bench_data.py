@@ -60,11 +60,21 @@ def test_photo_case_random_resized_crops_at_the_image_size(tmp_path, pipeline):
             pixels = rng.integers(0, 256, (30, 45, 3), dtype=np.uint8)  # landscape "photos"
             Image.fromarray(pixels).save(tmp_path / "photos" / "train" / cls / f"{i}.jpg")
     overrides = [
-        "data=imagefolder", f"data.root={tmp_path / 'photos'}", "data.cache=false",
-        "data.image_size=24", "data.decode_size=28", "data.random_resized_crop=true",
-        "data.crop_padding=0", "data.val_size=2", "data.test_size=2", "data.batch_size=8",
-        f"data.pipeline={pipeline}", "epochs=1", "warmup_batches=0", "max_batches=2",
-    ]  # fmt: skip
+        "data=imagefolder",
+        f"data.root={tmp_path / 'photos'}",
+        "data.cache=false",
+        "data.image_size=24",
+        "data.decode_size=28",
+        "data.random_resized_crop=true",
+        "data.crop_padding=0",
+        "data.val_size=2",
+        "data.test_size=2",
+        "data.batch_size=8",
+        f"data.pipeline={pipeline}",
+        "epochs=1",
+        "warmup_batches=0",
+        "max_batches=2",
+    ]
     with initialize_config_dir(config_dir(), version_base="1.3"):
         cfg = compose("bench_data", overrides=overrides)
     result = bench(cfg)

@@ -18,7 +18,9 @@ QUIET = [*QUIET_TRAINER[2:], "~callbacks.plots", "~callbacks.model_weights", "lo
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> str:
     tmp = tmp_path_factory.mktemp("ddp")
-    summary = train(compose(overrides=["trainer=cpu", *QUIET, "trainer.max_epochs=2", "test=false"], tmp=tmp))
+    summary = train(
+        compose(overrides=["trainer=cpu", *QUIET, "trainer.max_epochs=2", "test=false"], tmp=tmp)
+    )
     return summary["best_ckpt"]
 
 
@@ -38,10 +40,20 @@ def test_two_process_test_metrics_equal_one_process(checkpoint, tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
 def test_torchrun_ranks_share_one_run_directory(tmp_path):
-    cmd = ["torchrun", "--standalone", "--nproc_per_node=2", "-m", "lightning_cls.train",
-           "trainer=ddp", "trainer.accelerator=cpu", "trainer.sync_batchnorm=false",
-           "trainer.max_epochs=1", "+trainer.limit_train_batches=4", *QUIET,
-           f"paths.root_dir={tmp_path}"]  # fmt: skip
+    cmd = [
+        "torchrun",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "lightning_cls.train",
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+        "trainer.sync_batchnorm=false",
+        "trainer.max_epochs=1",
+        "+trainer.limit_train_batches=4",
+        *QUIET,
+        f"paths.root_dir={tmp_path}",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -15,9 +15,14 @@ def test_atomic_path_replaces_on_success_and_keeps_the_old_file_on_error(tmp_pat
         assert tmp.parent == target.parent and tmp.name.startswith(".out.txt.")
         tmp.write_text("old")
     assert target.read_text() == "old"
-    with pytest.raises(RuntimeError, match="check failed"), atomic_path(target) as tmp:
-        tmp.write_text("new, unchecked")
-        raise RuntimeError("check failed")
+
+    def write_then_fail():
+        with atomic_path(target) as tmp:
+            tmp.write_text("new, unchecked")
+            raise RuntimeError("check failed")
+
+    with pytest.raises(RuntimeError, match="check failed"):
+        write_then_fail()
     assert target.read_text() == "old"
     assert [p.name for p in target.parent.iterdir()] == ["out.txt"]
 

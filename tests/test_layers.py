@@ -26,8 +26,7 @@ ENTRY_POINTS = {
     "summarize.py",
     "cli.py",
     "export/__main__.py",
-    "serve/__main__.py",
-    "data/optimize.py",  # python -m lightning_cls.data.optimize: writes litdata chunks
+    "serve/__main__.py",  # python -m lightning_cls.data.optimize: writes litdata chunks
 }
 
 # Layer of each top-level module or sub-package, lowest first; the table in docs/architecture.md.

@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -26,25 +23,39 @@ def test_trace_lists_every_layer_with_shapes_and_params():
     assert [r.name for r in records][:3] == ["features.0", "features.1", "features.2"]
     assert "features.5    MaxPool2d  [2, 64, 16, 16]  [2, 64, 8, 8]    0" in table
     assert "classifier.1  Linear     [2, 4096]        [2, 256]         1,048,832" in table
-    assert table.endswith(f"total parameters in traced layers: {sum(p.numel() for p in net.parameters()):,}")
+    assert table.endswith(
+        f"total parameters in traced layers: {sum(p.numel() for p in net.parameters()):,}"
+    )
 
 
 def test_mismatch_names_layer_source_and_setting():
     net = create_model("simplecnn", in_channels=3, num_classes=10, image_size=32)
     with pytest.raises(ShapeMismatchError, match=MISMATCH):
         trace(net, torch.zeros(2, 3, 28, 28))
-    with pytest.raises(ShapeMismatchError, match=r"features\.0 expects 3 input channels but got 1 from the input \(1×32×32\): num_channels=1"):
+    with pytest.raises(
+        ShapeMismatchError,
+        match=r"features\.0 expects 3 input channels but got 1 from the input \(1×32×32\): num_channels=1",
+    ):
         trace(net, torch.zeros(2, 1, 32, 32))
 
 
 def test_shape_check_stops_training_before_the_first_step(tmp_path):
-    data = SyntheticDataModule(num_classes=10, image_size=28, train_size=32, test_size=8, val_size=8)
-    module = ClassificationModule(
-        "simplecnn", {"num_classes": 10, "in_channels": 3, "image_size": 32}, **{**data.meta}
+    data = SyntheticDataModule(
+        num_classes=10, image_size=28, train_size=32, test_size=8, val_size=8
     )
-    trainer = pl.Trainer(default_root_dir=tmp_path, accelerator="cpu", max_epochs=1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[ShapeCheck()])  # fmt: skip
+    module = ClassificationModule(
+        "simplecnn", {"num_classes": 10, "in_channels": 3, "image_size": 32}, **data.meta
+    )
+    trainer = pl.Trainer(
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[ShapeCheck()],
+    )
     with pytest.raises(ShapeMismatchError, match=MISMATCH):
         trainer.fit(module, datamodule=data)
     assert trainer.global_step == 0

@@ -12,11 +12,15 @@ def test_channel_stats_match_torch_on_float_copy():
     mean, std = channel_stats(images, chunk=8)
     x = images.double() / 255
     torch.testing.assert_close(torch.tensor(mean, dtype=torch.float64), x.mean(dim=(0, 2, 3)))
-    torch.testing.assert_close(torch.tensor(std, dtype=torch.float64), x.std(dim=(0, 2, 3), unbiased=False))
+    torch.testing.assert_close(
+        torch.tensor(std, dtype=torch.float64), x.std(dim=(0, 2, 3), unbiased=False)
+    )
 
 
 def test_channel_stats_rejects_wrong_rank():
-    with pytest.raises(ValueError, match=r"Expected images of shape \(N, C, H, W\), got \(4, 8, 8\)"):
+    with pytest.raises(
+        ValueError, match=r"Expected images of shape \(N, C, H, W\), got \(4, 8, 8\)"
+    ):
         channel_stats(torch.zeros(4, 8, 8, dtype=torch.uint8))
 
 

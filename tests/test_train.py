@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from hydra_helpers import QUIET_TRAINER, REPO, compose
+from hydra_helpers import QUIET_TRAINER, compose
 from lightning_cls.data import DigitsDataModule
 from lightning_cls.eval import evaluate
 from lightning_cls.predict import predict
 from lightning_cls.train import _resume_from, per_device_batch_size, train
-
 
 # A single run's folder, laid out as hydra.run.dir lays it out (outputs/<task>/<date>/<time>).
 RUN = "outputs/train/2026-01-01/00-00-00"
@@ -68,7 +67,11 @@ def test_predict_writes_correct_csv(trained, tmp_path):
         Image.fromarray(test.images[i, 0].numpy()).save(folder / f"{i:02d}.png")
     (folder / "broken.png").write_bytes(b"not a png")
     out = tmp_path / "pred.csv"
-    cfg = compose("predict", [f"ckpt_path={summary['best_ckpt']}", f"inputs={folder}", f"output={out}", "top_k=3"], tmp=tmp_path)
+    cfg = compose(
+        "predict",
+        [f"ckpt_path={summary['best_ckpt']}", f"inputs={folder}", f"output={out}", "top_k=3"],
+        tmp=tmp_path,
+    )
     predict(cfg)
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 21
@@ -88,7 +91,7 @@ def test_load_from_checkpoint_without_hydra(trained):
     code = f"""
 import sys, torch
 from lightning_cls.module import ClassificationModule
-m = ClassificationModule.load_from_checkpoint({summary['best_ckpt']!r})  # torch's default weights_only
+m = ClassificationModule.load_from_checkpoint({summary["best_ckpt"]!r})  # torch's default weights_only
 assert m.net(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
 assert m.hparams.classes[3] == '3' and m.hparams.mean == [0.3057]
 print('hydra' in sys.modules, 'omegaconf' in sys.modules)
@@ -117,7 +120,9 @@ def test_resume_last_continues_the_latest_run(trained, tmp_path):
 
 def test_resume_last_without_runs_is_a_clear_error(tmp_path):
     cfg = compose(overrides=[*QUIET_TRAINER, "ckpt_path=last"], tmp=tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"ckpt_path=last but no last\.ckpt exists under .*outputs/train"):
+    with pytest.raises(
+        FileNotFoundError, match=r"ckpt_path=last but no last\.ckpt exists under .*outputs/train"
+    ):
         train(cfg)
 
 
@@ -126,7 +131,9 @@ def test_resume_last_ignores_other_experiments_and_sweep_jobs(trained, tmp_path)
     shutil.copytree(trained[0] / RUN, tmp / RUN)
     # Another experiment's runs and this experiment's sweep jobs sit next to each other...
     other = tmp / "outputs/train/2026-01-02/00-00-00/checkpoints/digits_mlp/last.ckpt"
-    sweep_job = tmp / "outputs/train/multirun/2026-01-03/00-00-00/0/checkpoints/digits_simplecnn/last.ckpt"
+    sweep_job = (
+        tmp / "outputs/train/multirun/2026-01-03/00-00-00/0/checkpoints/digits_simplecnn/last.ckpt"
+    )
     for path in (other, sweep_job):
         path.parent.mkdir(parents=True)
         path.write_bytes(b"not resumed")
@@ -140,13 +147,17 @@ def test_a_restarted_job_resumes_its_own_last_checkpoint(trained, tmp_path):
     assert _resume_from(own) == str(tmp / RUN / "checkpoints/digits_simplecnn/last.ckpt")
     fresh = compose(overrides=QUIET_TRAINER, tmp=tmp_path)
     assert _resume_from(fresh) is None
-    off = compose(overrides=[*QUIET_TRAINER, f"paths.output_dir={tmp}/{RUN}", "auto_resume=false"], tmp=tmp)
+    off = compose(
+        overrides=[*QUIET_TRAINER, f"paths.output_dir={tmp}/{RUN}", "auto_resume=false"], tmp=tmp
+    )
     assert _resume_from(off) is None
 
 
 def test_global_batch_size_must_split_over_processes():
     assert per_device_batch_size(64, 2) == 32 and per_device_batch_size(7, 1) == 7
-    with pytest.raises(ValueError, match=r"data.batch_size=65 is the global batch .* over 2 processes"):
+    with pytest.raises(
+        ValueError, match=r"data.batch_size=65 is the global batch .* over 2 processes"
+    ):
         per_device_batch_size(65, 2)
 
 
@@ -157,17 +168,32 @@ def test_unknown_model_from_the_command_line(tmp_path):
 
 
 def _run(args: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, **env})  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
 
 @pytest.mark.slow
 def test_multirun_gives_one_directory_per_job(tmp_path):
-    _run(["lightning_cls.train", "-m", "model=simplecnn,mlp", "trainer.max_epochs=1",
-          "trainer.enable_progress_bar=false", "~callbacks.progress_bar",
-          f"paths.root_dir={tmp_path}", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)  # fmt: skip
+    _run(
+        [
+            "lightning_cls.train",
+            "-m",
+            "model=simplecnn,mlp",
+            "trainer.max_epochs=1",
+            "trainer.enable_progress_bar=false",
+            "~callbacks.progress_bar",
+            f"paths.root_dir={tmp_path}",
+            f"hydra.sweep.dir={tmp_path}/sweep",
+        ],
+        cwd=tmp_path,
+    )
     results = sorted((tmp_path / "sweep").glob("*/results.json"))
     assert [p.parent.name for p in results] == ["0", "1"]
     models = [json.loads(p.read_text())["overrides"] for p in results]
@@ -177,24 +203,46 @@ def test_multirun_gives_one_directory_per_job(tmp_path):
 
 @pytest.mark.slow
 def test_command_line_as_documented(tmp_path):
-    proc = _run(["lightning_cls.train", "model=simplecnn", "trainer.devices=1", "trainer.max_epochs=2",
-                 f"paths.root_dir={tmp_path}"], cwd=tmp_path)  # fmt: skip
+    proc = _run(
+        [
+            "lightning_cls.train",
+            "model=simplecnn",
+            "trainer.devices=1",
+            "trainer.max_epochs=2",
+            f"paths.root_dir={tmp_path}",
+        ],
+        cwd=tmp_path,
+    )
     assert "Best checkpoint:" in proc.stderr + proc.stdout
     assert list((tmp_path / "outputs" / "train").glob("*/*/results.json"))
 
 
 def test_train_false_tests_the_given_checkpoint(trained, tmp_path):
     _, summary = trained
-    cfg = compose(overrides=[*QUIET_TRAINER, "train=false", f"ckpt_path={summary['best_ckpt']}"], tmp=tmp_path)
+    cfg = compose(
+        overrides=[*QUIET_TRAINER, "train=false", f"ckpt_path={summary['best_ckpt']}"], tmp=tmp_path
+    )
     result = train(cfg)
     assert result["test"]["test/acc"] == pytest.approx(summary["test"]["test/acc"], abs=1e-4)
 
 
 def test_eval_refuses_data_with_other_classes(trained, tmp_path):
     _, summary = trained
-    cfg = compose("eval", [f"ckpt_path={summary['best_ckpt']}", "data=synthetic", "data.num_channels=1",
-                           "data.image_size=8", *QUIET_TRAINER[:4]], tmp=tmp_path)  # fmt: skip
-    with pytest.raises(ValueError, match=r"trained on other data: classes differ \(10 classes vs 10 in data=synthetic, only in the model: \[0, 1, .*only in data=synthetic: \[class_0"):
+    cfg = compose(
+        "eval",
+        [
+            f"ckpt_path={summary['best_ckpt']}",
+            "data=synthetic",
+            "data.num_channels=1",
+            "data.image_size=8",
+            *QUIET_TRAINER[:4],
+        ],
+        tmp=tmp_path,
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"trained on other data: classes differ \(10 classes vs 10 in data=synthetic, only in the model: \[0, 1, .*only in data=synthetic: \[class_0",
+    ):
         evaluate(cfg)
 
 

@@ -33,8 +33,17 @@ DIRECTIONS = ("maximize", "minimize")
 
 
 class OptunaSweeperImpl:
-    def __init__(self, direction: str, n_trials: int, n_jobs: int, study_name: str | None,
-                 storage: str | None, sampler: Any, pruner: Any, params: dict | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        direction: str,
+        n_trials: int,
+        n_jobs: int,
+        study_name: str | None,
+        storage: str | None,
+        sampler: Any,
+        pruner: Any,
+        params: dict | None,
+    ) -> None:
         if direction not in DIRECTIONS:
             raise ValueError(f"hydra.sweeper.direction={direction!r}; use maximize or minimize.")
         if n_trials < 1 or n_jobs < 1:
@@ -47,7 +56,9 @@ class OptunaSweeperImpl:
         self.sampler, self.pruner = sampler, pruner
         self.params = dict(params or {})
 
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
         self.hydra_context, self.config = hydra_context, config
         pruner = config.hydra.sweeper.get("pruner")
         self.pruner_spec = OmegaConf.to_container(pruner, resolve=True) if pruner else None
@@ -63,8 +74,14 @@ class OptunaSweeperImpl:
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         study = self._study(sweep_dir)
-        log.info("Study %s in %s: %d trials so far; adding %d, %d at a time.", study.study_name,
-                 self.storage_url, len(study.trials), self.n_trials, self.n_jobs)  # fmt: skip
+        log.info(
+            "Study %s in %s: %d trials so far; adding %d, %d at a time.",
+            study.study_name,
+            self.storage_url,
+            len(study.trials),
+            self.n_trials,
+            self.n_jobs,
+        )
         returns: list[JobReturn] = []
         asked = 0
         while asked < self.n_trials:
@@ -77,7 +94,7 @@ class OptunaSweeperImpl:
     def _study(self, sweep_dir: Path) -> optuna.Study:
         self.storage_url = self.storage or f"sqlite:///{(sweep_dir / 'optuna.db').resolve()}"
         if self.storage_url.startswith("sqlite:///"):  # sqlite needs the folder to exist
-            Path(self.storage_url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            Path(self.storage_url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         study = optuna.create_study(
             storage=self.storage_url,
             study_name=self.study_name or "lightning_cls",
@@ -92,16 +109,21 @@ class OptunaSweeperImpl:
                 f"{study.direction.name.lower()}, not {self.direction}; use another study_name."
             )
         # Trial jobs rebuild the pruner from here: a storage holds no pruner object.
-        study.set_user_attr(PRUNER_ATTR, self.pruner_spec or {"_target_": "optuna.pruners.NopPruner"})
+        study.set_user_attr(
+            PRUNER_ATTR, self.pruner_spec or {"_target_": "optuna.pruners.NopPruner"}
+        )
         return study
 
     def _run_batch(self, study: optuna.Study, trials: list, fixed: list[str]) -> list[JobReturn]:
         batch, launched = [], []
         for trial in trials:
-            overrides = [*fixed, *(as_override(k, v) for k, v in trial.params.items()),
-                         as_override("optuna.storage", self.storage_url),
-                         as_override("optuna.study_name", study.study_name),
-                         f"optuna.trial_number={trial.number}"]  # fmt: skip
+            overrides = [
+                *fixed,
+                *(as_override(k, v) for k, v in trial.params.items()),
+                as_override("optuna.storage", self.storage_url),
+                as_override("optuna.study_name", study.study_name),
+                f"optuna.trial_number={trial.number}",
+            ]
             try:  # a config that cannot be composed fails this trial, not the sweep
                 self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
             except Exception as err:  # noqa: BLE001 - any composition error
@@ -170,10 +192,15 @@ def write_results(study: optuna.Study, path: Path, storage_url: str) -> None:
         "best_trial": best.number if best else None,
         "n_trials": counts,
         "trials": [
-            {"number": t.number, "state": t.state.name, "value": t.value, "params": dict(t.params),
-             **({"error": t.user_attrs["error"]} if "error" in t.user_attrs else {}),
-             **({PRUNED_ATTR: t.user_attrs[PRUNED_ATTR]} if PRUNED_ATTR in t.user_attrs else {})}
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "value": t.value,
+                "params": dict(t.params),
+                **({"error": t.user_attrs["error"]} if "error" in t.user_attrs else {}),
+                **({PRUNED_ATTR: t.user_attrs[PRUNED_ATTR]} if PRUNED_ATTR in t.user_attrs else {}),
+            }
             for t in study.trials
-        ],  # fmt: skip
+        ],
     }
     OmegaConf.save(OmegaConf.create(results), path)

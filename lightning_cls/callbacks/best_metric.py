@@ -25,7 +25,9 @@ class BestMetric(pl.Callback):
         if trainer.sanity_checking or value is None:
             return
         value = float(value)
-        better = self.best is None or (value > self.best if self.mode == "max" else value < self.best)
+        better = self.best is None or (
+            value > self.best if self.mode == "max" else value < self.best
+        )
         if math.isfinite(value) and better:
             self.best, self.best_epoch = value, trainer.current_epoch
 

@@ -28,6 +28,10 @@ class GradNormLogger(pl.Callback):
         if self.per_layer:
             prefix = f"grad_{self.norm_type}_norm/"
             metrics.update(
-                {f"train/grad_norm/{k[len(prefix):]}": v for k, v in norms.items() if k != total_key}
+                {
+                    f"train/grad_norm/{k[len(prefix) :]}": v
+                    for k, v in norms.items()
+                    if k != total_key
+                }
             )
         pl_module.log_dict(metrics, on_step=True, on_epoch=False)

@@ -60,7 +60,5 @@ class Lookahead(pl.Callback):
 def _float_state(pl_module: pl.LightningModule) -> dict[str, torch.Tensor]:
     # state_dict(keep_vars=True) returns the live parameters and buffers, not copies.
     return {
-        k: v
-        for k, v in pl_module.state_dict(keep_vars=True).items()
-        if torch.is_floating_point(v)
+        k: v for k, v in pl_module.state_dict(keep_vars=True).items() if torch.is_floating_point(v)
     }

@@ -88,7 +88,11 @@ class NanGuard(pl.Callback):
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         losses, self._losses = self._losses, []
-        grads = [p.grad for p in pl_module.parameters() if p.grad is not None] if self.check_grads else []
+        grads = (
+            [p.grad for p in pl_module.parameters() if p.grad is not None]
+            if self.check_grads
+            else []
+        )
         if finite_flag(losses, grads):  # the step's one sync
             return
         loss = torch.cat(losses) if losses else torch.zeros(0)

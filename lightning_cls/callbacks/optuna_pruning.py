@@ -103,7 +103,12 @@ class OptunaPruning(pl.Callback):
         trial.report(value, step=epoch)
         if trial.should_prune():
             trial.set_user_attr(PRUNED_ATTR, epoch)
-            log.info("Optuna trial %d pruned after epoch %d (%s=%.4f).",
-                     self.trial_number, epoch, self.monitor, value)  # fmt: skip
+            log.info(
+                "Optuna trial %d pruned after epoch %d (%s=%.4f).",
+                self.trial_number,
+                epoch,
+                self.monitor,
+                value,
+            )
             return True
         return False

@@ -93,8 +93,10 @@ def random_resized_crop_params(
     torchvision's fallback: the largest centred crop with the aspect ratio clamped to ``ratio``.
     """
     if not 0 < scale[0] <= scale[1] or not 0 < ratio[0] <= ratio[1]:
-        raise ValueError(f"Need 0 < scale[0] <= scale[1] and 0 < ratio[0] <= ratio[1], got "
-                         f"scale={tuple(scale)}, ratio={tuple(ratio)}.")  # fmt: skip
+        raise ValueError(
+            f"Need 0 < scale[0] <= scale[1] and 0 < ratio[0] <= ratio[1], got "
+            f"scale={tuple(scale)}, ratio={tuple(ratio)}."
+        )
     area = height * width
     u_area = torch.rand(batch_size, attempts, generator=generator, dtype=torch.float64)
     u_ratio = torch.rand(batch_size, attempts, generator=generator, dtype=torch.float64)
@@ -129,15 +131,17 @@ def batch_resized_crop(images: torch.Tensor, boxes: torch.Tensor, size: int) -> 
     uint8 kernel runs per sample (faster than any batched float path measured: grid_sample,
     roi_align); elsewhere each crop is resized in float32 and rounded back to uint8.
     """
-    out = torch.empty(images.shape[0], images.shape[1], size, size, dtype=images.dtype,
-                      device=images.device)  # fmt: skip
+    out = torch.empty(
+        images.shape[0], images.shape[1], size, size, dtype=images.dtype, device=images.device
+    )
     uint8_kernel = images.device.type == "cpu"
     for k, (top, left, h, w) in enumerate(boxes.tolist()):
         crop = images[k : k + 1, :, top : top + h, left : left + w]  # (1, C, h, w)
         if not uint8_kernel:
             crop = crop.float()
-        resized = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True,
-                                align_corners=False)  # fmt: skip
+        resized = F.interpolate(
+            crop, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+        )
         out[k] = resized[0] if uint8_kernel else resized[0].round_().clamp_(0, 255)
     return out  # (B, C, size, size)
 

@@ -28,7 +28,11 @@ from lightning_cls.threads import configure_threads, worker_init_fn
 
 PIPELINES = ("tensor", "pil")
 # Network input dtype for Lightning's "*-true" precisions (the mixed ones take float32 input).
-PRECISION_INPUT_DTYPES = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}
+PRECISION_INPUT_DTYPES = {
+    "bf16-true": torch.bfloat16,
+    "16-true": torch.float16,
+    "64-true": torch.float64,
+}
 
 
 @dataclass
@@ -54,8 +58,10 @@ class ArrayDataset(Dataset):
 
     def __getitem__(self, i: int):
         img = self.split.images[i]  # (C, H, W)
-        pil = Image.fromarray(img[0].numpy(), "L") if img.shape[0] == 1 else Image.fromarray(
-            img.permute(1, 2, 0).numpy(), "RGB"
+        pil = (
+            Image.fromarray(img[0].numpy(), "L")
+            if img.shape[0] == 1
+            else Image.fromarray(img.permute(1, 2, 0).numpy(), "RGB")
         )
         return (self.transform(pil) if self.transform else pil), int(self.split.labels[i])
 
@@ -105,8 +111,11 @@ class ImageDataModule(pl.LightningDataModule):
         self._train_transform, self._eval_transform = train_transform, eval_transform
         self.val_size, self.seed = val_size, seed
         # What the config promises (model configs interpolate these); checked in setup().
-        self.expected = {"num_classes": num_classes, "num_channels": num_channels,
-                         "image_size": image_size}  # fmt: skip
+        self.expected = {
+            "num_classes": num_classes,
+            "num_channels": num_channels,
+            "image_size": image_size,
+        }
         self.name = name or type(self).__name__
         self.splits: dict[str, Split] = {}
         self._train_loader: TensorBatchLoader | None = None
@@ -149,7 +158,9 @@ class ImageDataModule(pl.LightningDataModule):
         splits = self.load_splits()
         self._check_config()
         if "val" not in splits:
-            splits["train"], splits["val"] = hold_out(splits["train"], self.val_size, self.seed, "val")
+            splits["train"], splits["val"] = hold_out(
+                splits["train"], self.val_size, self.seed, "val"
+            )
         self.splits = splits
 
     def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:
@@ -180,8 +191,14 @@ class ImageDataModule(pl.LightningDataModule):
             # (on_after_batch_transfer), seeded from the key the train loader yields with it.
             attached = self._attached()
             loader = TensorBatchLoader(
-                split.images, split.labels, self.batch_size, shuffle, drop_last, seed=self.seed,
-                augment=None if attached else self.batch_augment(), train=train,
+                split.images,
+                split.labels,
+                self.batch_size,
+                shuffle,
+                drop_last,
+                seed=self.seed,
+                augment=None if attached else self.batch_augment(),
+                train=train,
                 augment_key=attached and train,
             )
             if train:
@@ -235,7 +252,9 @@ class ImageDataModule(pl.LightningDataModule):
         x, y, *key = batch
         train = bool(self._attached() and self.trainer.training)
         generator = batch_generator(*key[0]) if train and key else None
-        dtype = PRECISION_INPUT_DTYPES.get(str(self.trainer.precision)) if self._attached() else None
+        dtype = (
+            PRECISION_INPUT_DTYPES.get(str(self.trainer.precision)) if self._attached() else None
+        )
         x = self.batch_augment(dtype or torch.float32)(x, train=train, generator=generator)
         return x, y  # (B, C, H, W) float, (B,)
 

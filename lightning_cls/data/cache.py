@@ -61,7 +61,9 @@ def decode_images(
         with ProcessPoolExecutor(max_workers=workers) as pool:
             n = len(chunks)
             results = list(
-                pool.map(_decode_chunk, chunks, [image_size] * n, [num_channels] * n, [resize_size] * n)
+                pool.map(
+                    _decode_chunk, chunks, [image_size] * n, [num_channels] * n, [resize_size] * n
+                )
             )
     if not results:
         return np.zeros((0, num_channels, image_size, image_size), np.uint8), []

@@ -271,9 +271,15 @@ class ImageFolderDataModule(ImageDataModule):
 
     def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:
         return BatchAugment(
-            self.mean, self.std, self.crop_padding, self.hflip, self.channels_last, dtype,
-            image_size=self.image_size, random_resized_crop=self.random_resized_crop,
-        )  # fmt: skip
+            self.mean,
+            self.std,
+            self.crop_padding,
+            self.hflip,
+            self.channels_last,
+            dtype,
+            image_size=self.image_size,
+            random_resized_crop=self.random_resized_crop,
+        )
 
     def train_transform(self):
         if self._train_transform is not None or not (

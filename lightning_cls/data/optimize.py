@@ -30,8 +30,14 @@ def optimize(cfg: DictConfig) -> dict:
     meta["image_size"] = int(next(iter(splits.values()))[0].shape[-1])  # the stored size
     meta.pop("resize_size", None)
     out = write_streaming(splits, meta, cfg.out, chunk_bytes=cfg.chunk_bytes)
-    result = {"task": "optimize", "out": str(out), "counts": {k: len(v[1]) for k, v in splits.items()}}
-    log.info("Wrote %s to %s; train with data=streaming data.input_dir=%s", result["counts"], out, out)
+    result = {
+        "task": "optimize",
+        "out": str(out),
+        "counts": {k: len(v[1]) for k, v in splits.items()},
+    }
+    log.info(
+        "Wrote %s to %s; train with data=streaming data.input_dir=%s", result["counts"], out, out
+    )
     return result
 
 

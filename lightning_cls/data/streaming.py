@@ -60,12 +60,16 @@ def write_streaming(
     out = Path(out_dir).expanduser()
     if out.exists():
         raise FileExistsError(f"{out} already exists; remove it or choose another out=.")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent if out.parent.exists() else None))
+    tmp = Path(
+        tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent if out.parent.exists() else None)
+    )
     counts = {}
     try:
         for name, (images, labels) in splits.items():
             if images.dtype != torch.uint8 or images.ndim != 4:
-                raise TypeError(f"split {name}: expected (N, C, H, W) uint8, got {images.dtype} {tuple(images.shape)}.")
+                raise TypeError(
+                    f"split {name}: expected (N, C, H, W) uint8, got {images.dtype} {tuple(images.shape)}."
+                )
             writer = BinaryWriter(str(tmp / name), chunk_bytes=chunk_bytes)
             for i in tqdm(range(len(labels)), desc=f"{name} -> chunks", disable=not progress):
                 writer[i] = {"index": i, "image": images[i].contiguous(), "label": int(labels[i])}
@@ -170,8 +174,13 @@ class StreamingDataModule(pl.LightningDataModule):
 
     @property
     def meta(self) -> dict:
-        meta = {"classes": self.classes, "mean": list(self.mean), "std": list(self.std),
-                "image_size": self.image_size, "num_channels": self.num_channels}  # fmt: skip
+        meta = {
+            "classes": self.classes,
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "image_size": self.image_size,
+            "num_channels": self.num_channels,
+        }
         if self.stored_size != self.image_size:
             meta["resize_size"] = self.stored_size
         return meta
@@ -189,9 +198,9 @@ class StreamingDataModule(pl.LightningDataModule):
 
         local = Path(self._cache()) / META_FILE
         try:
-            get_downloader(self.input_dir, str(local.parent), [], self.storage_options).download_file(
-                f"{self.input_dir}/{META_FILE}", str(local)
-            )
+            get_downloader(
+                self.input_dir, str(local.parent), [], self.storage_options
+            ).download_file(f"{self.input_dir}/{META_FILE}", str(local))
         except Exception as err:  # boto/obstore raise their own types for auth and network errors
             raise ConnectionError(
                 f"Cannot read {self.input_dir}/{META_FILE} ({type(err).__name__}: {err}). For an "
@@ -219,20 +228,28 @@ class StreamingDataModule(pl.LightningDataModule):
     def dataset(self, split: str, shuffle: bool):
         """litdata ``StreamingDataset`` of one split (each DDP rank sees its own shard)."""
         if split not in self.info.get("counts", {}):
-            raise ValueError(f"{self.input_dir} has no '{split}' split; it has {sorted(self.info['counts'])}.")
+            raise ValueError(
+                f"{self.input_dir} has no '{split}' split; it has {sorted(self.info['counts'])}."
+            )
         litdata = _litdata()
         return litdata.StreamingDataset(
-            f"{self.input_dir}/{split}", cache_dir=f"{self._cache()}/{split}", shuffle=shuffle,
-            drop_last=False, seed=self.seed, max_cache_size=self.max_cache_size,
+            f"{self.input_dir}/{split}",
+            cache_dir=f"{self._cache()}/{split}",
+            shuffle=shuffle,
+            drop_last=False,
+            seed=self.seed,
+            max_cache_size=self.max_cache_size,
             storage_options=self.storage_options,
-        )  # fmt: skip
+        )
 
     def _loader(self, split: str, train: bool):
         litdata = _litdata()
         return litdata.StreamingDataLoader(
-            self.dataset(split, shuffle=train), batch_size=self.batch_size,
-            num_workers=self.num_workers, collate_fn=_collate,
-        )  # fmt: skip
+            self.dataset(split, shuffle=train),
+            batch_size=self.batch_size,
+            num_workers=self.num_workers,
+            collate_fn=_collate,
+        )
 
     def train_dataloader(self):
         loader = self._loader("train", train=True)
@@ -265,9 +282,15 @@ class StreamingDataModule(pl.LightningDataModule):
     # -- batched augmentation on the batch's device --------------------------------------------
     def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:
         return BatchAugment(
-            self.mean, self.std, self.crop_padding, self.hflip, self.channels_last, dtype,
-            image_size=self.image_size, random_resized_crop=self.random_resized_crop,
-        )  # fmt: skip
+            self.mean,
+            self.std,
+            self.crop_padding,
+            self.hflip,
+            self.channels_last,
+            dtype,
+            image_size=self.image_size,
+            random_resized_crop=self.random_resized_crop,
+        )
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         x, y = batch

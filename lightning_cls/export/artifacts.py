@@ -41,8 +41,11 @@ def artifact_kind(path: Path) -> str:
 
 
 def torch_predictor(
-    net: nn.Module, spec: InputSpec, kind: str = "eager", path: Path | None = None,
+    net: nn.Module,
+    spec: InputSpec,
+    kind: str = "eager",
+    path: Path | None = None,
     device: str = "cpu",
-) -> Predictor:  # fmt: skip
+) -> Predictor:
     """A ``Predictor`` running ``net`` in eager PyTorch (eval mode, on ``device``)."""
     return Predictor(net.eval().to(device), spec, kind, path, device)

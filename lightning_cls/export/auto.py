@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -67,8 +66,9 @@ def openvino_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("openvino", "nncf"))
 
 
-def export_candidates(net: nn.Module, spec: InputSpec, out: Path, train, cfg: AutoConfig,
-                      check_kwargs: dict) -> dict[str, Path]:  # fmt: skip
+def export_candidates(
+    net: nn.Module, spec: InputSpec, out: Path, train, cfg: AutoConfig, check_kwargs: dict
+) -> dict[str, Path]:
     """Write every candidate artifact into ``out``; name -> path (ONNX is always first)."""
     from lightning_cls.export.onnx import export_onnx
     from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
@@ -99,9 +99,13 @@ def export_candidates(net: nn.Module, spec: InputSpec, out: Path, train, cfg: Au
     if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
         paths["ov_bf16"] = export_openvino(onnx, out / "model_bf16.xml", spec, precision="bf16")
     paths["ov_int8"] = quantize_openvino_int8(
-        paths["ov_f32"], out / "model_int8.xml", train, spec,
-        cfg.calibration_batches, cfg.calibration_batch_size,
-    )  # fmt: skip
+        paths["ov_f32"],
+        out / "model_int8.xml",
+        train,
+        spec,
+        cfg.calibration_batches,
+        cfg.calibration_batch_size,
+    )
     return paths
 
 
@@ -118,9 +122,11 @@ def measure(fns: dict[str, Callable], spec: InputSpec, val, cfg: AutoConfig) -> 
     for name, fn in fns.items():
         with torch.inference_mode():
             preds = torch.cat(
-                [fn(spec.preprocess(val.images[i : i + 256])).argmax(1)
-                 for i in range(0, len(val), 256)]
-            )  # fmt: skip
+                [
+                    fn(spec.preprocess(val.images[i : i + 256])).argmax(1)
+                    for i in range(0, len(val), 256)
+                ]
+            )
         results[name] = {"val_acc": (preds == val.labels).float().mean().item(), "img_s": []}
     g = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (cfg.batch_size, *spec.input_shape), generator=g)
@@ -160,8 +166,14 @@ def select(results: dict, eager_acc: float, max_acc_drop: float) -> str:
     return max(eligible, key=lambda n: results[n]["img_s_median"])
 
 
-def export_auto(net: nn.Module, spec: InputSpec, out_dir: str | Path, datamodule,
-                cfg: AutoConfig, check_kwargs: dict | None = None) -> AutoResult:  # fmt: skip
+def export_auto(
+    net: nn.Module,
+    spec: InputSpec,
+    out_dir: str | Path,
+    datamodule,
+    cfg: AutoConfig,
+    check_kwargs: dict | None = None,
+) -> AutoResult:
     """Export every candidate into ``out_dir``, measure them, and keep the winner."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -189,8 +201,9 @@ def export_auto(net: nn.Module, spec: InputSpec, out_dir: str | Path, datamodule
     }
     path = write_winner(paths[winner], selection)
     (out / SELECTION_FILE).write_text(json.dumps(selection, indent=2) + "\n")
-    log.info("export=auto: %s wins (%.0f img/s) -> %s", winner,
-             results[winner]["img_s_median"], path)  # fmt: skip
+    log.info(
+        "export=auto: %s wins (%.0f img/s) -> %s", winner, results[winner]["img_s_median"], path
+    )
     return AutoResult(winner, path, results)
 
 

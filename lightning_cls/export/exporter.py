@@ -75,7 +75,9 @@ class ExportConfig:
         known = FORMATS + EXTRA_FORMATS + DERIVED_FORMATS
         unknown = sorted(set(formats) - set(known))
         if unknown:
-            raise ValueError(f"Unknown export format(s) {unknown}; use {', '.join(known)} or 'all'.")
+            raise ValueError(
+                f"Unknown export format(s) {unknown}; use {', '.join(known)} or 'all'."
+            )
         if "triton" in formats and "onnx" not in formats:
             raise ValueError(
                 f"A Triton repository serves the ONNX file, but 'onnx' is not in "
@@ -186,8 +188,12 @@ def _quantize(net, meta, out: Path, config: ExportConfig, datamodule, result: Ex
         )
     datamodule.setup("fit")
     # Calibrating on, and reporting accuracy against, other classes would be silently wrong.
-    check_same_data(meta.to_dict(), datamodule.meta, "The model being quantized",
-                    data_name=f"data={getattr(datamodule, 'name', type(datamodule).__name__)}")  # fmt: skip
+    check_same_data(
+        meta.to_dict(),
+        datamodule.meta,
+        "The model being quantized",
+        data_name=f"data={getattr(datamodule, 'name', type(datamodule).__name__)}",
+    )
     train, val = datamodule.splits["train"], datamodule.splits["val"]
     if qc.static:
         reader = q.SplitCalibrationReader(
@@ -224,9 +230,13 @@ def _quantize(net, meta, out: Path, config: ExportConfig, datamodule, result: Ex
         from lightning_cls.export.openvino import quantize_openvino_int8
 
         int8 = quantize_openvino_int8(
-            result.paths["openvino"], out / "model_int8.xml", train, meta,
-            qc.calibration_batches, qc.calibration_batch_size,
-        )  # fmt: skip
+            result.paths["openvino"],
+            out / "model_int8.xml",
+            train,
+            meta,
+            qc.calibration_batches,
+            qc.calibration_batch_size,
+        )
         result.paths["openvino_int8"] = int8
         before, after = load_artifact(result.paths["openvino"]), load_artifact(int8)
         result.reports.append(q.compare("openvino_nncf_int8", before, after, val, qc.latency_runs))

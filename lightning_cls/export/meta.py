@@ -18,8 +18,15 @@ from lightning_cls.inference.spec import META_FILE, InputSpec
 # The spec's former name, kept so code written against lightning_cls.export keeps working.
 ModelMeta = InputSpec
 
-__all__ = ["META_FILE", "ExportCheckError", "InputSpec", "ModelMeta", "check_outputs_close",
-           "check_round_trip", "example_batch"]  # fmt: skip
+__all__ = [
+    "META_FILE",
+    "ExportCheckError",
+    "InputSpec",
+    "ModelMeta",
+    "check_outputs_close",
+    "check_round_trip",
+    "example_batch",
+]
 
 
 def example_batch(meta: InputSpec, batch_size: int, seed: int = 0) -> torch.Tensor:

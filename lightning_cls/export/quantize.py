@@ -118,7 +118,9 @@ def quantize_onnx_static(
         )
     model = onnx.load(str(int8_path))
     granularity = "per-channel" if per_channel else "per-tensor"
-    quantization = f"static int8 {quant_format}, {granularity} weights, {activation_type} activations"
+    quantization = (
+        f"static int8 {quant_format}, {granularity} weights, {activation_type} activations"
+    )
     write_metadata(model, read_metadata(fp32_path), quantization=quantization)
     onnx.save_model(model, str(int8_path), save_as_external_data=False)
     log.info("Wrote %s (%s)", int8_path, quantization)

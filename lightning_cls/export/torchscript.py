@@ -68,8 +68,16 @@ def export_torchscript(
                 torch.jit.save(scripted, str(tmp), _extra_files={META_FILE: meta.to_json()})
             loaded, loaded_meta = load_torchscript(tmp)
             with quiet_jit():
-                check_round_trip(net, loaded, meta, loaded_meta, check_batch_sizes, atol, rtol,
-                                 f"TorchScript ({mode})")  # fmt: skip
+                check_round_trip(
+                    net,
+                    loaded,
+                    meta,
+                    loaded_meta,
+                    check_batch_sizes,
+                    atol,
+                    rtol,
+                    f"TorchScript ({mode})",
+                )
     finally:
         net.train(was_training)
     log.info("Exported TorchScript (%s) to %s", mode, path)

@@ -21,8 +21,16 @@ from lightning_cls.inference.spec import InputSpec
 log = logging.getLogger(__name__)
 
 # ONNX TensorProto element types -> Triton DataType names (those a classifier can have).
-_TRITON_TYPES = {1: "TYPE_FP32", 10: "TYPE_FP16", 11: "TYPE_FP64", 16: "TYPE_BF16",
-                 2: "TYPE_UINT8", 3: "TYPE_INT8", 6: "TYPE_INT32", 7: "TYPE_INT64"}  # fmt: skip
+_TRITON_TYPES = {
+    1: "TYPE_FP32",
+    10: "TYPE_FP16",
+    11: "TYPE_FP64",
+    16: "TYPE_BF16",
+    2: "TYPE_UINT8",
+    3: "TYPE_INT8",
+    6: "TYPE_INT32",
+    7: "TYPE_INT64",
+}
 LABELS_FILE = "labels.txt"
 
 
@@ -47,8 +55,9 @@ class TritonConfig:
             )
 
 
-def export_triton(onnx_path: str | Path, repo: str | Path, spec: InputSpec,
-                  config: TritonConfig | None = None) -> Path:  # fmt: skip
+def export_triton(
+    onnx_path: str | Path, repo: str | Path, spec: InputSpec, config: TritonConfig | None = None
+) -> Path:
     """Write ``repo/<model_name>/`` for ``onnx_path``; return the ``config.pbtxt`` path."""
     import onnx
 
@@ -96,8 +105,10 @@ def _graph_inputs(model) -> list:
 def _tensor(value, what: str, extra: str = "") -> str:
     tensor = value.type.tensor_type
     if tensor.elem_type not in _TRITON_TYPES:
-        raise ValueError(f"ONNX {what} '{value.name}' has element type {tensor.elem_type}, "
-                         f"which this exporter does not map to a Triton type.")  # fmt: skip
+        raise ValueError(
+            f"ONNX {what} '{value.name}' has element type {tensor.elem_type}, "
+            f"which this exporter does not map to a Triton type."
+        )
     dims = tensor.shape.dim
     if not dims or dims[0].dim_value > 0:
         raise ValueError(
@@ -106,6 +117,7 @@ def _tensor(value, what: str, extra: str = "") -> str:
             "Re-export with lightning_cls.export (its ONNX files have a dynamic 'batch' axis)."
         )
     rest = [d.dim_value if d.dim_value > 0 else -1 for d in dims[1:]]
-    return (f'  {{\n    name: "{value.name}"\n    data_type: {_TRITON_TYPES[tensor.elem_type]}\n'
-            f"    dims: [ {', '.join(map(str, rest))} ]\n"
-            + (f"    {extra}\n" if extra else "") + "  }")  # fmt: skip
+    return (
+        f'  {{\n    name: "{value.name}"\n    data_type: {_TRITON_TYPES[tensor.elem_type]}\n'
+        f"    dims: [ {', '.join(map(str, rest))} ]\n" + (f"    {extra}\n" if extra else "") + "  }"
+    )

@@ -11,6 +11,9 @@ Importing this package pulls in neither ``pytorch_lightning`` nor Hydra (a test 
 """
 
 from lightning_cls.inference.images import IMAGE_SUFFIXES, decode_image, find_images
+
+# OpenVINO IR (export=openvino); the openvino package is imported only when a .xml is loaded.
+from lightning_cls.inference.openvino import OpenVINORuntime
 from lightning_cls.inference.predictor import (
     Predictor,
     flip_tta,
@@ -21,9 +24,6 @@ from lightning_cls.inference.predictor import (
 from lightning_cls.inference.runtimes import RUNTIMES, Runtime, register_runtime, runtime_for
 from lightning_cls.inference.spec import META_FILE, InputSpec
 from lightning_cls.inference.torch_models import load_torch_model
-
-# OpenVINO IR (export=openvino); the openvino package is imported only when a .xml is loaded.
-from lightning_cls.inference.openvino import OpenVINORuntime  # noqa: E402
 
 register_runtime(".xml", OpenVINORuntime)
 

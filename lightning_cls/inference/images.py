@@ -10,7 +10,7 @@ import io
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import BinaryIO, Union
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -19,10 +19,16 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 # Suffixes taken when scanning folders (an image folder dataset, ``predict`` inputs).
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
-ImageSource = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO]
+ImageSource = str | os.PathLike | bytes | bytearray | memoryview | BinaryIO
 
 # What PIL raises on a file that is not an image, is truncated, or is corrupt.
-DECODE_ERRORS = (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError)
+DECODE_ERRORS = (
+    UnidentifiedImageError,
+    OSError,
+    ValueError,
+    SyntaxError,
+    Image.DecompressionBombError,
+)
 
 
 def to_mode(img: Image.Image, num_channels: int) -> Image.Image:

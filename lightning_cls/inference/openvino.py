@@ -51,8 +51,9 @@ class OpenVINORuntime(Runtime):
 
     kind = "openvino"
 
-    def __init__(self, path, *, spec=None, threads=None, device="cpu", model_name=None,
-                 model_kwargs=None):  # fmt: skip
+    def __init__(
+        self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
+    ):
         import openvino as ov
 
         path = Path(path)

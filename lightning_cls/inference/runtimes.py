@@ -55,8 +55,9 @@ class TorchRuntime(Runtime):
 
     kind = "ckpt"
 
-    def __init__(self, path, *, spec=None, threads=None, device="cpu", model_name=None,
-                 model_kwargs=None):  # fmt: skip
+    def __init__(
+        self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
+    ):
         self.kind = "ckpt" if path.suffix == ".ckpt" else "weights"
         self.device = torch.device(device)
         net, self.spec = load_torch_model(path, model_name, spec, model_kwargs)
@@ -69,8 +70,9 @@ class TorchRuntime(Runtime):
 class TorchScriptRuntime(Runtime):
     kind = "torchscript"
 
-    def __init__(self, path, *, spec=None, threads=None, device="cpu", model_name=None,
-                 model_kwargs=None):  # fmt: skip
+    def __init__(
+        self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
+    ):
         self.device = torch.device(device)
         extra = {META_FILE: ""}
         with quiet_jit():
@@ -89,8 +91,9 @@ class Pt2Runtime(Runtime):
 
     kind = "pt2"
 
-    def __init__(self, path, *, spec=None, threads=None, device="cpu", model_name=None,
-                 model_kwargs=None):  # fmt: skip
+    def __init__(
+        self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
+    ):
         self.device = torch.device(device)
         extra = {META_FILE: ""}
         program = torch.export.load(str(path), extra_files=extra)
@@ -110,8 +113,9 @@ class OnnxRuntime(Runtime):
 
     kind = "onnx"
 
-    def __init__(self, path, *, spec=None, threads=None, device="cpu", model_name=None,
-                 model_kwargs=None):  # fmt: skip
+    def __init__(
+        self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
+    ):
         self.device = torch.device("cpu")
         self.session = make_session(path, threads)
         props = self.session.get_modelmeta().custom_metadata_map

@@ -53,7 +53,9 @@ def build_timm_model(
         )
     except (OSError, RuntimeError) as err:
         if weights_path is not None:
-            raise ValueError(f"Cannot load timm weights {weights_path} into '{name}': {err}") from err
+            raise ValueError(
+                f"Cannot load timm weights {weights_path} into '{name}': {err}"
+            ) from err
         raise ConnectionError(
             f"Downloading timm weights for '{name}' failed ({type(err).__name__}: {err}). "
             "Without internet, download the weights elsewhere and pass "

@@ -106,7 +106,9 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """
     path = Path(path).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"model.weights_path={path} does not exist; give a .pth state dict.")
+        raise FileNotFoundError(
+            f"model.weights_path={path} does not exist; give a .pth state dict."
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, OSError, ValueError, EOFError, pickle.UnpicklingError) as err:
@@ -152,7 +154,9 @@ def load_pretrained(model: nn.Module, state: Mapping[str, torch.Tensor], source:
         if wrong:
             parts.append(
                 "shape mismatch "
-                + ", ".join(f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in wrong[:3])
+                + ", ".join(
+                    f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in wrong[:3]
+                )
             )
         raise ValueError(
             f"Weights in {source} do not fit {type(model).__name__}: {'; '.join(parts)}. Pass "

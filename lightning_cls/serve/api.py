@@ -27,12 +27,22 @@ log = logging.getLogger(__name__)
 class ClassifierAPI(ls.LitAPI):
     """Serves one artifact (any suffix ``load_artifact`` knows) with ``threads`` per worker."""
 
-    def __init__(self, artifact: str | Path, spec: InputSpec, model_info: dict[str, Any],
-                 metrics: ServeMetrics, threads: int, max_batch_size: int = 16,
-                 batch_timeout: float = 0.005, api_path: str = "/predict",
-                 model_name: str | None = None, warmup: bool = True):  # fmt: skip
-        super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout,
-                         api_path=api_path)  # fmt: skip
+    def __init__(
+        self,
+        artifact: str | Path,
+        spec: InputSpec,
+        model_info: dict[str, Any],
+        metrics: ServeMetrics,
+        threads: int,
+        max_batch_size: int = 16,
+        batch_timeout: float = 0.005,
+        api_path: str = "/predict",
+        model_name: str | None = None,
+        warmup: bool = True,
+    ):
+        super().__init__(
+            max_batch_size=max_batch_size, batch_timeout=batch_timeout, api_path=api_path
+        )
         self.artifact, self.input_spec, self.model_info = str(artifact), spec, model_info
         self.metrics, self.threads, self.model_name = metrics, threads, model_name
         self.warmup = warmup
@@ -43,9 +53,13 @@ class ClassifierAPI(ls.LitAPI):
         # Runs in the worker process: PyTorch's pool is process-wide, ORT's is per session;
         # both get this worker's share of the cores (ServeConfig: cores // workers).
         torch.set_num_threads(self.threads)
-        self.predictor = load_artifact(self.artifact, model_name=self.model_name,
-                                       spec=self.input_spec, threads=self.threads,
-                                       device="cpu" if device == "cpu" else device)  # fmt: skip
+        self.predictor = load_artifact(
+            self.artifact,
+            model_name=self.model_name,
+            spec=self.input_spec,
+            threads=self.threads,
+            device="cpu" if device == "cpu" else device,
+        )
         if self.warmup:  # /health says ready only after this: first requests are not slow
             for size in sorted({1, self.max_batch_size}):
                 self.predictor.predict_images(
@@ -55,7 +69,9 @@ class ClassifierAPI(ls.LitAPI):
 
     def decode_request(self, request: dict) -> tuple[torch.Tensor, int]:
         raw = bytearray(base64.b64decode(request["pixels"]))  # writable copy for torch
-        images = torch.frombuffer(raw, dtype=torch.uint8).view(request["count"], *self.input_spec.input_shape)
+        images = torch.frombuffer(raw, dtype=torch.uint8).view(
+            request["count"], *self.input_spec.input_shape
+        )
         return images, int(request["top_k"])  # (N, C, H, W) uint8
 
     def batch(self, inputs: list) -> list:

@@ -44,10 +44,18 @@ class Reject(Exception):
 
 
 class RequestGate:
-    def __init__(self, app, spec: InputSpec, metrics: ServeMetrics, api_path: str = "/predict",
-                 max_queue: int = 256, max_body_bytes: int = 10_000_000,
-                 max_images_per_request: int = 64, default_top_k: int = 5,
-                 retry_after_s: int = 1):  # fmt: skip
+    def __init__(
+        self,
+        app,
+        spec: InputSpec,
+        metrics: ServeMetrics,
+        api_path: str = "/predict",
+        max_queue: int = 256,
+        max_body_bytes: int = 10_000_000,
+        max_images_per_request: int = 64,
+        default_top_k: int = 5,
+        retry_after_s: int = 1,
+    ):
         self.app, self.spec, self.metrics, self.api_path = app, spec, metrics, api_path
         self.max_queue, self.max_body_bytes = max_queue, max_body_bytes
         self.max_images, self.default_top_k = max_images_per_request, default_top_k
@@ -63,8 +71,12 @@ class RequestGate:
         start = time.perf_counter()
         if not self.metrics.try_admit(self.max_queue):
             self.metrics.observe_request(503, time.perf_counter() - start)
-            return await _respond(send, 503, f"queue full ({self.max_queue} requests in flight); "
-                                  "retry later", {"retry-after": str(self.retry_after_s)})  # fmt: skip
+            return await _respond(
+                send,
+                503,
+                f"queue full ({self.max_queue} requests in flight); retry later",
+                {"retry-after": str(self.retry_after_s)},
+            )
         status = {"code": 500}
 
         async def send_recording(message):
@@ -88,9 +100,12 @@ class RequestGate:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         content_type = headers.get("content-type", "").split(";")[0].strip().lower()
         if not (content_type.startswith("image/") or content_type == "application/json"):
-            raise Reject(415, f"unsupported Content-Type '{content_type or '(none)'}'; send raw "
-                         "image bytes as image/* or JSON {\"image\": base64} / "
-                         "{\"images\": [base64, ...]} as application/json")  # fmt: skip
+            raise Reject(
+                415,
+                f"unsupported Content-Type '{content_type or '(none)'}'; send raw "
+                'image bytes as image/* or JSON {"image": base64} / '
+                '{"images": [base64, ...]} as application/json',
+            )
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
             raise Reject(413, self._too_large(int(declared)))
@@ -100,8 +115,11 @@ class RequestGate:
         else:
             encoded, top_k = self._parse_json(raw)
         pixels = await to_thread.run_sync(self._decode_all, encoded)
-        payload = {"pixels": base64.b64encode(pixels.tobytes()).decode("ascii"),
-                   "count": len(encoded), "top_k": top_k}  # fmt: skip
+        payload = {
+            "pixels": base64.b64encode(pixels.tobytes()).decode("ascii"),
+            "count": len(encoded),
+            "top_k": top_k,
+        }
         return json.dumps(payload).encode()
 
     async def _read_body(self, receive) -> bytes:
@@ -119,9 +137,11 @@ class RequestGate:
                 return b"".join(chunks)
 
     def _too_large(self, size: int, at_least: bool = False) -> str:
-        return (f"request body of {'at least ' if at_least else ''}{size} bytes exceeds "
-                f"max_body_bytes={self.max_body_bytes}; send a smaller image "
-                "(the server resizes to the model's input anyway) or raise serve.max_body_bytes")  # fmt: skip
+        return (
+            f"request body of {'at least ' if at_least else ''}{size} bytes exceeds "
+            f"max_body_bytes={self.max_body_bytes}; send a smaller image "
+            "(the server resizes to the model's input anyway) or raise serve.max_body_bytes"
+        )
 
     def _parse_json(self, raw: bytes) -> tuple[list[bytes], int]:
         try:
@@ -129,8 +149,11 @@ class RequestGate:
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise Reject(400, f"body is not valid JSON ({err})") from err
         if not isinstance(body, dict) or ("image" in body) == ("images" in body):
-            raise Reject(422, 'JSON body must be an object with exactly one of "image" '
-                         '(base64 string) or "images" (list of base64 strings)')  # fmt: skip
+            raise Reject(
+                422,
+                'JSON body must be an object with exactly one of "image" '
+                '(base64 string) or "images" (list of base64 strings)',
+            )
         items = [body["image"]] if "image" in body else body["images"]
         if not isinstance(items, list) or not 1 <= len(items) <= self.max_images:
             raise Reject(422, f'"images" must be a list of 1 to {self.max_images} base64 strings')
@@ -162,8 +185,9 @@ class RequestGate:
 
 
 def _json_scope(scope: dict[str, Any], length: int) -> dict[str, Any]:
-    headers = [(k, v) for k, v in scope["headers"]
-               if k.lower() not in (b"content-type", b"content-length")]  # fmt: skip
+    headers = [
+        (k, v) for k, v in scope["headers"] if k.lower() not in (b"content-type", b"content-length")
+    ]
     headers += [(b"content-type", b"application/json"), (b"content-length", str(length).encode())]
     return {**scope, "headers": headers}
 
@@ -184,8 +208,10 @@ def _replay(body: bytes, receive_more):
 
 async def _respond(send, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
     body = json.dumps({"detail": detail}).encode()
-    raw_headers = [(b"content-type", b"application/json"),
-                   (b"content-length", str(len(body)).encode())]  # fmt: skip
+    raw_headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
     raw_headers += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
     await send({"type": "http.response.body", "body": body})

@@ -85,7 +85,8 @@ class ServeMetrics:
         for code, count in zip((*map(str, STATUSES), "other"), counts):
             lines.append(f'lightning_cls_requests_total{{status="{code}"}} {count}')
         lines += self.latency.render(
-            "lightning_cls_request_latency_seconds", "Time from receiving a /predict request to answering it."
+            "lightning_cls_request_latency_seconds",
+            "Time from receiving a /predict request to answering it.",
         )
         lines += self.batch_size.render(
             "lightning_cls_batch_size", "Images per model call (dynamic batching at work)."

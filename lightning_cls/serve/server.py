@@ -59,17 +59,28 @@ class ServeConfig:
     def __post_init__(self):
         self.spec = dict(self.spec or {})
         if self.host not in HOSTS:
-            raise ValueError(f"serve.host={self.host!r}; use one of {', '.join(HOSTS)} "
-                             "(127.0.0.1: this machine only, the default).")  # fmt: skip
+            raise ValueError(
+                f"serve.host={self.host!r}; use one of {', '.join(HOSTS)} "
+                "(127.0.0.1: this machine only, the default)."
+            )
         if not 1024 <= int(self.port) <= 65535:
             raise ValueError(f"serve.port={self.port} must be in 1024..65535.")
-        for key in ("workers", "max_batch_size", "max_queue", "max_body_bytes",
-                    "max_images_per_request", "top_k", "retry_after_s"):  # fmt: skip
+        for key in (
+            "workers",
+            "max_batch_size",
+            "max_queue",
+            "max_body_bytes",
+            "max_images_per_request",
+            "top_k",
+            "retry_after_s",
+        ):
             if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
                 raise ValueError(f"serve.{key}={getattr(self, key)!r} must be an integer >= 1.")
         if not 0 <= self.batch_timeout < self.timeout:
-            raise ValueError(f"serve.batch_timeout={self.batch_timeout} must be >= 0 and below "
-                             f"serve.timeout={self.timeout}.")  # fmt: skip
+            raise ValueError(
+                f"serve.batch_timeout={self.batch_timeout} must be >= 0 and below "
+                f"serve.timeout={self.timeout}."
+            )
         cores = available_cores()
         if self.threads is None:
             self.threads = max(1, cores // self.workers)
@@ -87,21 +98,47 @@ def build_server(config: ServeConfig) -> tuple[ls.LitServer, ServeMetrics]:
     probe = load_artifact(config.artifact, config.model_name, config.spec, threads=1)
     spec, kind = probe.spec, probe.kind
     del probe
-    info = {"name": spec.model_name or Path(config.artifact).stem,
-            "version": _file_digest(config.artifact), "runtime": kind,
-            "artifact": Path(config.artifact).name}  # fmt: skip
+    info = {
+        "name": spec.model_name or Path(config.artifact).stem,
+        "version": _file_digest(config.artifact),
+        "runtime": kind,
+        "artifact": Path(config.artifact).name,
+    }
     metrics = ServeMetrics()
-    api = ClassifierAPI(config.artifact, spec, info, metrics, config.threads,
-                        config.max_batch_size, config.batch_timeout, config.api_path,
-                        config.model_name)  # fmt: skip
-    gate = (RequestGate, dict(spec=spec, metrics=metrics, api_path=config.api_path,
-                              max_queue=config.max_queue, max_body_bytes=config.max_body_bytes,
-                              max_images_per_request=config.max_images_per_request,
-                              default_top_k=config.top_k, retry_after_s=config.retry_after_s))  # fmt: skip
+    api = ClassifierAPI(
+        config.artifact,
+        spec,
+        info,
+        metrics,
+        config.threads,
+        config.max_batch_size,
+        config.batch_timeout,
+        config.api_path,
+        config.model_name,
+    )
+    gate = (
+        RequestGate,
+        dict(
+            spec=spec,
+            metrics=metrics,
+            api_path=config.api_path,
+            max_queue=config.max_queue,
+            max_body_bytes=config.max_body_bytes,
+            max_images_per_request=config.max_images_per_request,
+            default_top_k=config.top_k,
+            retry_after_s=config.retry_after_s,
+        ),
+    )
     metadata = {**info, "spec": spec.to_dict(), "config": asdict(config)}
-    server = ls.LitServer(api, accelerator=config.accelerator, workers_per_device=config.workers,
-                          timeout=config.timeout, model_metadata=metadata,
-                          middlewares=[gate], fast_queue=config.fast_queue)  # fmt: skip
+    server = ls.LitServer(
+        api,
+        accelerator=config.accelerator,
+        workers_per_device=config.workers,
+        timeout=config.timeout,
+        model_metadata=metadata,
+        middlewares=[gate],
+        fast_queue=config.fast_queue,
+    )
 
     async def prometheus() -> PlainTextResponse:
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
@@ -136,10 +173,12 @@ def serve(config: ServeConfig) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, drain)
-    log.info("Serving %s on http://%s:%d%s", config.artifact, config.host, config.port,
-             config.api_path)  # fmt: skip
-    server.run(host=config.host, port=config.port, log_level=config.log_level,
-               generate_client_file=False)  # fmt: skip
+    log.info(
+        "Serving %s on http://%s:%d%s", config.artifact, config.host, config.port, config.api_path
+    )
+    server.run(
+        host=config.host, port=config.port, log_level=config.log_level, generate_client_file=False
+    )
 
 
 def _file_digest(path: str | Path, length: int = 12) -> str:

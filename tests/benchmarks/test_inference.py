@@ -7,11 +7,18 @@ import pytest
 def test_quick_mode_reports_paired_speedups_against_best_pytorch(run_quick, tmp_path):
     out = run_quick(
         "inference.py",
-        "--models", "simplecnn",
-        "--runtimes", "eager", "eager_channels_last", "ort_fp32", "ort_int8_qdq",
-        "--threads", "1",
-        "--out-dir", str(tmp_path),
-    )  # fmt: skip
+        "--models",
+        "simplecnn",
+        "--runtimes",
+        "eager",
+        "eager_channels_last",
+        "ort_fp32",
+        "ort_int8_qdq",
+        "--threads",
+        "1",
+        "--out-dir",
+        str(tmp_path),
+    )
     assert out["setup"]["quick"] is True and out["setup"]["rounds"] == 2
     result = out["models"]["simplecnn"]
     runtimes = result["runtimes"]

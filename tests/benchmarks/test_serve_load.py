@@ -2,9 +2,16 @@
 
 import pytest
 
-KEYS = ("tutorial_rps_c64", "batch1_rps_c64", "dynamic_rps_c64", "p99_ms_c16",
-        "resnet18_served_img_s_c32", "resnet18_inprocess_img_s_b32", "overload_bad_5xx",
-        "overload_rss_growth_mb")  # fmt: skip
+KEYS = (
+    "tutorial_rps_c64",
+    "batch1_rps_c64",
+    "dynamic_rps_c64",
+    "p99_ms_c16",
+    "resnet18_served_img_s_c32",
+    "resnet18_inprocess_img_s_b32",
+    "overload_bad_5xx",
+    "overload_rss_growth_mb",
+)
 
 
 @pytest.mark.slow

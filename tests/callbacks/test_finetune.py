@@ -14,9 +14,13 @@ from lightning_cls.optim import cosine
 
 def _net(classes=4):
     return nn.Sequential(
-        nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(1), nn.Linear(4, classes),
-    )  # fmt: skip
+        nn.Conv2d(1, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(1),
+        nn.Linear(4, classes),
+    )
 
 
 def _module(data, scheduler=None):
@@ -48,8 +52,10 @@ class _Snapshots:
 def test_backbone_frozen_then_unfrozen_at_lower_lr(tiny_data, tiny_trainer):
     data = tiny_data()
     module = _module(data, scheduler=functools.partial(cosine, warmup_steps=2))
-    start = {k: v for k, v in {"conv": module.net[0].weight.detach().clone(),
-                               "bn_mean": module.net[1].running_mean.clone()}.items()}  # fmt: skip
+    start = {
+        "conv": module.net[0].weight.detach().clone(),
+        "bn_mean": module.net[1].running_mean.clone(),
+    }
     snaps = _Snapshots()
     finetune = BackboneFinetuning(unfreeze_at_epoch=2, backbone_lr_scale=0.1)
 

@@ -23,13 +23,20 @@ class PoisonInput(pl.Callback):
             batch[0].fill_(float("nan"))
 
 
-def test_nan_loss_stops_with_step_named_and_last_good_ckpt_kept(tmp_path, tiny_data, tiny_module, tiny_trainer):
-    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0,
-                                 every_n_train_steps=1)  # fmt: skip
-    trainer = tiny_trainer([ckpt, NanGuard(), PoisonInput(step=2)], max_epochs=3,
-                           limit_val_batches=0)  # fmt: skip
+def test_nan_loss_stops_with_step_named_and_last_good_ckpt_kept(
+    tmp_path, tiny_data, tiny_module, tiny_trainer
+):
+    ckpt = ModelCheckpoint(
+        dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0, every_n_train_steps=1
+    )
+    trainer = tiny_trainer(
+        [ckpt, NanGuard(), PoisonInput(step=2)], max_epochs=3, limit_val_batches=0
+    )
     data = tiny_data()
-    with pytest.raises(NonFiniteError, match=r"global step 2 \(epoch 0, batch 2\): the training loss is nan\. The last good checkpoint is .*last\.ckpt"):
+    with pytest.raises(
+        NonFiniteError,
+        match=r"global step 2 \(epoch 0, batch 2\): the training loss is nan\. The last good checkpoint is .*last\.ckpt",
+    ):
         trainer.fit(tiny_module(data), datamodule=data)
     last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 2
@@ -41,7 +48,10 @@ def test_nan_gradient_names_the_parameter(tiny_data, tiny_module, tiny_trainer):
     module = tiny_module(data)
     module.net.classifier[4].weight.register_hook(lambda g: torch.full_like(g, float("inf")))
     trainer = tiny_trainer([NanGuard()], limit_val_batches=0)
-    with pytest.raises(NonFiniteError, match=r"global step 0 .*first non-finite gradient is net\.classifier\.4\.weight \(shape \(4, 16\): 0 NaN and 64 Inf of 64 values\)"):
+    with pytest.raises(
+        NonFiniteError,
+        match=r"global step 0 .*first non-finite gradient is net\.classifier\.4\.weight \(shape \(4, 16\): 0 NaN and 64 Inf of 64 values\)",
+    ):
         trainer.fit(module, datamodule=data)
     assert trainer.global_step == 0  # the step was not applied
 
@@ -53,10 +63,12 @@ def test_last_good_checkpoint_is_the_newest_of_every_callback(tmp_path):
         os.utime(path, (1000 + i, 1000 + i))
     # The first callback (trainer.checkpoint_callback) only keeps the best; the newest file is
     # another callback's last.ckpt.
-    trainer = SimpleNamespace(checkpoint_callbacks=[
-        SimpleNamespace(last_model_path="", best_model_path=str(best)),
-        SimpleNamespace(last_model_path=str(last), best_model_path=str(gone)),
-    ])  # fmt: skip
+    trainer = SimpleNamespace(
+        checkpoint_callbacks=[
+            SimpleNamespace(last_model_path="", best_model_path=str(best)),
+            SimpleNamespace(last_model_path=str(last), best_model_path=str(gone)),
+        ]
+    )
     assert newest_checkpoint(trainer) == str(last)
     os.utime(best, (2000, 2000))
     assert newest_checkpoint(trainer) == str(best)

@@ -7,7 +7,9 @@ from lightning_cls.callbacks import OOMAdvisor
 from lightning_cls.callbacks.oom import is_out_of_memory, oom_advice
 
 
-def test_simulated_cuda_oom_gets_halved_batch_doubled_accumulation(tiny_data, tiny_module, tiny_trainer):
+def test_simulated_cuda_oom_gets_halved_batch_doubled_accumulation(
+    tiny_data, tiny_module, tiny_trainer
+):
     data = tiny_data(batch_size=16)
     module = tiny_module(data)
 
@@ -19,7 +21,9 @@ def test_simulated_cuda_oom_gets_halved_batch_doubled_accumulation(tiny_data, ti
     with pytest.raises(torch.OutOfMemoryError) as info:
         trainer.fit(module, datamodule=data)
     note = "\n".join(getattr(info.value, "__notes__", []))
-    assert "data.batch_size=8 trainer.accumulate_grad_batches=4 (same effective batch of 32)" in note
+    assert (
+        "data.batch_size=8 trainer.accumulate_grad_batches=4 (same effective batch of 32)" in note
+    )
 
 
 def test_advice_edge_cases():

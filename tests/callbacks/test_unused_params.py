@@ -14,7 +14,10 @@ def test_warns_once_naming_unused_and_frozen_parameters(tiny_data, tiny_module, 
     module.net.extra = nn.Linear(3, 3)  # built, never called
     module.net.features[0].bias.requires_grad_(False)
     trainer = tiny_trainer([UnusedParameterFinder()], limit_val_batches=0, limit_train_batches=2)
-    with pytest.warns(UserWarning, match=r"2 parameter\(s\) got no gradient .*net\.extra\.weight, net\.extra\.bias") as record:
+    with pytest.warns(
+        UserWarning,
+        match=r"2 parameter\(s\) got no gradient .*net\.extra\.weight, net\.extra\.bias",
+    ) as record:
         trainer.fit(module, datamodule=data)
     ours = [w for w in record if "UnusedParameterFinder" in str(w.message)]
     assert len(ours) == 1

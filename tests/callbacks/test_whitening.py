@@ -11,13 +11,16 @@ from lightning_cls.module import ClassificationModule
 
 
 def _airbench_module(data, **kwargs):
-    model_kwargs = dict(num_classes=data.num_classes, in_channels=3, image_size=16,
-                        widths=(4, 8, 8), whiten=True)  # fmt: skip
+    model_kwargs = dict(
+        num_classes=data.num_classes, in_channels=3, image_size=16, widths=(4, 8, 8), whiten=True
+    )
     model_kwargs.update(kwargs)
     return ClassificationModule(
-        model_name="airbench", model_kwargs=model_kwargs,
-        optimizer=functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9), **data.meta,
-    )  # fmt: skip
+        model_name="airbench",
+        model_kwargs=model_kwargs,
+        optimizer=functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
+        **data.meta,
+    )
 
 
 def test_fit_start_whitens_training_patches_and_freezes_bias(tiny_data, tiny_trainer):

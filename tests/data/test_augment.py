@@ -7,13 +7,13 @@ from torchvision import transforms as T
 from lightning_cls.data.augment import (
     BatchAugment,
     batch_crop,
+    batch_flip_lr,
     batch_resized_crop,
     center_crop,
-    random_resized_crop_params,
-    batch_flip_lr,
     normalize,
     random_flips,
     random_offsets,
+    random_resized_crop_params,
 )
 
 
@@ -148,9 +148,11 @@ def test_rrc_boxes_follow_torchvisions_sampler():
     ours = random_resized_crop_params(n, h, w, generator=torch.Generator().manual_seed(0))  # (N, 4)
     torch.manual_seed(0)
     theirs = torch.tensor(
-        [T.RandomResizedCrop.get_params(torch.zeros(1, h, w), [0.08, 1.0], [3 / 4, 4 / 3])
-         for _ in range(n)]
-    )  # fmt: skip
+        [
+            T.RandomResizedCrop.get_params(torch.zeros(1, h, w), [0.08, 1.0], [3 / 4, 4 / 3])
+            for _ in range(n)
+        ]
+    )
     for boxes in (ours, theirs):  # every box inside the image
         assert (boxes[:, 0] >= 0).all() and (boxes[:, 0] + boxes[:, 2] <= h).all()
         assert (boxes[:, 1] >= 0).all() and (boxes[:, 1] + boxes[:, 3] <= w).all()
@@ -183,7 +185,10 @@ def test_resized_crop_matches_torchvision_for_its_boxes():
     from torchvision.transforms import functional as TF
 
     expected = torch.stack(
-        [TF.resized_crop(img, *box, [24, 24], antialias=True) for img, box in zip(images, boxes.tolist())]
+        [
+            TF.resized_crop(img, *box, [24, 24], antialias=True)
+            for img, box in zip(images, boxes.tolist())
+        ]
     )
     # torchvision resizes uint8 through float32 and rounds; the native uint8 kernel used here
     # rounds its fixed-point sums, so a pixel may differ by one level.
@@ -194,7 +199,9 @@ def test_resized_crop_matches_torchvision_for_its_boxes():
 def test_eval_centre_crop_matches_torchvision_center_crop():
     images = _images(4, h=37, w=37)
     augment = BatchAugment((0.5,) * 3, (0.25,) * 3, image_size=32, random_resized_crop=True)
-    expected = normalize(torch.stack([T.CenterCrop(32)(img) for img in images]), augment.mean, augment.std)
+    expected = normalize(
+        torch.stack([T.CenterCrop(32)(img) for img in images]), augment.mean, augment.std
+    )
     torch.testing.assert_close(augment(images, train=False), expected, rtol=0, atol=0)
     train = augment(images, train=True, generator=torch.Generator().manual_seed(0))
     assert train.shape == (4, 3, 32, 32) and not torch.equal(train, expected)

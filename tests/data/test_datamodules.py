@@ -19,7 +19,9 @@ def test_fast_dev_run(cls, pipeline):
     dm.setup()
     kwargs = dict(num_classes=dm.num_classes, in_channels=dm.num_channels, image_size=dm.image_size)
     module = ClassificationModule("simplecnn", kwargs, **dm.meta)
-    trainer = pl.Trainer(fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False)
+    trainer = pl.Trainer(
+        fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False
+    )
     trainer.fit(module, datamodule=dm)
     assert trainer.state.finished
 
@@ -30,8 +32,13 @@ def test_digits_splits_are_real_and_fixed():
     sizes = {k: len(v) for k, v in a.splits.items()}
     assert sum(sizes.values()) == 1797 and sizes["test"] == 359
     assert torch.equal(a.splits["val"].labels, b.splits["val"].labels)
-    assert a.meta == {"classes": [str(i) for i in range(10)], "mean": [0.3057], "std": [0.3761],
-                      "image_size": 8, "num_channels": 1}  # fmt: skip
+    assert a.meta == {
+        "classes": [str(i) for i in range(10)],
+        "mean": [0.3057],
+        "std": [0.3761],
+        "image_size": 8,
+        "num_channels": 1,
+    }
 
 
 def test_pipelines_give_the_same_eval_batches():
@@ -44,7 +51,9 @@ def test_pipelines_give_the_same_eval_batches():
 
 def test_plain_pytorch_loop_learns_synthetic_task():
     torch.manual_seed(0)
-    dm = SyntheticDataModule(num_classes=4, image_size=16, train_size=256, test_size=128, batch_size=32)
+    dm = SyntheticDataModule(
+        num_classes=4, image_size=16, train_size=256, test_size=128, batch_size=32
+    )
     dm.setup()
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 4))
     opt = torch.optim.Adam(net.parameters(), lr=1e-2)
@@ -67,7 +76,10 @@ def test_bad_settings_are_named():
         DigitsDataModule(train_transform=lambda x: x)
     with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
         DigitsDataModule(batch_size=0)
-    with pytest.raises(ValueError, match=r"data\.image_size=32 but DigitsDataModule has image_size=8; set data\.image_size=8"):
+    with pytest.raises(
+        ValueError,
+        match=r"data\.image_size=32 but DigitsDataModule has image_size=8; set data\.image_size=8",
+    ):
         DigitsDataModule(image_size=32).setup()
 
 
@@ -93,17 +105,26 @@ def test_bf16_true_hands_the_model_a_bf16_batch():
     # Lightning casts the input before on_after_batch_transfer, i.e. the uint8 batch; the
     # augmented float batch must be cast again, or a bf16 network gets float32 and fails.
     dm = SyntheticDataModule(
-        num_classes=3, image_size=8, train_size=32, test_size=8, batch_size=8, crop_padding=1,
+        num_classes=3,
+        image_size=8,
+        train_size=32,
+        test_size=8,
+        batch_size=8,
+        crop_padding=1,
         hflip=True,
-    )  # fmt: skip
+    )
     kwargs = dict(num_classes=3, in_channels=3, image_size=8, widths=(4, 8), hidden=8)
     module = ClassificationModule("simplecnn", kwargs, **dm.meta)
     dtypes = _InputDtypes()
     trainer = pl.Trainer(
-        fast_dev_run=True, accelerator="cpu", precision="bf16-true", logger=False,
-        enable_progress_bar=False, enable_model_summary=False,
+        fast_dev_run=True,
+        accelerator="cpu",
+        precision="bf16-true",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
         callbacks=[ShapeCheck(), dtypes],
-    )  # fmt: skip
+    )
     trainer.fit(module, datamodule=dm)
     assert trainer.state.finished
     assert dtypes.dtypes == [torch.bfloat16]

@@ -158,21 +158,27 @@ def test_bad_arguments(image_root):
     ):
         _dm(image_root, mean=(0.5,))
     with pytest.raises(
-        ValueError, match=r"data\.test_size=30 leaves no train or no test data out of 30 training images; .*or add a .*test folder"
+        ValueError,
+        match=r"data\.test_size=30 leaves no train or no test data out of 30 training images; .*or add a .*test folder",
     ):
         _dm(image_root, test_size=30).setup()
 
 
 def test_imagefolder_from_the_command_line_infers_the_classes(image_root, tmp_path):
     from hydra_helpers import QUIET_TRAINER, compose
-
     from lightning_cls.train import train
 
     overrides = QUIET_TRAINER + [
-        "data=imagefolder", f"data.root={image_root}", "data.image_size=8", "data.cache=false",
-        "data.val_size=3", "data.test_size=3", "data.batch_size=4", "trainer.max_epochs=1",
+        "data=imagefolder",
+        f"data.root={image_root}",
+        "data.image_size=8",
+        "data.cache=false",
+        "data.val_size=3",
+        "data.test_size=3",
+        "data.batch_size=4",
+        "trainer.max_epochs=1",
         "model.image_size=8",
-    ]  # fmt: skip
+    ]
     cfg = compose("train", overrides, tmp_path)
     assert cfg.data.num_classes is None  # no `Missing mandatory value: data.num_classes`
     summary = train(cfg)
@@ -262,5 +268,8 @@ def test_decode_size_caches_squares_and_crops_them(tmp_path, make_folder):
 def test_every_unreadable_file_is_listed_with_its_reason(image_root):
     for name in ("bad1.jpg", "bad2.jpg", "bad3.png"):
         (image_root / "train" / "dog" / name).write_bytes(b"not an image")
-    with pytest.raises(ValueError, match=r"Cannot read 3 images: .*bad1\.jpg: .+; .*bad2\.jpg: .+; .*bad3\.png: .+\. Fix"):
+    with pytest.raises(
+        ValueError,
+        match=r"Cannot read 3 images: .*bad1\.jpg: .+; .*bad2\.jpg: .+; .*bad3\.png: .+\. Fix",
+    ):
         _dm(image_root).setup()

@@ -11,15 +11,20 @@ import torch
 
 pytest.importorskip("litdata")
 
-from lightning_cls.data.streaming import StreamingDataModule, write_streaming  # noqa: E402
+from lightning_cls.data.streaming import StreamingDataModule, write_streaming
 
 
 def _write(tmp_path, n=40, classes=("a", "b", "c"), size=8, name="stream"):
     g = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
     labels = torch.arange(n) % len(classes)
-    meta = {"classes": list(classes), "mean": [0.5] * 3, "std": [0.25] * 3,
-            "image_size": size, "num_channels": 3}  # fmt: skip
+    meta = {
+        "classes": list(classes),
+        "mean": [0.5] * 3,
+        "std": [0.25] * 3,
+        "image_size": size,
+        "num_channels": 3,
+    }
     splits = {"train": (images, labels), "val": (images[:10], labels[:10])}
     return write_streaming(splits, meta, tmp_path / name, chunk_bytes="4kb", progress=False), images
 
@@ -28,9 +33,19 @@ def _write(tmp_path, n=40, classes=("a", "b", "c"), size=8, name="stream"):
 def test_round_trip_through_the_optimize_entry_point(tmp_path, make_folder):
     root = make_folder(tmp_path / "imgs", "train", {"x": 6, "y": 6}, size=10)
     out = tmp_path / "chunks"
-    cmd = [sys.executable, "-m", "lightning_cls.data.optimize", "data=imagefolder",
-           f"data.root={root}", "data.image_size=8", "data.cache=false", "data.val_size=2",
-           "data.test_size=2", f"out={out}", f"hydra.run.dir={tmp_path}/run"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightning_cls.data.optimize",
+        "data=imagefolder",
+        f"data.root={root}",
+        "data.image_size=8",
+        "data.cache=false",
+        "data.val_size=2",
+        "data.test_size=2",
+        f"out={out}",
+        f"hydra.run.dir={tmp_path}/run",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -41,12 +56,16 @@ def test_round_trip_through_the_optimize_entry_point(tmp_path, make_folder):
     seen = sum(len(y) for _, y in dm.test_dataloader())
     assert seen == 2
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert again.returncode != 0 and "already exists; remove it or choose another out=" in again.stderr
+    assert (
+        again.returncode != 0 and "already exists; remove it or choose another out=" in again.stderr
+    )
 
 
 def test_train_loader_serves_every_sample_once_and_augments(tmp_path):
     out, images = _write(tmp_path)
-    dm = StreamingDataModule(str(out), batch_size=16, image_size=6, random_resized_crop=True, hflip=True)
+    dm = StreamingDataModule(
+        str(out), batch_size=16, image_size=6, random_resized_crop=True, hflip=True
+    )
     dm.setup()
     labels = torch.cat([y for _, y in dm.train_dataloader()])
     assert sorted(labels.tolist()) == sorted((torch.arange(40) % 3).tolist())
@@ -87,8 +106,16 @@ def test_two_ranks_read_disjoint_shards_covering_the_split(tmp_path):
         print(json.dumps(ids))
     """)
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533", "WORLD_SIZE": "2"}
-    procs = [subprocess.Popen([sys.executable, "-c", script], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
     shards = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=240)
@@ -104,13 +131,20 @@ def test_object_store_url_without_credentials_is_a_clear_error(tmp_path, monkeyp
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    dm = StreamingDataModule("s3://no-such-bucket-lightning-cls/data", cache_dir=str(tmp_path / "c"))
-    with pytest.raises(ConnectionError, match=r"Cannot read s3://no-such-bucket-lightning-cls/data/meta\.json .*credentials"):
+    dm = StreamingDataModule(
+        "s3://no-such-bucket-lightning-cls/data", cache_dir=str(tmp_path / "c")
+    )
+    with pytest.raises(
+        ConnectionError,
+        match=r"Cannot read s3://no-such-bucket-lightning-cls/data/meta\.json .*credentials",
+    ):
         dm.setup()
 
 
 def test_missing_folder_and_wrong_class_count(tmp_path):
-    with pytest.raises(FileNotFoundError, match="meta.json not found: data.input_dir must be a folder"):
+    with pytest.raises(
+        FileNotFoundError, match="meta.json not found: data.input_dir must be a folder"
+    ):
         StreamingDataModule(str(tmp_path / "nope")).setup()
     out, _ = _write(tmp_path)
     with pytest.raises(ValueError, match="data.num_classes=5 but .* holds 3 classes"):
@@ -123,9 +157,20 @@ def test_memory_stays_bounded_streaming_four_times_the_limit(tmp_path):
     limit = 16 * 2**20
     g = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (5600, 3, 64, 64), dtype=torch.uint8, generator=g)
-    meta = {"classes": ["a", "b"], "mean": [0.5] * 3, "std": [0.25] * 3, "image_size": 64, "num_channels": 3}
-    out = write_streaming({"train": (images, torch.arange(5600) % 2)}, meta, tmp_path / "big",
-                          chunk_bytes="2MB", progress=False)  # fmt: skip
+    meta = {
+        "classes": ["a", "b"],
+        "mean": [0.5] * 3,
+        "std": [0.25] * 3,
+        "image_size": 64,
+        "num_channels": 3,
+    }
+    out = write_streaming(
+        {"train": (images, torch.arange(5600) % 2)},
+        meta,
+        tmp_path / "big",
+        chunk_bytes="2MB",
+        progress=False,
+    )
     del images
     on_disk = sum(f.stat().st_size for f in (out / "train").glob("*.bin"))
     assert on_disk >= 4 * limit
@@ -151,7 +196,9 @@ def test_memory_stays_bounded_streaming_four_times_the_limit(tmp_path):
             peak = max(peak, rss())
         print(json.dumps({{"growth": peak - base, "images": n}}))
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["images"] == 5600

@@ -59,7 +59,7 @@ def test_eval_shards_cover_every_sample_exactly_once(n, world, shuffle):
         ids = _epoch_ids(loader)
         assert len(loader) == -(-len(ids) // 3)
         sampler = DistributedSampler(range(n), world, rank, shuffle=shuffle, seed=5)
-        assert ids == [i for i in sampler][: len(ids)]  # DistributedSampler's, minus the padding
+        assert ids == list(sampler)[: len(ids)]  # DistributedSampler's, minus the padding
         shards.append(ids)
     flat = [i for shard in shards for i in shard]
     assert sorted(flat) == list(range(n))  # none twice, none dropped
@@ -199,7 +199,9 @@ def _ddp_worker(rank, world, port, out_dir):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         images, labels = _data(21)
-        loader = TensorBatchLoader(images, labels, 4, shuffle=True, seed=9, train=True)  # rank from dist
+        loader = TensorBatchLoader(
+            images, labels, 4, shuffle=True, seed=9, train=True
+        )  # rank from dist
         torch.save(
             [_epoch_ids(loader), _epoch_ids(loader), len(loader)], f"{out_dir}/rank{rank}.pt"
         )

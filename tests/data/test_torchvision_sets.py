@@ -63,8 +63,12 @@ def write_mnist(root: Path, name: str) -> None:
     for prefix, n in (("train", N_TRAIN), ("t10k", N_TEST)):
         images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
         labels = (np.arange(n) % 10).astype(np.uint8)
-        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
-        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, n) + labels.tobytes())
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(
+            struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes()
+        )
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(
+            struct.pack(">II", 2049, n) + labels.tobytes()
+        )
 
 
 CASES = {
@@ -88,8 +92,12 @@ def test_fast_dev_run_on_tiny_archive(name, pipeline, tmp_path, monkeypatch):
     assert len(dm.splits["train"]) + len(dm.splits["val"]) == N_TRAIN
     x, y = next(iter(dm.train_dataloader()))  # outside a Trainer: float, normalized
     assert x.shape == (4, channels, size, size) and x.dtype.is_floating_point
-    module = ClassificationModule("mlp", dict(num_classes=k, in_channels=channels, image_size=size), **dm.meta)
-    trainer = pl.Trainer(fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False)
+    module = ClassificationModule(
+        "mlp", dict(num_classes=k, in_channels=channels, image_size=size), **dm.meta
+    )
+    trainer = pl.Trainer(
+        fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False
+    )
     trainer.fit(module, datamodule=dm)
     trainer.test(module, datamodule=dm)
 
@@ -103,7 +111,9 @@ def test_cifar100_reads_class_names(tmp_path, monkeypatch):
 
 def test_missing_data_without_download_names_data_dir_and_fix(tmp_path):
     dm = CIFAR10DataModule(data_dir=str(tmp_path / "nowhere"), download=False)
-    with pytest.raises(FileNotFoundError, match=r"CIFAR10 not found in data_dir=.*nowhere.*data\.download=true"):
+    with pytest.raises(
+        FileNotFoundError, match=r"CIFAR10 not found in data_dir=.*nowhere.*data\.download=true"
+    ):
         dm.prepare_data()
 
 
@@ -121,5 +131,8 @@ def test_failed_download_names_data_dir(tmp_path, monkeypatch):
 def test_wrong_num_classes_in_config_is_named(tmp_path, monkeypatch):
     write_cifar(tmp_path, monkeypatch)
     dm = CIFAR10DataModule(data_dir=str(tmp_path), download=False, val_size=8, num_classes=12)
-    with pytest.raises(ValueError, match=r"data\.num_classes=12 but CIFAR10DataModule has num_classes=10; set data\.num_classes=10"):
+    with pytest.raises(
+        ValueError,
+        match=r"data\.num_classes=12 but CIFAR10DataModule has num_classes=10; set data\.num_classes=10",
+    ):
         dm.setup()

@@ -50,9 +50,11 @@ def run_shell(block: dict) -> tuple[bool, str]:
     try:
         proc = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", block["code"]],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             timeout=block["timeout"],
-        )  # fmt: skip
+        )
     except subprocess.TimeoutExpired as err:
         print(err.output or "")
         print(f"timed out after {block['timeout']} s")

@@ -95,16 +95,24 @@ def test_overrides_go_before_comments_and_keep_set_keys():
 def _run(tmp_path: Path, blocks: list[dict]) -> subprocess.CompletedProcess:
     spec = [{"path": "p.md", "kind": "python", "expect": None, "timeout": 30, **b} for b in blocks]
     (tmp_path / "blocks.json").write_text(json.dumps(spec))
-    return subprocess.run([sys.executable, str(RUNNER), str(tmp_path / "blocks.json")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(RUNNER), str(tmp_path / "blocks.json")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_runner_shares_python_namespace_and_runs_shell(tmp_path):
-    proc = _run(tmp_path, [
-        {"line": 3, "code": "x = 20\n"},
-        {"line": 9, "code": "open('n.txt', 'w').write(str(x + 1))\n"},
-        {"line": 15, "kind": "shell", "code": "cat n.txt\n", "expect": "^21$"},
-    ])  # fmt: skip
+    proc = _run(
+        tmp_path,
+        [
+            {"line": 3, "code": "x = 20\n"},
+            {"line": 9, "code": "open('n.txt', 'w').write(str(x + 1))\n"},
+            {"line": 15, "kind": "shell", "code": "cat n.txt\n", "expect": "^21$"},
+        ],
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -66,9 +66,13 @@ def test_page_examples_run(page: str, tmp_path: Path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
         [sys.executable, str(RUNNER), str(tmp_path / "blocks.json")],
-        cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         timeout=sum(s["timeout"] for s in spec) + 60,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, f"a code block of {page} failed:\n{proc.stdout[-6000:]}"
 
 

@@ -117,5 +117,3 @@ def helpers():
     return SimpleNamespace(
         make_data=make_data, make_module=make_module, fit=fit, compose=compose_export, repo=REPO
     )
-
-

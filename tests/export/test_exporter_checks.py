@@ -12,7 +12,10 @@ def test_int8_calibration_on_other_classes_is_refused(trained, tmp_path):
     config = ExportConfig(formats=["onnx"])
     config.quantize.static = True
     other = make_data(num_classes=5)
-    with pytest.raises(ValueError, match=r"The model being quantized was trained on other data: "
-                       r"classes differ \(4 classes vs 5 in data=.*only in data=.*\[class_4\]"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"The model being quantized was trained on other data: "
+        r"classes differ \(4 classes vs 5 in data=.*only in data=.*\[class_4\]",
+    ):
         export_model(trained.net, trained.meta, tmp_path, config, other)
     assert not (tmp_path / "model_int8.onnx").exists()

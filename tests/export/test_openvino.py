@@ -8,12 +8,12 @@ import torch
 pytest.importorskip("openvino")
 pytest.importorskip("nncf")
 
-from lightning_cls.export.__main__ import export  # noqa: E402
-from lightning_cls.export.artifacts import load_artifact  # noqa: E402
-from lightning_cls.export.meta import example_batch  # noqa: E402
-from lightning_cls.export.onnx import export_onnx  # noqa: E402
-from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8  # noqa: E402
-from lightning_cls.inference.openvino import OpenVINORuntime, compile_model  # noqa: E402
+from lightning_cls.export.__main__ import export
+from lightning_cls.export.artifacts import load_artifact
+from lightning_cls.export.meta import example_batch
+from lightning_cls.export.onnx import export_onnx
+from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
+from lightning_cls.inference.openvino import OpenVINORuntime, compile_model
 
 SYNTHETIC = [
     "data=synthetic",

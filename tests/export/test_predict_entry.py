@@ -69,10 +69,20 @@ def test_predict_cli_user_errors_exit_1_with_one_line(trained, tmp_path):
         with pytest.raises(ValueError, match=rf"batch_size={bad} must be an integer >= 1"):
             predict(_compose_predict([*base, f"inputs={folder}", f"batch_size={bad}"], tmp_path))
     out = subprocess.run(
-        [sys.executable, "-m", "lightning_cls.predict", *base, f"inputs={folder}", "batch_size=0",
-         f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path}/run"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "lightning_cls.predict",
+            *base,
+            f"inputs={folder}",
+            "batch_size=0",
+            f"paths.root_dir={tmp_path}",
+            f"paths.output_dir={tmp_path}/run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1
     assert "batch_size=0 must be an integer >= 1" in out.stderr
     assert "Traceback" not in out.stderr

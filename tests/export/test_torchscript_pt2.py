@@ -103,8 +103,11 @@ def test_export_atol_rtol_reach_torchscript_and_pt2(trained, tmp_path, monkeypat
 
     monkeypatch.setattr(meta_module, "check_outputs_close", record)
     config = ExportConfig(
-        formats=["torchscript", "pt2"], torchscript_modes=["trace"], check_batch_sizes=[1],
-        atol=0.5, rtol=0.25,
-    )  # fmt: skip
+        formats=["torchscript", "pt2"],
+        torchscript_modes=["trace"],
+        check_batch_sizes=[1],
+        atol=0.5,
+        rtol=0.25,
+    )
     export_model(trained.net, trained.meta, tmp_path, config)
     assert checks == [("TorchScript (trace) at batch 1", 0.5, 0.25), (".pt2 at batch 1", 0.5, 0.25)]

@@ -31,8 +31,9 @@ def test_triton_repository_parses_as_triton_model_config(trained, tmp_path):
     with pytest.raises(ValueError, match=r"Triton repository serves the ONNX file, but 'onnx'"):
         ExportConfig(formats=["triton"])
     config = ExportConfig(formats=["onnx", "triton"])
-    config.triton = TritonConfig(model_name="digits", max_batch_size=32,
-                                 preferred_batch_sizes=[4, 16])  # fmt: skip
+    config.triton = TritonConfig(
+        model_name="digits", max_batch_size=32, preferred_batch_sizes=[4, 16]
+    )
     paths = export_model(trained.net, trained.meta, tmp_path, config).paths
     assert set(paths) == {"onnx", "triton"}
     repo = paths["triton"]

@@ -35,8 +35,9 @@ def test_predictions_equal_predict_step_with_flip_tta(artifacts, kind):
         no_tta = artifacts.module.net(x).softmax(1)
     assert not torch.allclose(expected, no_tta, atol=1e-4)  # TTA changes the answer here
     predictor = load_artifact(artifacts.paths[kind])
-    assert predictor.spec == InputSpec.from_dict({**artifacts.spec.to_dict(),
-                                                  **predictor.spec.to_dict()})  # fmt: skip
+    assert predictor.spec == InputSpec.from_dict(
+        {**artifacts.spec.to_dict(), **predictor.spec.to_dict()}
+    )
     assert predictor.spec.tta_flip
     got = predictor.predict_images(artifacts.images, batch_size=len(artifacts.images))
     if kind in ("ckpt", "weights"):  # the same eager network: bit for bit
@@ -60,14 +61,22 @@ def test_onnx_from_another_tool_names_the_keys_to_pass(artifacts, tmp_path):
     del model.metadata_props[:]
     foreign = tmp_path / "foreign.onnx"
     onnx.save(model, str(foreign))
-    with pytest.raises(ValueError, match=r"foreign\.onnx .*lacks classes, mean, std, image_size, "
-                       r"num_channels.*\+spec\.classes=\.\.\."):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"foreign\.onnx .*lacks classes, mean, std, image_size, "
+        r"num_channels.*\+spec\.classes=\.\.\.",
+    ):
         load_artifact(foreign)
-    keys = {k: v for k, v in artifacts.spec.to_dict().items()
-            if k in ("classes", "mean", "std", "image_size", "num_channels")}  # fmt: skip
+    keys = {
+        k: v
+        for k, v in artifacts.spec.to_dict().items()
+        if k in ("classes", "mean", "std", "image_size", "num_channels")
+    }
     predictor = load_artifact(foreign, spec=keys)
     x = artifacts.spec.preprocess(artifacts.images)
-    torch.testing.assert_close(predictor.logits(x), load_artifact(artifacts.paths["onnx"]).logits(x))
+    torch.testing.assert_close(
+        predictor.logits(x), load_artifact(artifacts.paths["onnx"]).logits(x)
+    )
 
 
 def test_checkpoint_from_another_version_names_the_missing_key(artifacts, tmp_path):
@@ -76,11 +85,15 @@ def test_checkpoint_from_another_version_names_the_missing_key(artifacts, tmp_pa
         del ckpt["hyper_parameters"][key]
     old = tmp_path / "old.ckpt"
     torch.save(ckpt, old)
-    with pytest.raises(ValueError, match=r"old\.ckpt: its hyper_parameters lacks classes, mean\. "
-                       r"It was written by .*another version of lightning_cls"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"old\.ckpt: its hyper_parameters lacks classes, mean\. "
+        r"It was written by .*another version of lightning_cls",
+    ):
         load_artifact(old)
-    fixed = load_artifact(old, spec={"classes": list(artifacts.spec.classes),
-                                     "mean": list(artifacts.spec.mean)})  # fmt: skip
+    fixed = load_artifact(
+        old, spec={"classes": list(artifacts.spec.classes), "mean": list(artifacts.spec.mean)}
+    )
     assert fixed.spec.classes == artifacts.spec.classes
     torch.save({"epoch": 3}, tmp_path / "no_state.ckpt")
     with pytest.raises(ValueError, match=r"has no 'state_dict' \(keys: epoch\)"):

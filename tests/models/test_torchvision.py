@@ -6,9 +6,9 @@ import urllib.error
 import pytest
 import torch
 import torchvision
-from hydra_helpers import compose
 from omegaconf import OmegaConf
 
+from hydra_helpers import compose
 from lightning_cls.models import create_model
 from lightning_cls.models.torchvision_models import head_name, preprocessing, read_state_dict
 from lightning_cls.module import ClassificationModule
@@ -46,7 +46,9 @@ def test_weights_path_loads_backbone_and_replaces_the_head(tmp_path, caplog, pre
 
 def test_weights_path_with_same_classes_loads_everything(tmp_path):
     source, path = _saved(tmp_path, "mobilenet_v3_small", num_classes=5)
-    net = create_model("mobilenet_v3_small", source="torchvision", num_classes=5, weights_path=str(path))
+    net = create_model(
+        "mobilenet_v3_small", source="torchvision", num_classes=5, weights_path=str(path)
+    )
     assert head_name(net) == "classifier.3"
     x = torch.randn(2, 3, 64, 64)
     source.eval(), net.eval()
@@ -60,7 +62,9 @@ def test_weights_of_another_architecture_name_the_first_keys(tmp_path):
     state = torchvision.models.resnet18(num_classes=10).state_dict()
     state["layer1.0.conv1.weight"] = torch.zeros(64, 64, 1, 1)
     torch.save(state, path)
-    with pytest.raises(ValueError, match=r"shape mismatch layer1\.0\.conv1\.weight \(64, 64, 1, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"shape mismatch layer1\.0\.conv1\.weight \(64, 64, 1, 1\)"
+    ):
         create_model("resnet18", source="torchvision", num_classes=10, weights_path=str(path))
 
 
@@ -80,13 +84,18 @@ def test_weights_default_offline_says_download_failed_and_how_to_pass_a_file(mon
         raise urllib.error.URLError("[Errno -2] Name or service not known")
 
     monkeypatch.setattr(torchvision.models.ResNet18_Weights, "get_state_dict", offline)
-    with pytest.raises(ConnectionError, match=r"(?s)Downloading the ResNet18_Weights\.IMAGENET1K_V1 "
-                       r"weights for 'resnet18' failed.*model\.weights_path=/path/to/resnet18-"):
+    with pytest.raises(
+        ConnectionError,
+        match=r"(?s)Downloading the ResNet18_Weights\.IMAGENET1K_V1 "
+        r"weights for 'resnet18' failed.*model\.weights_path=/path/to/resnet18-",
+    ):
         create_model("resnet18", source="torchvision", num_classes=3, weights="DEFAULT")
 
 
 def test_unknown_weights_and_both_sources_are_errors(tmp_path):
-    with pytest.raises(ValueError, match="Unknown weights 'IMAGENET' for torchvision model 'resnet18'; use one of"):
+    with pytest.raises(
+        ValueError, match="Unknown weights 'IMAGENET' for torchvision model 'resnet18'; use one of"
+    ):
         create_model("resnet18", source="torchvision", weights="IMAGENET")
     with pytest.raises(ValueError, match="not both"):
         create_model("resnet18", source="torchvision", weights="DEFAULT", weights_path="x.pth")
@@ -96,9 +105,11 @@ def test_unknown_weights_and_both_sources_are_errors(tmp_path):
 
 def test_weights_preprocessing_is_torchvisions():
     assert preprocessing("resnet50", "DEFAULT") == {
-        "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
-        "image_size": 224, "decode_size": 232,
-    }  # fmt: skip
+        "mean": [0.485, 0.456, 0.406],
+        "std": [0.229, 0.224, 0.225],
+        "image_size": 224,
+        "decode_size": 232,
+    }
 
 
 def test_checkpoint_rebuilds_the_torchvision_model(tmp_path):
@@ -111,8 +122,14 @@ def test_checkpoint_rebuilds_the_torchvision_model(tmp_path):
     assert module.net.fc.out_features == 3  # num_classes from the class names (imagefolder)
     module.hparams.model_kwargs["weights_path"] = None  # the file may be gone at load time
     ckpt = tmp_path / "m.ckpt"
-    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
-                "pytorch-lightning_version": "2.6.0"}, ckpt)  # fmt: skip
+    torch.save(
+        {
+            "state_dict": module.state_dict(),
+            "hyper_parameters": dict(module.hparams),
+            "pytorch-lightning_version": "2.6.0",
+        },
+        ckpt,
+    )
     loaded = ClassificationModule.load_from_checkpoint(ckpt, weights_only=False)
     assert isinstance(loaded.net, torchvision.models.ResNet)
     torch.testing.assert_close(loaded.net.fc.weight, module.net.fc.weight)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from server_process import ServerProcess
 
 from artifact_helpers import Artifacts, make_artifacts
-from server_process import ServerProcess
 
 
 @pytest.fixture(scope="session")
@@ -17,9 +17,13 @@ def serve_artifacts(tmp_path_factory) -> Artifacts:
 def server(serve_artifacts, tmp_path_factory):
     """ONNX artifact; small limits so the tests can reach them with few requests."""
     proc = ServerProcess(
-        serve_artifacts.paths["onnx"], tmp_path_factory.mktemp("serve_run"),
-        "serve.max_batch_size=8", "serve.batch_timeout=0.05", "serve.max_queue=16",
-        "serve.max_body_bytes=65536", "serve.top_k=3",
-    )  # fmt: skip
+        serve_artifacts.paths["onnx"],
+        tmp_path_factory.mktemp("serve_run"),
+        "serve.max_batch_size=8",
+        "serve.batch_timeout=0.05",
+        "serve.max_queue=16",
+        "serve.max_body_bytes=65536",
+        "serve.top_k=3",
+    )
     yield proc
     proc.stop()

@@ -27,17 +27,31 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = run_dir / "server.log"
         run_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "lightning_cls.serve", f"artifact={artifact}",
-               f"serve.port={self.port}", f"hydra.run.dir={run_dir}", *overrides]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
-                                     cwd=run_dir, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "lightning_cls.serve",
+            f"artifact={artifact}",
+            f"serve.port={self.port}",
+            f"hydra.run.dir={run_dir}",
+            *overrides,
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+            cwd=run_dir,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
         self._wait_ready()
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + STARTUP_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited ({self.proc.returncode}):\n{self.log.read_text()}")
+                raise RuntimeError(
+                    f"server exited ({self.proc.returncode}):\n{self.log.read_text()}"
+                )
             try:
                 if httpx.get(self.url + "/health", timeout=2).status_code == 200:
                     return

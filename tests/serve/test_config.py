@@ -38,18 +38,27 @@ def test_default_binds_localhost_only():
 
 
 def test_serving_library_imports_neither_hydra_nor_lightning():
-    code = ("import sys, lightning_cls.serve\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('pytorch_lightning', 'hydra', 'omegaconf')))")  # fmt: skip
+    code = (
+        "import sys, lightning_cls.serve\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('pytorch_lightning', 'hydra', 'omegaconf')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_cli_user_error_is_one_line_and_exit_1(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "lightning_cls.serve", f"artifact={tmp_path}/missing.onnx",
-         f"hydra.run.dir={tmp_path}/run"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "lightning_cls.serve",
+            f"artifact={tmp_path}/missing.onnx",
+            f"hydra.run.dir={tmp_path}/run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1
     assert "Model artifact not found" in out.stderr and "Traceback" not in out.stderr

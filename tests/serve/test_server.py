@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from server_process import ServerProcess
 
 from artifact_helpers import png_bytes
 from lightning_cls.inference import load_artifact
-from server_process import ServerProcess
 
 pytestmark = pytest.mark.slow  # starts server processes (~5-10 s each on 2 idle cores)
 
@@ -61,8 +61,13 @@ def test_each_bad_input_gets_its_status_while_a_good_request_succeeds(server, se
     cases = [
         (good, 200),
         ({"content": b"not an image", "headers": {"Content-Type": "image/jpeg"}}, 400),
-        ({"content": png_bytes(serve_artifacts.images[2])[:60],
-          "headers": {"Content-Type": "image/png"}}, 400),  # truncated
+        (
+            {
+                "content": png_bytes(serve_artifacts.images[2])[:60],
+                "headers": {"Content-Type": "image/png"},
+            },
+            400,
+        ),  # truncated
         ({"content": b"hello", "headers": {"Content-Type": "text/plain"}}, 415),
         ({"content": b"\0" * 70_000, "headers": {"Content-Type": "image/png"}}, 413),
         ({"content": b"{not json", "headers": {"Content-Type": "application/json"}}, 400),
@@ -71,7 +76,7 @@ def test_each_bad_input_gets_its_status_while_a_good_request_succeeds(server, se
         ({"json": {"image": base64.b64encode(good["content"]).decode(), "top_k": 0}}, 422),
         ({"content": gray.getvalue(), "headers": {"Content-Type": "image/png"}}, 200),  # converted
         (good, 200),
-    ]  # fmt: skip
+    ]
     responses = _post_all(server.url, [c for c, _ in cases])
     assert [r.status_code for r in responses] == [s for _, s in cases], [r.text for r in responses]
     assert "not a readable image" in responses[1].json()["detail"]
@@ -106,13 +111,19 @@ def test_info_describes_model_and_batching(server, serve_artifacts):
 
 def test_sigterm_drains_accepted_requests(serve_artifacts, tmp_path):
     # A long batch window keeps the requests in flight when SIGTERM arrives.
-    server = ServerProcess(serve_artifacts.paths["ckpt"], tmp_path / "run",
-                           "serve.max_batch_size=64", "serve.batch_timeout=1.5")  # fmt: skip
+    server = ServerProcess(
+        serve_artifacts.paths["ckpt"],
+        tmp_path / "run",
+        "serve.max_batch_size=64",
+        "serve.batch_timeout=1.5",
+    )
 
     async def run():
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
-            pending = [asyncio.create_task(client.post("/predict", **_png(img)))
-                       for img in serve_artifacts.images[:6]]  # fmt: skip
+            pending = [
+                asyncio.create_task(client.post("/predict", **_png(img)))
+                for img in serve_artifacts.images[:6]
+            ]
             await asyncio.sleep(0.5)  # accepted, waiting for the batch to fill
             server.proc.send_signal(15)
             return await asyncio.gather(*pending)

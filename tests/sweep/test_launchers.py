@@ -12,26 +12,47 @@ import pytest
 
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher")  # the `sweep` extra
 
-FAST = ["trainer.max_epochs=1", "trainer.enable_progress_bar=false", "~callbacks.progress_bar",
-        "~callbacks.model_summary", "~callbacks.plots", "~callbacks.model_weights"]  # fmt: skip
+FAST = [
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "~callbacks.progress_bar",
+    "~callbacks.model_summary",
+    "~callbacks.plots",
+    "~callbacks.model_weights",
+]
 
 
 def _multirun(tmp_path: Path, *overrides: str, env: dict | None = None) -> list[dict]:
-    cmd = [sys.executable, "-m", "lightning_cls.train", "-m", "optimizer.lr=1e-3,3e-3", *FAST,
-           f"paths.root_dir={tmp_path}", f"hydra.sweep.dir={tmp_path}/sweep", *overrides]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900,
-                          env=env or dict(os.environ))  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightning_cls.train",
+        "-m",
+        "optimizer.lr=1e-3,3e-3",
+        *FAST,
+        f"paths.root_dir={tmp_path}",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        *overrides,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env or dict(os.environ)
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads((tmp_path / "sweep" / str(j) / "results.json").read_text()) for j in (0, 1)]
 
 
 def _assert_isolated(jobs: list[dict], tmp_path: Path) -> None:
-    assert [("optimizer.lr=0.001" in j["overrides"], "optimizer.lr=0.003" in j["overrides"]) for j in jobs] == [
-        (True, False), (False, True)]  # fmt: skip
+    assert [
+        ("optimizer.lr=0.001" in j["overrides"], "optimizer.lr=0.003" in j["overrides"])
+        for j in jobs
+    ] == [(True, False), (False, True)]
     assert all(j["test"]["test/acc"] > 0.3 for j in jobs)  # chance is 0.1
     # Each job's checkpoints live in its own job folder.
     for num, job in enumerate(jobs):
-        assert Path(job["best_ckpt"]).parent == tmp_path / "sweep" / str(num) / "checkpoints" / "digits_simplecnn"
+        assert (
+            Path(job["best_ckpt"]).parent
+            == tmp_path / "sweep" / str(num) / "checkpoints" / "digits_simplecnn"
+        )
 
 
 @pytest.mark.slow
@@ -58,8 +79,11 @@ def test_slurm_launcher_is_sized_from_the_trainer():
     from lightning_cls import config_dir
 
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        cfg = compose("train", ["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4", "trainer.num_nodes=2"],
-                      return_hydra_config=True)  # fmt: skip
+        cfg = compose(
+            "train",
+            ["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4", "trainer.num_nodes=2"],
+            return_hydra_config=True,
+        )
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 4, 4)

@@ -23,15 +23,26 @@ from hydra_plugins.lightning_cls_optuna_sweeper.search_space import as_override,
 from lightning_cls.callbacks.optuna_pruning import PRUNED_ATTR, OptunaPruning, build_pruner  # noqa: E402
 from lightning_cls.summarize import summarize  # noqa: E402
 
-FAST = ["trainer.enable_progress_bar=false", "~callbacks.progress_bar", "~callbacks.model_summary",
-        "~callbacks.plots", "~callbacks.model_weights"]  # fmt: skip
+FAST = [
+    "trainer.enable_progress_bar=false",
+    "~callbacks.progress_bar",
+    "~callbacks.model_summary",
+    "~callbacks.plots",
+    "~callbacks.model_weights",
+]
 
 
 def test_params_become_distributions_and_values_round_trip():
     fixed, space = parse(
-        ["lr=tag(log, interval(1e-4, 1e-1))", "width=int(interval(8, 64))", "bs=choice(32, 64)",
-         "depth=range(1, 5)", "model=mlp"], OverridesParser.create()
-    )  # fmt: skip
+        [
+            "lr=tag(log, interval(1e-4, 1e-1))",
+            "width=int(interval(8, 64))",
+            "bs=choice(32, 64)",
+            "depth=range(1, 5)",
+            "model=mlp",
+        ],
+        OverridesParser.create(),
+    )
     assert fixed == ["model=mlp"]
     assert space["lr"] == optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)
     assert space["width"] == optuna.distributions.IntDistribution(8, 64)
@@ -43,17 +54,26 @@ def test_params_become_distributions_and_values_round_trip():
 
 
 def test_unsupported_sweep_is_named():
-    with pytest.raises(ValueError, match=r"model: model=glob\(\*\) is not a sweep the optuna sweeper"):
+    with pytest.raises(
+        ValueError, match=r"model: model=glob\(\*\) is not a sweep the optuna sweeper"
+    ):
         parse(["model=glob(*)"], OverridesParser.create())
 
 
 def test_pruner_spec_is_checked():
-    pruner = build_pruner({"_target_": "optuna.pruners.PatientPruner", "patience": 2,
-                           "wrapped_pruner": {"_target_": "optuna.pruners.MedianPruner"}})  # fmt: skip
+    pruner = build_pruner(
+        {
+            "_target_": "optuna.pruners.PatientPruner",
+            "patience": 2,
+            "wrapped_pruner": {"_target_": "optuna.pruners.MedianPruner"},
+        }
+    )
     assert isinstance(pruner, optuna.pruners.PatientPruner)
     with pytest.raises(ValueError, match=r"pruner _target_='os.system' is not an Optuna pruner"):
         build_pruner({"_target_": "os.system"})
-    with pytest.raises(ValueError, match="OptunaPruning needs storage, study_name and trial_number"):
+    with pytest.raises(
+        ValueError, match="OptunaPruning needs storage, study_name and trial_number"
+    ):
         OptunaPruning(storage="sqlite:///x.db", study_name=None, trial_number=None)
 
 
@@ -72,7 +92,13 @@ def test_each_way_a_job_ends_is_recorded_and_the_sweep_goes_on(tmp_path):
     _tell(study, trials[3], _job(JobStatus.COMPLETED, math.nan), {})
     _tell(study, trials[4], _job(JobStatus.FAILED, optuna.TrialPruned()), {})
     states = [t.state for t in study.trials]
-    assert states == [TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.FAIL, TrialState.PRUNED]
+    assert states == [
+        TrialState.COMPLETE,
+        TrialState.PRUNED,
+        TrialState.FAIL,
+        TrialState.FAIL,
+        TrialState.PRUNED,
+    ]
     assert study.trials[2].user_attrs["error"] == "FloatingPointError: loss is nan"
     write_results(study, tmp_path / "r.yaml", "memory")
     results = yaml.safe_load((tmp_path / "r.yaml").read_text())
@@ -81,9 +107,18 @@ def test_each_way_a_job_ends_is_recorded_and_the_sweep_goes_on(tmp_path):
 
 
 def _sweep(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "lightning_cls.train", "hparams_search=digits_optuna", *FAST,
-           f"paths.root_dir={tmp_path}", *overrides]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env={**os.environ}, timeout=900)
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightning_cls.train",
+        "hparams_search=digits_optuna",
+        *FAST,
+        f"paths.root_dir={tmp_path}",
+        *overrides,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, env={**os.environ}, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -93,19 +128,31 @@ def test_sweep_prunes_across_processes_records_and_resumes(tmp_path):
     storage = f"sqlite:///{tmp_path}/study.db"
     # A threshold pruner makes the outcome independent of trial order: lr=1e-5 learns next
     # to nothing in 2 epochs (val/acc ~0.1) and is pruned; lr=3e-3 passes 0.3 easily.
-    common = ["trainer.max_epochs=3", f"hydra.sweeper.storage={storage}",
-              "hydra.sweeper.sampler.seed=1", "hydra.sweeper.pruner._target_=optuna.pruners.ThresholdPruner",
-              "~hydra.sweeper.pruner.n_startup_trials", "+hydra.sweeper.pruner.lower=0.3",
-              "hydra.sweeper.pruner.n_warmup_steps=1", 'hydra.sweeper.params={optimizer.lr: "choice(3e-3, 1e-5)"}']  # fmt: skip
+    common = [
+        "trainer.max_epochs=3",
+        f"hydra.sweeper.storage={storage}",
+        "hydra.sweeper.sampler.seed=1",
+        "hydra.sweeper.pruner._target_=optuna.pruners.ThresholdPruner",
+        "~hydra.sweeper.pruner.n_startup_trials",
+        "+hydra.sweeper.pruner.lower=0.3",
+        "hydra.sweeper.pruner.n_warmup_steps=1",
+        'hydra.sweeper.params={optimizer.lr: "choice(3e-3, 1e-5)"}',
+    ]
     _sweep(tmp_path, *common, "hydra.sweeper.n_trials=4", f"hydra.sweep.dir={tmp_path}/first")
     results = yaml.safe_load((tmp_path / "first" / "optimization_results.yaml").read_text())
-    by_state = {s: [t for t in results["trials"] if t["state"] == s] for s in ("COMPLETE", "PRUNED")}
+    by_state = {
+        s: [t for t in results["trials"] if t["state"] == s] for s in ("COMPLETE", "PRUNED")
+    }
     assert by_state["PRUNED"] and by_state["COMPLETE"], results
-    assert all(t["params"]["optimizer.lr"] == 1e-5 and t[PRUNED_ATTR] == 1 for t in by_state["PRUNED"])
+    assert all(
+        t["params"]["optimizer.lr"] == 1e-5 and t[PRUNED_ATTR] == 1 for t in by_state["PRUNED"]
+    )
     assert all(t["params"]["optimizer.lr"] == 3e-3 for t in by_state["COMPLETE"])
     assert results["best_params"]["optimizer.lr"] == 3e-3 and results["best_value"] > 0.5
     # The pruned jobs stopped after their second epoch and were not tested.
-    pruned = json.loads((tmp_path / "first" / str(by_state["PRUNED"][0]["number"]) / "results.json").read_text())
+    pruned = json.loads(
+        (tmp_path / "first" / str(by_state["PRUNED"][0]["number"]) / "results.json").read_text()
+    )
     assert pruned["pruned_at_epoch"] == 1 and pruned["test"] == {}
     # Same storage + study name: the study resumes and grows.
     _sweep(tmp_path, *common, "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={tmp_path}/more")
