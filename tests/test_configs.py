@@ -196,7 +196,13 @@ def test_logger_options(option, tmp_path):
 
 @pytest.mark.parametrize("option", options("experiment"))
 def test_experiment_options(option, tmp_path):
-    cfg = compose(overrides=[f"experiment={option}"], tmp=tmp_path)
+    overrides = [f"experiment={option}"]
+    cfg = compose(overrides=overrides, tmp=tmp_path)
+    if OmegaConf.is_missing(cfg.data, "root"):  # a recipe for the user's own image folder
+        overrides.append(f"data.root={_tiny_image_folder(tmp_path / 'images')}")
+    if cfg.model.get("weights"):  # pretrained weights download; tests stay offline
+        overrides.append("model.weights=null")
+    cfg = compose(overrides=overrides, tmp=tmp_path)
     dm = instantiate(cfg.data)
     kwargs = OmegaConf.to_container(cfg.model, resolve=True)
     module = ClassificationModule(
@@ -249,3 +255,16 @@ def test_keys_that_messages_and_docs_suggest_exist(tmp_path):
     assert create_model(kwargs.pop("name"), **kwargs).checkpoint_activations
     assert "batch_size_finder" in compose(overrides=["tuner=batch_size"], tmp=tmp_path).callbacks
     compose(overrides=["model=resnet18", "model.checkpoint_activations=true"], tmp=tmp_path)
+
+
+def _tiny_image_folder(root):
+    """Two classes of two 40x30 RGB photos each, in ImageFolder layout (root/train/<class>)."""
+    from PIL import Image
+
+    for c, name in enumerate(["cat", "dog"]):
+        (root / "train" / name).mkdir(parents=True)
+        for i in range(2):
+            Image.new("RGB", (40, 30), (100 * c, 50 * i, 30)).save(
+                root / "train" / name / f"{i}.png"
+            )
+    return root

@@ -101,9 +101,29 @@ class CIFAR100DataModule(CIFAR10DataModule):
     dataset_name = "CIFAR100"
     hint = "Expected data_dir/cifar-100-python/."
     default_mean, default_std = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
+    # The 100 fine labels in the archive's order (its meta file), known before the data is
+    # loaded so the model is built with 100 outputs; setup() reads the archive's own names.
+    classes = (
+        "apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy "
+        "bridge bus butterfly camel can castle caterpillar cattle chair chimpanzee clock "
+        "cloud cockroach couch crab crocodile cup dinosaur dolphin elephant flatfish "
+        "forest fox girl hamster house kangaroo keyboard lamp lawn_mower leopard lion "
+        "lizard lobster man maple_tree motorcycle mountain mouse mushroom oak_tree orange "
+        "orchid otter palm_tree pear pickup_truck pine_tree plain plate poppy porcupine "
+        "possum rabbit raccoon ray road rocket rose sea seal shark shrew skunk skyscraper "
+        "snail snake spider squirrel streetcar sunflower sweet_pepper table tank "
+        "telephone television tiger tractor train trout tulip turtle wardrobe whale "
+        "willow_tree wolf woman worm"
+    ).split()
 
     def load_splits(self) -> dict[str, Split]:
-        self.classes = list(self._dataset(True).classes)
+        names = list(self._dataset(True).classes)
+        if len(names) != len(type(self).classes):
+            raise ValueError(
+                f"{self.data_dir} holds a CIFAR-100 archive with {len(names)} fine labels, "
+                f"expected {len(type(self).classes)}; download it again (data.download=true)."
+            )
+        self.classes = names
         return super().load_splits()
 
 

@@ -105,6 +105,8 @@ def test_fast_dev_run_on_tiny_archive(name, pipeline, tmp_path, monkeypatch):
 def test_cifar100_reads_class_names(tmp_path, monkeypatch):
     write_cifar(tmp_path, monkeypatch, hundred=True)
     dm = CIFAR100DataModule(data_dir=str(tmp_path), download=False, val_size=8)
+    # The model is built before the data is loaded: the class count must already be right.
+    assert dm.num_classes == 100 and dm.classes[:2] == ["apple", "aquarium_fish"]
     dm.setup()
     assert dm.classes[:2] == ["class0", "class1"] and dm.num_classes == 100
 
