@@ -31,7 +31,7 @@ lint: install-dev
 
 docs: install  # the documentation site, into site/ (broken links and missing references fail)
 	$(PIP) install -e ".[docs]"
-	$(PYTHON) -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 
 clean:
 	rm -rf build dist *.egg-info outputs .pytest_cache
