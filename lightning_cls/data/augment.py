@@ -17,6 +17,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from lightning_cls.inference.spec import normalize as _normalize_float32
+
 INPUT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -166,20 +168,7 @@ def normalize(
     The arithmetic runs in float32 and only the result is cast, so a bf16 batch is the
     rounded float32 batch (not an accumulation of bf16 rounding errors).
     """
-    if images.dtype != torch.uint8:
-        raise TypeError(f"normalize expects uint8 images in [0, 255], got {images.dtype}.")
-    if len(mean) != images.shape[1] or len(std) != images.shape[1]:
-        raise ValueError(
-            f"mean/std have {len(mean)}/{len(std)} values but the batch has {images.shape[1]} "
-            "channels; pass one value per channel."
-        )
-    mean_t = torch.tensor(mean, dtype=torch.float64)
-    std_t = torch.tensor(std, dtype=torch.float64)
-    # (x/255 - mean)/std folded into one multiply and one subtract (constants in float64).
-    scale = (1.0 / (255.0 * std_t)).to(images.device, torch.float32).view(1, -1, 1, 1)
-    shift = (mean_t / std_t).to(images.device, torch.float32).view(1, -1, 1, 1)
-    x = images.float().mul_(scale).sub_(shift)  # (B, C, H, W) float32
-    return x.to(dtype)
+    return _normalize_float32(images, mean, std).to(dtype)  # (B, C, H, W)
 
 
 class BatchAugment:

@@ -146,8 +146,8 @@ def merge_spec(
 def normalize(images: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
     """uint8 (B, C, H, W) in [0, 255] -> float32 normalized per channel (ToTensor+Normalize).
 
-    The same arithmetic as ``lightning_cls.data.augment.normalize`` (a test pins the equality),
-    without importing the data package (and with it, Lightning).
+    The one implementation: training's ``lightning_cls.data.augment.normalize`` calls it, so a
+    served image is normalized exactly as in training, without importing Lightning here.
     """
     if images.dtype != torch.uint8:
         raise TypeError(f"normalize expects uint8 images in [0, 255], got {images.dtype}.")
