@@ -6,7 +6,7 @@
     (D) ceiling   the same model trained on pre-made float batches in a bare loop (compute only)
     (E) fast      lightning_cls, tensor pipeline + channels_last + bf16-mixed (if the CPU has bf16)
     (+) plain     C's tensor loader in the bare loop of D: separates pipeline cost from Lightning's
-    (+) pil_nocap B without lightning_cls's thread cap (torch's default intra-op threads)
+    (+) pil_cap   B with the opt-in thread cap (data.cap_threads=true: cores - workers threads)
 
     python benchmarks/train_throughput.py            # full run; updates docs/benchmarks.md
     python benchmarks/train_throughput.py --quick    # smoke run: synthetic data, few steps
@@ -18,7 +18,7 @@ timed steps after ``--warmup`` untimed ones. Every ratio is computed per round f
 own runs (a paired comparison: both sides saw the same machine load) and reported as median,
 min and max over the rounds: C/D ``tensor_over_ceiling``, E/A ``fast_over_classic``,
 ``lightning_overhead`` (1 - C/plain), ``pipeline_overhead`` (1 - plain/D) and
-``thread_cap_gain`` (B/pil_nocap - 1). The last output line is one JSON object with the
+``thread_cap_gain`` (pil_cap/B - 1). The last output line is one JSON object with the
 per-round img/s (``rounds``), the ratios, and whether E really trained in bf16 (``bf16_used``).
 """
 
@@ -48,14 +48,14 @@ from lightning_cls.module import ClassificationModule
 REPO = Path(__file__).resolve().parents[1]
 DOC_START, DOC_END = "<!-- train_throughput:start -->", "<!-- train_throughput:end -->"
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
-VARIANTS = ("classic", "pil", "tensor", "ceiling", "fast", "plain", "pil_nocap")
+VARIANTS = ("classic", "pil", "tensor", "ceiling", "fast", "plain", "pil_cap")
 # name -> (numerator, denominator, as overhead: 1 - num/den, or gain: num/den - 1, or ratio)
 RATIOS = {
     "tensor_over_ceiling": ("tensor", "ceiling", "ratio"),
     "fast_over_classic": ("fast", "classic", "ratio"),
     "lightning_overhead": ("tensor", "plain", "overhead"),
     "pipeline_overhead": ("plain", "ceiling", "overhead"),
-    "thread_cap_gain": ("pil", "pil_nocap", "gain"),
+    "thread_cap_gain": ("pil_cap", "pil", "gain"),
 }
 log = logging.getLogger("train_throughput")
 
@@ -97,7 +97,7 @@ def load_datamodule(args, **kw) -> tuple[ImageDataModule, str]:
         dm = ImageFolderDataModule(
             str(args.unpack_dir), mean=MEAN, std=STD, val_size=5000, test_size=0.0001, **common
         )
-        return dm, f"CIFAR-10 JPEGs ({args.data})"
+        return dm, f"CIFAR-10 JPEGs ({args.data.name})"  # the archive, not this machine's path
     size = 512 if args.quick else 50_000
     dm = SyntheticDataModule(10, 3, 32, train_size=size, test_size=64, **common)
     return dm, f"SYNTHETIC 32x32x3 data ({args.data} not found)"
@@ -207,21 +207,13 @@ def run_lightning(dm: ImageDataModule, args, fast: bool = False, seen_dtypes=Non
     return clock.seen / (clock.end - clock.start)
 
 
-def run_uncapped(dm: ImageDataModule, args) -> float:
-    """(B without the cap) lightning_cls with pipeline=pil, the thread cap switched off.
-
-    The DataModule calls ``configure_threads`` when it builds a worker loader; replacing that
-    name in ``lightning_cls.data.base`` for this one run is the benchmark's way to measure
-    the cap against no cap on the same code path (not something a user should do).
-    """
-    from lightning_cls.data import base
-
-    capped = base.configure_threads
-    base.configure_threads = lambda num_workers, on_cpu=True: torch.get_num_threads()
+def run_capped(dm: ImageDataModule, args) -> float:
+    """(B with the cap) lightning_cls with pipeline=pil and ``data.cap_threads=true``."""
+    dm.cap_threads = True
     try:
         return run_lightning(dm, args)
     finally:
-        base.configure_threads = capped
+        dm.cap_threads = False
 
 
 def paired(rounds: list[dict[str, float]]) -> dict[str, dict]:
@@ -302,7 +294,7 @@ def main(argv=None) -> dict:
         "ceiling": lambda: run_ceiling(tensor_dm, args),
         "fast": lambda: run_lightning(fast_dm, args, fast=True, seen_dtypes=fast_dtypes),
         "plain": lambda: run_plain(plain_dm, args),
-        "pil_nocap": lambda: run_uncapped(pil_dm, args),
+        "pil_cap": lambda: run_capped(pil_dm, args),
     }
     rounds: list[dict[str, float]] = []
     default_threads = torch.get_num_threads()
@@ -311,7 +303,7 @@ def main(argv=None) -> dict:
         order = variants[r % len(variants) :] + variants[: r % len(variants)]
         rounds.append({})
         for v in order:
-            # The thread cap (pil) lowers torch's threads for its 2 workers; every variant
+            # The thread cap (pil_cap) lowers torch's threads for its 2 workers; every variant
             # starts from the process default, as a fresh script would.
             torch.set_num_threads(default_threads)
             rounds[-1][v] = runners[v]()

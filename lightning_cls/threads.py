@@ -5,9 +5,10 @@ torch already runs each DataLoader worker process with one intra-op thread
 (training) process keeps all its threads, so busy workers plus that pool oversubscribe the
 cores (a user's report: the classic tutorial loop fell from ~1,000 to ~200 img/s on a busy
 2-core machine). The cap: the main process keeps ``cores - num_workers`` intra-op threads
-(at least one). Measured with paired rounds (``benchmarks/train_throughput.py --variants pil
-pil_nocap``, docs/data.md) it only ever helped, so it stays on wherever workers + threads
-would exceed the cores, and does nothing elsewhere.
+(at least one). It is off by default (``cap=False``, ``data.cap_threads``): paired rounds of
+``benchmarks/train_throughput.py`` (``pil_cap`` vs ``pil``, docs/benchmarks.md) found it 18%
+slower on a quiet 2-core machine (all 5 rounds) and 3.1x faster only when other jobs already
+loaded the cores. Without the cap the oversubscription is still logged, with the fix.
 
 ``configure_threads`` applies and logs the choice; ``worker_init_fn`` goes into the
 DataLoader. Neither does anything on an accelerator or without workers.
@@ -53,8 +54,10 @@ def plan_threads(num_workers: int, cores: int) -> int:
     return max(1, cores - num_workers)
 
 
-def configure_threads(num_workers: int, on_cpu: bool = True, cores: int | None = None) -> int:
-    """Cap torch's intra-op threads for CPU training with ``num_workers`` worker processes.
+def configure_threads(
+    num_workers: int, on_cpu: bool = True, cores: int | None = None, cap: bool = False
+) -> int:
+    """Plan (and with ``cap=True`` apply) torch's intra-op threads beside ``num_workers`` workers.
 
     Returns the number of intra-op threads in effect. Logs one line with the choice (once
     per distinct choice) and warns when workers alone already use every core.
@@ -63,8 +66,10 @@ def configure_threads(num_workers: int, on_cpu: bool = True, cores: int | None =
     if not on_cpu or num_workers == 0:
         return torch.get_num_threads()
     cores = cores or available_cores()
-    threads = min(torch.get_num_threads(), plan_threads(num_workers, cores))
-    torch.set_num_threads(threads)
+    threads = torch.get_num_threads()
+    if cap:
+        threads = min(threads, plan_threads(num_workers, cores))
+        torch.set_num_threads(threads)
     plan = (cores, num_workers, threads)
     if plan != _last_plan:
         _last_plan = plan
@@ -75,12 +80,14 @@ def configure_threads(num_workers: int, on_cpu: bool = True, cores: int | None =
             num_workers,
             threads,
         )
-        if num_workers + threads > cores:
+        if num_workers >= cores:  # the workers alone fill the cores
             log.warning(
-                "num_workers=%d oversubscribes %d cores (workers + 1 training thread = %d); "
-                "lower data.num_workers to %d or use pipeline=tensor, which needs no workers.",
+                "num_workers=%d oversubscribes %d cores (workers + %d training thread(s) = %d); "
+                "lower data.num_workers to %d, set data.cap_threads=true if other jobs share "
+                "the cores, or use pipeline=tensor, which needs no workers.",
                 num_workers,
                 cores,
+                threads,
                 num_workers + threads,
                 max(0, cores - 1),
             )

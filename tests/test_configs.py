@@ -56,6 +56,7 @@ COMMON_VALUES = {
     "num_workers": 1,
     "pin_memory": False,
     "persistent_workers": True,
+    "cap_threads": True,
     "seed": 3,
 }
 

@@ -28,8 +28,8 @@ def test_plan_keeps_workers_plus_threads_within_cores():
 def test_configure_caps_threads_and_logs_one_line(caplog):
     torch.set_num_threads(4)
     with caplog.at_level(logging.INFO, logger="lightning_cls.threads"):
-        assert threads.configure_threads(1, cores=4) == 3
-        assert threads.configure_threads(1, cores=4) == 3  # same choice: not logged again
+        assert threads.configure_threads(1, cores=4, cap=True) == 3
+        assert threads.configure_threads(1, cores=4, cap=True) == 3  # same: not logged again
     assert torch.get_num_threads() == 3
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
@@ -39,11 +39,21 @@ def test_configure_caps_threads_and_logs_one_line(caplog):
 
 def test_oversubscription_warns_with_the_fix(caplog):
     with caplog.at_level(logging.INFO, logger="lightning_cls.threads"):
-        assert threads.configure_threads(2, cores=2) == 1
+        assert threads.configure_threads(2, cores=2, cap=True) == 1
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "num_workers=2 oversubscribes 2 cores" in warnings[0]
     assert "lower data.num_workers to 1" in warnings[0]
+
+
+def test_no_cap_unless_asked_but_oversubscription_still_warns(caplog):
+    torch.set_num_threads(2)
+    with caplog.at_level(logging.INFO, logger="lightning_cls.threads"):
+        assert threads.configure_threads(1, cores=2) == 2  # a quiet machine: keep both threads
+        assert threads.configure_threads(2, cores=2) == 2
+    assert torch.get_num_threads() == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "set data.cap_threads=true" in warnings[0]
 
 
 def test_no_change_without_workers_or_on_accelerator():

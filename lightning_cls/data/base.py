@@ -79,6 +79,7 @@ class ImageDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
+        cap_threads: bool = False,
         drop_last: bool = False,
         pipeline: str = "tensor",
         crop_padding: int = 0,
@@ -106,6 +107,7 @@ class ImageDataModule(pl.LightningDataModule):
         self.batch_size, self.num_workers = batch_size, num_workers
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.persistent_workers = persistent_workers and num_workers > 0
+        self.cap_threads = cap_threads
         self.drop_last, self.pipeline = drop_last, pipeline
         self.crop_padding, self.hflip, self.channels_last = crop_padding, hflip, channels_last
         self._train_transform, self._eval_transform = train_transform, eval_transform
@@ -207,7 +209,7 @@ class ImageDataModule(pl.LightningDataModule):
                     self._train_loader_state = None
                 self._train_loader = loader
             return loader
-        configure_threads(self.num_workers, on_cpu=self._on_cpu())
+        configure_threads(self.num_workers, on_cpu=self._on_cpu(), cap=self.cap_threads)
         transform = self.train_transform() if train else self.eval_transform()
         return DataLoader(
             ArrayDataset(split, transform),

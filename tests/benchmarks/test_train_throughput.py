@@ -6,9 +6,9 @@ import pytest
 def test_paired_ratios_are_computed_within_each_round(benchmark_module):
     tt = benchmark_module("train_throughput")
     # Round 2 is uniformly 2x slower (a busy machine): paired ratios must not move.
-    r1 = dict.fromkeys(tt.VARIANTS, 100.0) | {"tensor": 90.0, "fast": 300.0, "pil": 120.0}
+    r1 = dict.fromkeys(tt.VARIANTS, 100.0) | {"tensor": 90.0, "fast": 300.0, "pil_cap": 120.0}
     r2 = {v: x / 2 for v, x in r1.items()}
-    r3 = dict.fromkeys(tt.VARIANTS, 100.0) | {"tensor": 80.0, "fast": 250.0, "pil": 100.0}
+    r3 = dict.fromkeys(tt.VARIANTS, 100.0) | {"tensor": 80.0, "fast": 250.0, "pil_cap": 100.0}
     out = tt.paired([r1, r2, r3])
     assert out["tensor_over_ceiling"]["per_round"] == pytest.approx([0.9, 0.9, 0.8])
     assert out["tensor_over_ceiling"]["median"] == pytest.approx(0.9)
@@ -30,7 +30,7 @@ def test_quick_mode_prints_per_round_json(run_quick):
     assert out["quick"] is True
     assert len(out["rounds"]) == 2
     for r in out["rounds"]:
-        assert set(r) == {"classic", "pil", "tensor", "ceiling", "fast", "plain", "pil_nocap"}
+        assert set(r) == {"classic", "pil", "tensor", "ceiling", "fast", "plain", "pil_cap"}
         assert all(v > 0 for v in r.values())
     for key in ("tensor_over_ceiling", "fast_over_classic", "lightning_overhead"):
         stats = out[key]
