@@ -217,6 +217,20 @@ class BatchAugment:
         self.image_size, self.random_resized_crop = image_size, random_resized_crop
         self.rrc_scale, self.rrc_ratio = tuple(rrc_scale), tuple(rrc_ratio)
 
+    @classmethod
+    def for_data(cls, data, dtype: torch.dtype = torch.float32) -> BatchAugment:
+        """The transform a DataModule's settings describe (mean/std, crop, flip, size, RRC)."""
+        return cls(
+            data.mean,
+            data.std,
+            data.crop_padding,
+            data.hflip,
+            data.channels_last,
+            dtype,
+            image_size=data.image_size,
+            random_resized_crop=getattr(data, "random_resized_crop", False),
+        )
+
     def __call__(
         self, images: torch.Tensor, train: bool, generator: torch.Generator | None = None
     ) -> torch.Tensor:

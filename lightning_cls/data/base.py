@@ -166,9 +166,7 @@ class ImageDataModule(pl.LightningDataModule):
         self.splits = splits
 
     def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:
-        return BatchAugment(
-            self.mean, self.std, self.crop_padding, self.hflip, self.channels_last, dtype
-        )
+        return BatchAugment.for_data(self, dtype)
 
     def train_dataloader(self):
         return self._loader("train", shuffle=True)

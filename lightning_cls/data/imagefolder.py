@@ -25,7 +25,6 @@ import torch
 from torchvision import transforms as T
 
 from lightning_cls.data import cache as image_cache
-from lightning_cls.data.augment import BatchAugment
 from lightning_cls.data.base import ImageDataModule, Split, check_channels, hold_out
 from lightning_cls.data.decode import IMAGE_SUFFIXES
 from lightning_cls.data.registry import register_dataset
@@ -268,18 +267,6 @@ class ImageFolderDataModule(ImageDataModule):
         if self.decode_size != self.image_size:
             meta["resize_size"] = self.decode_size  # predict/serve: Resize(this) + CenterCrop
         return meta
-
-    def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:
-        return BatchAugment(
-            self.mean,
-            self.std,
-            self.crop_padding,
-            self.hflip,
-            self.channels_last,
-            dtype,
-            image_size=self.image_size,
-            random_resized_crop=self.random_resized_crop,
-        )
 
     def train_transform(self):
         if self._train_transform is not None or not (

@@ -281,16 +281,7 @@ class StreamingDataModule(pl.LightningDataModule):
 
     # -- batched augmentation on the batch's device --------------------------------------------
     def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:
-        return BatchAugment(
-            self.mean,
-            self.std,
-            self.crop_padding,
-            self.hflip,
-            self.channels_last,
-            dtype,
-            image_size=self.image_size,
-            random_resized_crop=self.random_resized_crop,
-        )
+        return BatchAugment.for_data(self, dtype)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         x, y = batch
