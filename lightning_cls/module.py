@@ -12,6 +12,7 @@ from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from lightning_cls.inference.predictor import tta as test_time_augment
 from lightning_cls.mixup import BatchMixer
 from lightning_cls.models import create_model
 from lightning_cls.optim import apply_group_scales
@@ -49,6 +50,7 @@ class ClassificationModule(pl.LightningModule):
         image_size: int | None = None,
         num_channels: int | None = None,
         tta_flip: bool = False,
+        tta_translate: int = 0,
         resize_size: int | None = None,  # photos: shorter side resized to this, centre-cropped
         mixup_alpha: float = 0.0,
         cutmix_alpha: float = 0.0,
@@ -119,11 +121,12 @@ class ClassificationModule(pl.LightningModule):
         metrics.reset()
 
     def _logits(self, x: torch.Tensor, tta: bool) -> torch.Tensor:
-        logits = self(x)  # (B, classes)
-        if tta and self.hparams.tta_flip:
-            # Flip TTA (airbench): average the logits of each image and its mirror.
-            logits = (logits + self(x.flip(-1))) / 2
-        return logits
+        if not tta:
+            return self(x)  # (B, classes)
+        # Flip / translate TTA (airbench), the same function as the exported Predictor's.
+        return test_time_augment(
+            self, x, self.hparams.tta_flip, self.hparams.get("tta_translate", 0)
+        )
 
     def training_step(self, batch, batch_idx):
         if self.mixer is not None:

@@ -26,7 +26,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.utilities import rank_zero_only
 
 from lightning_cls import config_dir
@@ -35,10 +35,41 @@ from lightning_cls.callbacks.optuna_pruning import OptunaPruning
 from lightning_cls.checkpointing import LAST, check_compatible, resolve_ckpt_path
 from lightning_cls.cli import run_cli
 from lightning_cls.export.callback import ExportCallback
+from lightning_cls.models import pretrained_preprocessing
 from lightning_cls.module import ClassificationModule
 from lightning_cls.report import print_config, to_floats
 
 log = logging.getLogger(__name__)
+
+
+def apply_pretrained_preprocessing(cfg: DictConfig) -> dict:
+    """Pretrained weights' own preprocessing as the data defaults: fills ``data.mean``,
+    ``data.std`` and ``data.decode_size`` where the config leaves them null (an explicit value
+    wins), and warns when ``data.image_size`` differs from the size the weights were trained
+    at. Returns what it filled. The values then travel in the checkpoint and export metadata
+    through the DataModule's ``meta``."""
+    pre = pretrained_preprocessing(OmegaConf.to_container(cfg.model, resolve=True))
+    if pre is None:
+        return {}
+    filled = {
+        key: pre[key]
+        for key in ("mean", "std", "decode_size")
+        if key in cfg.data and cfg.data[key] is None
+    }
+    with open_dict(cfg.data):
+        for key, value in filled.items():
+            cfg.data[key] = value
+    if filled:
+        log.info("Data defaults from the pretrained weights' preprocessing: %s", filled)
+    if cfg.data.get("image_size") not in (None, pre["image_size"]):
+        log.warning(
+            "data.image_size=%s but the pretrained weights were trained at %d px "
+            "(data.image_size=%d matches them).",
+            cfg.data.image_size,
+            pre["image_size"],
+            pre["image_size"],
+        )
+    return filled
 
 
 def train(cfg: DictConfig) -> dict:
@@ -48,6 +79,7 @@ def train(cfg: DictConfig) -> dict:
         print_config(OmegaConf.to_container(cfg, resolve=True))
     pl.seed_everything(cfg.seed, workers=True)
 
+    apply_pretrained_preprocessing(cfg)
     datamodule = instantiate(cfg.data)  # loads nothing yet: the Trainer calls prepare/setup
     model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
     module = ClassificationModule(
@@ -57,6 +89,7 @@ def train(cfg: DictConfig) -> dict:
         scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         label_smoothing=cfg.label_smoothing,
         tta_flip=cfg.tta_flip,
+        tta_translate=cfg.get("tta_translate", 0),
         param_groups=instantiate(cfg.param_groups) if cfg.get("param_groups") else None,
         **OmegaConf.to_container(cfg.mixup),
         **datamodule.meta,

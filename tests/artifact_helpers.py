@@ -27,8 +27,9 @@ class Artifacts:
     images: torch.Tensor  # uint8 (N, 3, 12, 12) validation images
 
 
-def make_artifacts(root: Path, tta_flip: bool = True) -> Artifacts:
-    """Train a 3-class SimpleCNN for a few steps (flip TTA on), save .ckpt, weights and exports."""
+def make_artifacts(root: Path, tta_flip: bool = True, tta_translate: int = 1) -> Artifacts:
+    """Train a 3-class SimpleCNN for a few steps (flip + translate TTA on), save .ckpt, weights
+    and exports."""
     torch.manual_seed(0)
     data = SyntheticDataModule(
         num_classes=3,
@@ -45,6 +46,7 @@ def make_artifacts(root: Path, tta_flip: bool = True) -> Artifacts:
         model_kwargs=dict(num_classes=3, in_channels=3, image_size=12, widths=[4, 8], hidden=16),
         optimizer=functools.partial(torch.optim.Adam, lr=3e-3),
         tta_flip=tta_flip,
+        tta_translate=tta_translate,
         **data.meta,
     )
     trainer = pl.Trainer(

@@ -28,6 +28,27 @@ def test_flip_tta_averages_the_mirror_image_logits():
     torch.testing.assert_close(tta._logits(x, tta=False), plain(x))  # training never uses TTA
 
 
+class TopLeft(nn.Module):
+    """Logits (top-left pixel, its negative): show which shifted copies TTA averages."""
+
+    def forward(self, x):
+        return torch.cat([x[:, :, 0, 0], -x[:, :, 0, 0]], dim=1)
+
+
+def test_translate_tta_averages_copies_shifted_by_p_pixels_with_reflected_edges():
+    x = torch.arange(16.0).view(1, 1, 4, 4)  # x[0, 0, i, j] = 4 i + j
+    module = ClassificationModule(net=TopLeft(), classes=["a", "b"], tta_translate=1)
+    # Half the unshifted logit, a quarter each of the copies shifted up-left and down-right:
+    # with reflect padding both copies start at pixel (1, 1).
+    torch.testing.assert_close(module._logits(x, tta=True)[:, 0], torch.tensor([0.5 * 0 + 0.5 * 5]))
+    both = ClassificationModule(net=TopLeft(), classes=["a", "b"], tta_flip=True, tta_translate=2)
+    mirror = x.flip(-1)  # flip TTA inside each copy: (x[0, 0] + x[0, 3]) / 2 = 1.5 unshifted
+    shifted = (x[..., 2, 2] + mirror[..., 2, 2]) / 2  # p=2: both copies start at (2, 2)
+    torch.testing.assert_close(both._logits(x, tta=True)[:, 0], (1.5 + shifted[:, 0]) / 2)
+    with pytest.raises(ValueError, match="tta_translate must be >= 0 pixels, got -1"):
+        ClassificationModule(net=TopLeft(), classes=["a", "b"], tta_translate=-1)._logits(x, True)
+
+
 def test_module_needs_a_network():
     with pytest.raises(ValueError, match="needs model_name .* or net"):
         ClassificationModule()

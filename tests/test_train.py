@@ -265,3 +265,21 @@ def test_run_stamp_under_torchrun_is_the_launchers_start_not_now(monkeypatch):
     assert run_stamp("%Y-%m-%d/%H-%M-%S.%f") == first
     monkeypatch.delenv("TORCHELASTIC_RUN_ID")
     assert run_stamp("%Y-%m-%d/%H-%M-%S.%f") != first  # otherwise: now
+
+
+def test_pretrained_weights_preprocessing_becomes_the_data_default(tmp_path):
+    from lightning_cls.train import apply_pretrained_preprocessing
+
+    base = ["data=imagefolder", "data.root=/photos", "model=torchvision", "model.name=resnet18"]
+    cfg = compose(overrides=[*base, "model.weights=DEFAULT"], tmp=tmp_path)
+    assert apply_pretrained_preprocessing(cfg) == {
+        "mean": [0.485, 0.456, 0.406],
+        "std": [0.229, 0.224, 0.225],
+        "decode_size": 256,
+    }
+    assert list(cfg.data.mean) == [0.485, 0.456, 0.406] and cfg.data.decode_size == 256
+    # An explicit value wins; random weights change nothing.
+    cfg = compose(overrides=[*base, "model.weights=DEFAULT", "data.mean=[0.5,0.5,0.5]"])
+    assert "mean" not in apply_pretrained_preprocessing(cfg) and list(cfg.data.mean) == [0.5] * 3
+    cfg = compose(overrides=base)
+    assert apply_pretrained_preprocessing(cfg) == {} and cfg.data.mean is None

@@ -20,6 +20,7 @@ from lightning_cls.inference.predictor import (
     load_artifact,
     predict_files,
     top_k_labels,
+    tta,
 )
 from lightning_cls.inference.runtimes import RUNTIMES, Runtime, register_runtime, runtime_for
 from lightning_cls.inference.spec import META_FILE, InputSpec
@@ -43,4 +44,5 @@ __all__ = [
     "register_runtime",
     "runtime_for",
     "top_k_labels",
+    "tta",
 ]

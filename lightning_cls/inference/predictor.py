@@ -1,8 +1,9 @@
 """``Predictor``: any artifact, its preprocessing and flip TTA, behind one batched API.
 
 Predictions equal ``ClassificationModule.predict_step`` on the same images: uint8 images are
-normalized with the artifact's mean/std, and with ``tta_flip`` the logits of each image and
-its horizontal mirror are averaged before the softmax, as in training's evaluation.
+normalized with the artifact's mean/std, and the artifact's test-time augmentation (``tta_flip``,
+``tta_translate``; ``tta``) is applied to the logits before the softmax, as in training's
+evaluation.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from lightning_cls.inference.images import load_image_batch
 from lightning_cls.inference.runtimes import Runtime, runtime_for
@@ -24,6 +26,31 @@ log = logging.getLogger(__name__)
 def flip_tta(forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """Mean logits of ``x`` and its horizontal mirror (airbench's flip TTA). (B, C, H, W) -> (B, K)."""
     return (forward(x) + forward(x.flip(-1))) / 2
+
+
+def tta(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    flip: bool = False,
+    translate: int = 0,
+) -> torch.Tensor:
+    """Test-time augmentation of a normalized (B, C, H, W) batch -> (B, K) logits.
+
+    ``flip``: the mean of each image's and its mirror's logits. ``translate`` = p > 0
+    (airbench's TTA level 2): half that, plus half the mean over two copies shifted by p pixels
+    up-left and down-right (edges reflect-padded), each also flip-averaged when ``flip``.
+    The one implementation: ``ClassificationModule``'s evaluation calls it too.
+    """
+    once = (lambda v: flip_tta(forward, v)) if flip else forward
+    logits = once(x)
+    if translate < 0:
+        raise ValueError(f"tta_translate must be >= 0 pixels, got {translate}.")
+    if translate:
+        p, (h, w) = translate, x.shape[-2:]
+        padded = F.pad(x, (p, p, p, p), mode="reflect")
+        shifted = once(padded[..., :h, :w]) + once(padded[..., 2 * p :, 2 * p :])
+        logits = (logits + shifted / 2) / 2
+    return logits
 
 
 class Predictor:
@@ -61,13 +88,13 @@ class Predictor:
             return self.runtime(x.float().contiguous().to(self.device)).cpu()
 
     def tta_logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits with the artifact's TTA (flip averaging when ``spec.tta_flip``), on the CPU."""
-        if not self.spec.tta_flip:
+        """Logits with the artifact's TTA (``spec.tta_flip``, ``spec.tta_translate``), on the CPU."""
+        if not (self.spec.tta_flip or self.spec.tta_translate):
             return self.logits(x)
         self._check_input(x)
         with torch.inference_mode():
             x = x.float().contiguous().to(self.device)
-            return flip_tta(self.runtime, x).cpu()
+            return tta(self.runtime, x, self.spec.tta_flip, self.spec.tta_translate).cpu()
 
     def predict_proba(self, x: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
         """Normalized float (N, C, H, W) -> softmax probabilities (N, classes), in batches."""

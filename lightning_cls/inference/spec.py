@@ -34,6 +34,8 @@ class InputSpec:
     num_channels: int
     channel_order: str = ""
     tta_flip: bool = False  # average the logits of each image and its mirror (airbench)
+    # Also average copies shifted by this many pixels (airbench's TTA level 2); 0: off.
+    tta_translate: int = 0
     layout: str = "NCHW"
     preprocessing: str = PREPROCESSING
     model_name: str | None = None  # registry name, to rebuild the network from bare weights
@@ -50,6 +52,7 @@ class InputSpec:
         set_(self, "image_size", int(self.image_size))
         set_(self, "num_channels", int(self.num_channels))
         set_(self, "tta_flip", bool(self.tta_flip))
+        set_(self, "tta_translate", int(self.tta_translate or 0))
         set_(self, "model_kwargs", dict(self.model_kwargs or {}))
         if not self.channel_order:
             set_(self, "channel_order", CHANNEL_ORDERS.get(self.num_channels, ""))
@@ -65,6 +68,8 @@ class InputSpec:
                 )
         if not self.classes:
             raise ValueError("InputSpec needs the class names (classes=[...]), got none.")
+        if self.tta_translate < 0:
+            raise ValueError(f"tta_translate must be >= 0 pixels, got {self.tta_translate}.")
         if self.image_size < 1:
             raise ValueError(f"image_size must be >= 1, got {self.image_size}.")
 

@@ -63,9 +63,17 @@ def build_timm_model(
         ) from err
 
 
-def preprocessing(model: nn.Module) -> dict:
-    """The input a timm model's ``pretrained_cfg`` asks for: mean, std, crop and resize size."""
-    cfg = getattr(model, "pretrained_cfg", None) or {}
+def preprocessing(model: nn.Module | str) -> dict:
+    """The input a timm model's ``pretrained_cfg`` asks for: mean, std, crop and resize size.
+
+    ``model``: a built timm model, or a model name (its default pretrained tag's config,
+    read without building the model or downloading anything).
+    """
+    if isinstance(model, str):
+        found = _timm().models.get_pretrained_cfg(model)
+        cfg = found.to_dict() if found is not None else {}
+    else:
+        cfg = getattr(model, "pretrained_cfg", None) or {}
     size = int(cfg.get("input_size", (3, 224, 224))[-1])
     crop_pct = float(cfg.get("crop_pct", 0.875))
     return {

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from lightning_cls.inference import InputSpec, Predictor, load_artifact, predict_files
+from lightning_cls.inference import InputSpec, Predictor, flip_tta, load_artifact, predict_files
 from lightning_cls.inference.runtimes import RUNTIMES, OnnxRuntime, register_runtime
 from lightning_cls.inference.spec import normalize
 
@@ -27,18 +27,21 @@ def test_importing_inference_pulls_in_neither_lightning_nor_hydra():
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_predictions_equal_predict_step_with_flip_tta(artifacts, kind):
-    assert artifacts.spec.tta_flip  # the fixture trains with flip TTA: this test covers it
+def test_predictions_equal_predict_step_with_flip_and_translate_tta(artifacts, kind):
+    # The fixture trains with flip + 1-pixel translate TTA: this test covers both.
+    assert artifacts.spec.tta_flip and artifacts.spec.tta_translate == 1
     x = artifacts.spec.preprocess(artifacts.images)
     with torch.no_grad():
         expected = artifacts.module.predict_step(x, 0)
         no_tta = artifacts.module.net(x).softmax(1)
+        flip_only = flip_tta(artifacts.module.net, x).softmax(1)
     assert not torch.allclose(expected, no_tta, atol=1e-4)  # TTA changes the answer here
+    assert not torch.allclose(expected, flip_only, atol=1e-4)  # and so does translation
     predictor = load_artifact(artifacts.paths[kind])
     assert predictor.spec == InputSpec.from_dict(
         {**artifacts.spec.to_dict(), **predictor.spec.to_dict()}
     )
-    assert predictor.spec.tta_flip
+    assert predictor.spec.tta_flip and predictor.spec.tta_translate == 1
     got = predictor.predict_images(artifacts.images, batch_size=len(artifacts.images))
     if kind in ("ckpt", "weights"):  # the same eager network: bit for bit
         torch.testing.assert_close(got, expected, atol=0, rtol=0)
@@ -126,7 +129,8 @@ def test_a_new_runtime_is_one_class_and_one_registration(artifacts, tmp_path):
         probs = predictor.predict_images(artifacts.images[:2])
     finally:
         del RUNTIMES[".counting"]
-    assert predictor.kind == "counting" and CountingOnnx.calls == 2  # image + mirror (flip TTA)
+    # image + mirror (flip TTA) for the image and its two 1-pixel shifts (translate TTA)
+    assert predictor.kind == "counting" and CountingOnnx.calls == 6
     assert probs.shape == (2, 3)
     with pytest.raises(ValueError, match=r"already served by OnnxRuntime"):
         register_runtime(".onnx", CountingOnnx)
