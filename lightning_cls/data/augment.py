@@ -130,13 +130,16 @@ def batch_resized_crop(images: torch.Tensor, boxes: torch.Tensor, size: int) -> 
     """Crop each image to its (top, left, h, w) box and resize it to ``size`` x ``size``.
 
     Bilinear with antialiasing, as torchvision's ``resized_crop`` on tensors. On the CPU the
-    uint8 kernel runs per sample (faster than any batched float path measured: grid_sample,
+    uint8 kernel runs per sample on a channels-last view (its vectorised path: 2x the NCHW
+    one, identical pixels; faster than any batched float path measured: grid_sample,
     roi_align); elsewhere each crop is resized in float32 and rounded back to uint8.
     """
+    uint8_kernel = images.device.type == "cpu"
+    fmt = torch.channels_last if uint8_kernel else torch.contiguous_format
+    images = images.contiguous(memory_format=fmt)
     out = torch.empty(
         images.shape[0], images.shape[1], size, size, dtype=images.dtype, device=images.device
-    )
-    uint8_kernel = images.device.type == "cpu"
+    ).contiguous(memory_format=fmt)
     for k, (top, left, h, w) in enumerate(boxes.tolist()):
         crop = images[k : k + 1, :, top : top + h, left : left + w]  # (1, C, h, w)
         if not uint8_kernel:
