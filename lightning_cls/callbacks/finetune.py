@@ -12,7 +12,7 @@ loaded) every param group that holds both backbone and head parameters is split 
 backbone's with ``lr × backbone_lr_scale``; a scheduler's per-group state is extended to match.
 While frozen, backbone parameters have ``requires_grad=False``: no gradient is computed for
 them and the optimizer skips them. Under DDP, use ``strategy=ddp_find_unused_parameters_true``
-(DDP registered every parameter before the freeze).
+(DDP registered every parameter before the freeze); ``setup`` says so before any step runs.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import logging
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.strategies import DDPStrategy
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -83,6 +84,23 @@ class BackboneFinetuning(Callback):
             if isinstance(m, _BatchNorm) and not (name == head or name.startswith(head + "."))
         ]
         self.head = head
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # Runs before the strategy wraps the model: fail with the fix instead of DDP's
+        # "Expected to have finished reduction in the prior iteration" at the second step.
+        strategy = trainer.strategy
+        if (
+            stage == "fit"
+            and self.unfreeze_at_epoch > 0
+            and isinstance(strategy, DDPStrategy)
+            and not getattr(strategy, "_ddp_kwargs", {}).get("find_unused_parameters")
+        ):
+            raise ValueError(
+                "BackboneFinetuning freezes the backbone after DDP has registered every "
+                "parameter, so the frozen ones get no gradient; under DDP train with "
+                "trainer.strategy=ddp_find_unused_parameters_true (or "
+                "callbacks.finetune.unfreeze_at_epoch=0)."
+            )
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._split(pl_module)

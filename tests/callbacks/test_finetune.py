@@ -110,3 +110,16 @@ def test_unknown_head_is_named(tiny_data, tiny_trainer):
     trainer = tiny_trainer(callbacks=[BackboneFinetuning(head="fc")], max_epochs=1)
     with pytest.raises(ValueError, match="No head module 'fc' in Sequential; set head="):
         trainer.fit(_module(data), datamodule=data)
+
+
+def test_ddp_without_find_unused_parameters_is_refused_before_any_step():
+    from types import SimpleNamespace
+
+    from pytorch_lightning.strategies import DDPStrategy
+
+    callback = BackboneFinetuning(unfreeze_at_epoch=1)
+    plain = SimpleNamespace(strategy=DDPStrategy())
+    with pytest.raises(ValueError, match="trainer.strategy=ddp_find_unused_parameters_true"):
+        callback.setup(plain, None, "fit")
+    callback.setup(SimpleNamespace(strategy=DDPStrategy(find_unused_parameters=True)), None, "fit")
+    BackboneFinetuning(unfreeze_at_epoch=0).setup(plain, None, "fit")  # never freezes: fine
