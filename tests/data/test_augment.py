@@ -196,6 +196,19 @@ def test_resized_crop_matches_torchvision_for_its_boxes():
     assert (out.int() - expected.int()).abs().float().mean() < 0.3
 
 
+def test_resized_crop_is_the_same_on_one_thread_or_several():
+    images = _images(7, h=40, w=48)
+    boxes = random_resized_crop_params(7, 40, 48, generator=torch.Generator().manual_seed(4))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        single = batch_resized_crop(images, boxes, 24)
+        torch.set_num_threads(3)  # the crops split over 3 pool threads (uneven: 3 + 2 + 2)
+        assert torch.equal(batch_resized_crop(images, boxes, 24), single)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_eval_centre_crop_matches_torchvision_center_crop():
     images = _images(4, h=37, w=37)
     augment = BatchAugment((0.5,) * 3, (0.25,) * 3, image_size=32, random_resized_crop=True)
