@@ -1,12 +1,18 @@
 """Load benchmark of ``python -m lightning_cls.serve`` against the tutorial server.
 
-Bounded asyncio + httpx load (127.0.0.1 only) on servers started here, all kept running and
-measured in interleaved rounds: the FastAPI tutorial server (``tutorial_server.py``, batch 1,
-eager), lightning_cls serve with ONNX Runtime and dynamic batching, the same with
-``max_batch_size=1``, eager PyTorch behind the same server, and ResNet-18 served vs in-process
-ONNX Runtime at batch 32. Then an overload phase at 10x the queue depth. Models have random
-weights (throughput does not depend on them); every 200 is checked against in-process
-``Predictor`` output on the same image. Last line: one JSON object (medians over rounds).
+Bounded asyncio load on 127.0.0.1 from a minimal keep-alive HTTP/1.1 client
+(``http_client.py``; httpx itself capped every server at ~100 req/s on 2 cores), on servers
+started here and measured in interleaved rounds; the servers not being measured are suspended
+(SIGSTOP), so an idle LitServe worker polling its queue takes no CPU from the measured one.
+Servers: an HTTP-only echo server (the ceiling on this machine), LitServe with a no-op API
+(``litserve_echo.py``: the ceiling of anything built on LitServe here), the FastAPI tutorial
+server (``tutorial_server.py``, batch 1, eager), lightning_cls serve with ONNX Runtime and
+dynamic batching at ``batch_timeout`` 0 / 0.002 / 0.01 s and with LitServe's own batch loop
+(``serve.batch_loop=litserve``), the same with ``max_batch_size=1``, eager
+PyTorch behind the same server, and ResNet-18 served vs in-process ONNX Runtime at batch 32.
+Then an overload phase at 10x the queue depth. Models have random weights (throughput does not
+depend on them); every 200 is checked against in-process ``Predictor`` output on the same
+image. Last line: one JSON object (medians over rounds).
 
     python benchmarks/serve_load.py                  # 3 rounds, 5 s per measurement, 20 s overload
     python benchmarks/serve_load.py --quick          # smoke: 1 round, 1 s, 2 s overload
@@ -27,6 +33,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import torch
+from http_client import Connection
 from paired import cpu_name, summarize
 from serve_setup import QUIET, SERVE_BASE, Server, make_model, png_images
 
@@ -34,42 +41,42 @@ from serve_setup import QUIET, SERVE_BASE, Server, make_model, png_images
 async def _load(
     url: str,
     bodies: list[bytes],
-    expected: torch.Tensor,
+    expected: torch.Tensor | None,
     concurrency: int,
     seconds: float,
     warmup: float = 0.3,
+    content_type: str = "image/png",
 ) -> dict:
     """``concurrency`` clients posting images in a loop for ``seconds``; stats of the run."""
     latencies, codes, wrong = [], {}, 0
     deadline = time.perf_counter() + warmup + seconds
     measure_from = time.perf_counter() + warmup
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    host, port = url.removeprefix("http://").split(":")
 
-    async def client_loop(client: httpx.AsyncClient, k: int) -> None:
+    async def client_loop(k: int) -> None:
         nonlocal wrong
-        i = k
-        while (now := time.perf_counter()) < deadline:
-            idx = i % len(bodies)
-            i += concurrency
-            try:
-                r = await client.post(
-                    "/predict", content=bodies[idx], headers={"Content-Type": "image/png"}
-                )
-            except httpx.TransportError:
-                # A keep-alive connection the server closed as the client reused it (uvicorn
-                # closes idle ones after 5 s; a starved client loop can idle that long).
-                codes["transport_error"] = codes.get("transport_error", 0) + 1
-                continue
-            if now < measure_from:
-                continue
-            latencies.append(time.perf_counter() - now)
-            codes[r.status_code] = codes.get(r.status_code, 0) + 1
-            if r.status_code == 200 and not _correct(r.json(), expected[idx]):
-                wrong += 1
+        conn, i = Connection(host, int(port)), k
+        try:
+            while (now := time.perf_counter()) < deadline:
+                idx = i % len(bodies)
+                i += concurrency
+                try:
+                    r = await conn.post("/predict", bodies[idx], content_type)
+                except (ConnectionError, asyncio.IncompleteReadError):
+                    codes["transport_error"] = codes.get("transport_error", 0) + 1
+                    continue
+                if now < measure_from:
+                    continue
+                latencies.append(time.perf_counter() - now)
+                codes[r.status_code] = codes.get(r.status_code, 0) + 1
+                body = json.loads(r.content) if r.status_code == 200 else None
+                if body is not None and expected is not None and not _correct(body, expected[idx]):
+                    wrong += 1
+        finally:
+            await conn.close()
 
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
-        await asyncio.gather(*(client_loop(client, k) for k in range(concurrency)))
-    ok = sorted(lat for lat in latencies)
+    await asyncio.gather(*(client_loop(k) for k in range(concurrency)))
+    ok = sorted(latencies)
     return {
         "rps": codes.get(200, 0) / seconds,
         "codes": codes,
@@ -92,9 +99,15 @@ def _quantile(values: list[float], q: float) -> float:
 
 def measure(server: Server, bodies, expected, concurrency: int, seconds: float) -> dict:
     before = server.batch_stats()
-    out = asyncio.run(_load(server.url, bodies, expected, concurrency, seconds))
+    if server.litserve_echo:  # JSON in, JSON out, nothing decoded: LitServe's own path
+        bodies, expected, kind = [b'{"n": 1}'], None, "application/json"
+    else:
+        kind = "image/png"
+    out = asyncio.run(_load(server.url, bodies, expected, concurrency, seconds, content_type=kind))
     after = server.batch_stats()
     calls = after[1] - before[1]
+    if not server.is_bare and out["codes"].get(200) and not calls:
+        raise RuntimeError(f"{server.url}/metrics counted no model call for {out['codes']}")
     out["mean_batch"] = (after[0] - before[0]) / calls if calls else 1.0
     return out
 
@@ -112,11 +125,19 @@ def inprocess_img_s(predictor, images: torch.Tensor, batch: int, seconds: float)
 
 # (measurement name, server, concurrency); run in this order in every round (interleaved).
 PLAN = [
+    ("echo_c64", "echo", 64),
+    ("litserve_echo_c64", "litserve_echo", 64),
     ("tutorial_c64", "tutorial", 64),
     ("batch1_c64", "batch1", 64),
     ("dynamic_c64", "dynamic", 64),
+    ("litserve_loop_c64", "litserve_loop", 64),
+    ("nowait_c64", "nowait", 64),
+    ("wait10_c64", "wait10", 64),
     ("eager_c64", "eager", 64),
     ("dynamic_c16", "dynamic", 16),
+    ("litserve_loop_c16", "litserve_loop", 16),
+    ("nowait_c16", "nowait", 16),
+    ("wait10_c16", "wait10", 16),
     ("dynamic_c1", "dynamic", 1),
     ("tutorial_c16", "tutorial", 16),
     ("resnet18_c32", "resnet18", 32),
@@ -132,12 +153,17 @@ def run_rounds(servers: dict, data: dict, rounds: int, seconds: float) -> list[d
     for r in range(rounds):
         row = {}
         for name, server, conc in PLAN:
+            for other in servers:  # only the measured server runs (see Server.suspend)
+                if other != server:
+                    servers[other].suspend()
+            servers[server].resume()
             model = "resnet18" if server == "resnet18" else "simplecnn"
-            kind = "eager" if server in ("eager", "tutorial") else "onnx"
-            row[name] = measure(
-                servers[server], data[model]["bodies"], data[model]["expected"][kind], conc, seconds
-            )
+            kind = "eager" if server in ("eager", "tutorial", "echo") else "onnx"
+            expected = None if server == "echo" else data[model]["expected"][kind]
+            row[name] = measure(servers[server], data[model]["bodies"], expected, conc, seconds)
             print(f"round {r} {name}: {_fmt(row[name])}", file=sys.stderr)
+        for server in servers.values():
+            server.suspend()  # quiet for the in-process measurement
         row["resnet18_inprocess_b32"] = inprocess_img_s(
             resnet_inproc, data["resnet18"]["images"], 32, seconds
         )
@@ -209,6 +235,8 @@ def summary(results: list[dict], over: dict, args) -> dict:
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0],
+        "echo_rps_c64": med["echo_c64"],
+        "litserve_echo_rps_c64": med["litserve_echo_c64"],
         "tutorial_rps_c64": med["tutorial_c64"],
         "batch1_rps_c64": med["batch1_c64"],
         "dynamic_rps_c64": med["dynamic_c64"],
@@ -218,13 +246,29 @@ def summary(results: list[dict], over: dict, args) -> dict:
         "p99_ms_c16": statistics.median(r["dynamic_c16"]["p99_ms"] for r in results),
         "p50_ms_c16": statistics.median(r["dynamic_c16"]["p50_ms"] for r in results),
         "mean_batch_c64": statistics.median(r["dynamic_c64"]["mean_batch"] for r in results),
+        # serve.batch_timeout 0 / 0.002 (default) / 0.01 s, and LitServe's own batch loop at 0.002,
+        # at c=16 and c=64: rps, p99, mean batch.
+        "batch_timeout_sweep": {
+            name: {
+                "rps": med[name],
+                "p99_ms": statistics.median(r[name]["p99_ms"] for r in results),
+                "mean_batch": statistics.median(r[name]["mean_batch"] for r in results),
+            }
+            for name in ("nowait_c64", "dynamic_c64", "wait10_c64", "litserve_loop_c64")
+            + ("nowait_c16", "dynamic_c16", "wait10_c16", "litserve_loop_c16")
+        },
         "resnet18_served_img_s_c32": med["resnet18_c32"],
         "resnet18_inprocess_img_s_b32": statistics.median(
             r["resnet18_inprocess_b32"] for r in results
         ),
         "dynamic_over_tutorial_c64": ratio("dynamic_c64", "tutorial_c64"),
+        # The most any server here could beat the tutorial one by: the HTTP-only echo server.
+        "echo_over_tutorial_c64": ratio("echo_c64", "tutorial_c64"),
+        # ... and anything built on LitServe: LitServe with a no-op API, over the tutorial's.
+        "litserve_echo_over_tutorial_c64": ratio("litserve_echo_c64", "tutorial_c64"),
         "dynamic_over_batch1_c64": ratio("dynamic_c64", "batch1_c64"),
         "onnx_over_eager_c64": ratio("dynamic_c64", "eager_c64"),
+        "blocking_over_litserve_loop_c64": ratio("dynamic_c64", "litserve_loop_c64"),
         "wrong_answers": sum(
             m["wrong"] for r in results for n, m in r.items() if isinstance(m, dict)
         ),
@@ -253,6 +297,7 @@ def main() -> None:
         results = run_rounds(servers, data, args.rounds, args.seconds)
     finally:
         for server in servers.values():
+            server.resume()
             server.stop()
     over = overload(data, work, args.queue, args.overload_seconds)
     print(json.dumps(summary(results, over, args)))
@@ -262,8 +307,16 @@ def start_servers(data: dict, work: Path) -> dict:
     simple, resnet = data["simplecnn"], data["resnet18"]
     servers = {
         "tutorial": Server.tutorial(simple["weights"], work / "tutorial"),
+        "echo": Server.tutorial(simple["weights"], work / "echo", echo=True),
+        "litserve_echo": Server.litserve_echo(work / "litserve_echo"),
         "dynamic": Server(simple["onnx"], work / "dynamic", *SERVE_BASE),
         "batch1": Server(simple["onnx"], work / "batch1", "serve.max_batch_size=1", *SERVE_BASE),
+        # batch_timeout choices beside the default (0.002 s): 0 takes what is queued, no wait.
+        "litserve_loop": Server(
+            simple["onnx"], work / "litserve_loop", "serve.batch_loop=litserve", *SERVE_BASE
+        ),
+        "nowait": Server(simple["onnx"], work / "nowait", "serve.batch_timeout=0", *SERVE_BASE),
+        "wait10": Server(simple["onnx"], work / "wait10", "serve.batch_timeout=0.01", *SERVE_BASE),
         "eager": Server(simple["weights"], work / "eager", *SERVE_BASE),
         "resnet18": Server(resnet["onnx"], work / "resnet18", *SERVE_BASE),
     }

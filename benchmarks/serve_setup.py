@@ -94,18 +94,29 @@ class Server:
         ]
         self.cmd = [c.replace("{port}", str(self.port)) for c in cmd]
         self.proc = subprocess.Popen(self.cmd, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
-        self.is_tutorial = cmd is not None and "tutorial_server.py" in " ".join(cmd)
+        joined = " ".join(self.cmd)
+        self.is_tutorial = "tutorial_server.py" in joined
+        self.litserve_echo = "litserve_echo.py" in joined
+        self.is_bare = self.is_tutorial or self.litserve_echo  # no /metrics
 
     @classmethod
-    def tutorial(cls, weights: Path, run_dir: Path) -> Server:
+    def tutorial(cls, weights: Path, run_dir: Path, echo: bool = False) -> Server:
+        """The tutorial server; with ``echo``, its HTTP part alone (no decode, no model)."""
         cmd = [
             sys.executable,
             str(HERE / "tutorial_server.py"),
             str(weights),
             str(weights.with_suffix(".json")),
             "{port}",
+            *(["echo"] if echo else []),
         ]
         return cls(weights, run_dir, cmd=cmd)
+
+    @classmethod
+    def litserve_echo(cls, run_dir: Path) -> Server:
+        """Bare LitServe with a no-op LitAPI (``litserve_echo.py``): LitServe's own ceiling."""
+        cmd = [sys.executable, str(HERE / "litserve_echo.py"), "{port}", "32", "0.002"]
+        return cls(Path("-"), run_dir, cmd=cmd)
 
     def wait_ready(self, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
@@ -123,12 +134,26 @@ class Server:
 
     def batch_stats(self) -> tuple[float, float]:
         """(images, model calls) so far, from /metrics; (0, 0) for the tutorial server."""
-        if self.is_tutorial:
+        if self.is_bare:
             return 0.0, 0.0
         text = httpx.get(self.url + "/metrics", timeout=10).text
         total = float(re.search(r"^lightning_cls_batch_size_sum (\S+)", text, re.M).group(1))
         calls = float(re.search(r"^lightning_cls_batch_size_count (\S+)", text, re.M).group(1))
         return total, calls
+
+    def _tree(self) -> list[psutil.Process]:
+        root = psutil.Process(self.proc.pid)
+        return [root, *root.children(recursive=True)]
+
+    def suspend(self) -> None:
+        """SIGSTOP the server and its children: an idle LitServe worker polls its request
+        queue every millisecond and would take CPU from the server being measured."""
+        for p in self._tree():
+            p.suspend()
+
+    def resume(self) -> None:
+        for p in self._tree():
+            p.resume()
 
     def rss_mb(self) -> float:
         """Resident memory of the server and all its child processes, in MB."""
@@ -138,9 +163,12 @@ class Server:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
+            tree = self._tree()
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                for p in tree:  # no orphaned worker keeps running after the benchmark
+                    if p.is_running():
+                        p.kill()
                 self.proc.wait()

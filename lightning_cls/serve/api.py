@@ -3,14 +3,16 @@
 
 Requests reach it already checked and decoded by ``RequestGate`` (``gate.py``) as
 ``{"pixels": base64 uint8 (N, C, H, W), "count": N, "top_k": k}``, so nothing here can fail
-for one request's input. LitServe collects up to ``max_batch_size`` requests (waiting at most
-``batch_timeout`` seconds for more) and calls ``predict`` once for all their images.
+for one request's input. The batch loop (``loop.py``) collects up to ``max_batch_size`` requests
+(after the first, waiting at most ``batch_timeout`` seconds for more) and calls ``predict`` once
+for all their images.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import torch
 
 from lightning_cls.inference.predictor import Predictor, load_artifact, top_k_labels
 from lightning_cls.inference.spec import InputSpec
+from lightning_cls.serve.loop import BlockingBatchLoop
 from lightning_cls.serve.metrics import ServeMetrics
 
 log = logging.getLogger(__name__)
@@ -35,13 +38,18 @@ class ClassifierAPI(ls.LitAPI):
         metrics: ServeMetrics,
         threads: int,
         max_batch_size: int = 16,
-        batch_timeout: float = 0.005,
+        batch_timeout: float = 0.0,
         api_path: str = "/predict",
         model_name: str | None = None,
         warmup: bool = True,
+        batch_loop: str = "blocking",
     ):
         super().__init__(
-            max_batch_size=max_batch_size, batch_timeout=batch_timeout, api_path=api_path
+            max_batch_size=max_batch_size,
+            batch_timeout=batch_timeout,
+            api_path=api_path,
+            # LitServe's own loop for batch 1 (it blocks on its queue); ours when batching.
+            loop=BlockingBatchLoop() if max_batch_size > 1 and batch_loop == "blocking" else "auto",
         )
         self.artifact, self.input_spec, self.model_info = str(artifact), spec, model_info
         self.metrics, self.threads, self.model_name = metrics, threads, model_name
@@ -65,6 +73,7 @@ class ClassifierAPI(ls.LitAPI):
                 self.predictor.predict_images(
                     torch.zeros(size, *self.input_spec.input_shape, dtype=torch.uint8), size
                 )
+        self.metrics.worker_ready(os.getpid())
         log.info("Worker ready: %s, %d thread(s)", self.predictor, self.threads)
 
     def decode_request(self, request: dict) -> tuple[torch.Tensor, int]:

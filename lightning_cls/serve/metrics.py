@@ -17,6 +17,9 @@ LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
+MAX_WORKERS = 64  # inference worker processes one server can report
+
+
 class _Histogram:
     """Cumulative-on-render histogram: per-bucket counts, a count and a sum in shared memory."""
 
@@ -52,6 +55,13 @@ class ServeMetrics:
         self.batch_size = _Histogram(ctx, BATCH_BUCKETS)
         self.in_flight = ctx.Value("i", 0)  # accepted /predict requests not yet answered
         self.draining = ctx.Value("b", 0)  # set on SIGTERM: /health answers 503
+        # Process ids of the inference workers that loaded and warmed up their model.
+        self.worker_pids = ctx.Array("i", MAX_WORKERS)
+
+    def worker_ready(self, pid: int) -> None:
+        with self.worker_pids.get_lock():
+            slot = list(self.worker_pids).index(0)  # a free slot (ServeConfig caps workers)
+            self.worker_pids[slot] = pid
 
     def try_admit(self, max_in_flight: int) -> bool:
         """Count one more request in flight unless ``max_in_flight`` are already; atomic."""
@@ -95,5 +105,8 @@ class ServeMetrics:
             "# HELP lightning_cls_queue_depth /predict requests accepted and not yet answered.",
             "# TYPE lightning_cls_queue_depth gauge",
             f"lightning_cls_queue_depth {self.in_flight.value}",
+            "# HELP lightning_cls_worker_info Inference worker processes ready to serve.",
+            "# TYPE lightning_cls_worker_info gauge",
         ]
+        lines += [f'lightning_cls_worker_info{{pid="{pid}"}} 1' for pid in self.worker_pids if pid]
         return "\n".join(lines) + "\n"

@@ -24,12 +24,13 @@ from fastapi.responses import PlainTextResponse
 from lightning_cls.inference.predictor import load_artifact
 from lightning_cls.serve.api import ClassifierAPI
 from lightning_cls.serve.gate import RequestGate
-from lightning_cls.serve.metrics import ServeMetrics
+from lightning_cls.serve.metrics import MAX_WORKERS, ServeMetrics
 from lightning_cls.threads import available_cores
 
 log = logging.getLogger(__name__)
 
 HOSTS = ("127.0.0.1", "0.0.0.0", "::")  # what LitServer.run accepts
+BATCH_LOOPS = ("blocking", "litserve")  # serve.batch_loop
 
 
 @dataclass
@@ -44,7 +45,8 @@ class ServeConfig:
     workers: int = 1  # inference processes
     threads: int | None = None  # per worker; default cores // workers
     max_batch_size: int = 32
-    batch_timeout: float = 0.002  # seconds to wait for a batch to fill
+    # Seconds to wait for more requests after the first; 0: what is queued (benchmark's pick).
+    batch_timeout: float = 0.0
     timeout: float = 10.0  # a request older than this gets 504
     max_queue: int = 256  # requests in flight beyond this get 503 + Retry-After
     retry_after_s: int = 1
@@ -53,6 +55,9 @@ class ServeConfig:
     top_k: int = 5
     accelerator: str = "cpu"
     fast_queue: bool = True  # LitServe's ZeroMQ response transport (its advice above ~100 req/s)
+    # Batch collector: "blocking" (lightning_cls.serve.loop, waits while idle) or "litserve"
+    # (LitServe's own, which polls its queue every millisecond).
+    batch_loop: str = "blocking"
     api_path: str = "/predict"
     log_level: str = "warning"
 
@@ -76,6 +81,17 @@ class ServeConfig:
         ):
             if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
                 raise ValueError(f"serve.{key}={getattr(self, key)!r} must be an integer >= 1.")
+        if self.batch_loop not in BATCH_LOOPS:
+            raise ValueError(
+                f"serve.batch_loop={self.batch_loop!r}; use one of {', '.join(BATCH_LOOPS)}."
+            )
+        if self.batch_loop == "litserve" and self.batch_timeout == 0 and self.max_batch_size > 1:
+            log.warning(
+                "serve.batch_loop=litserve with serve.batch_timeout=0 polls the request queue "
+                "without pause (a busy core while idle); set serve.batch_timeout=0.002."
+            )
+        if self.workers > MAX_WORKERS:
+            raise ValueError(f"serve.workers={self.workers} exceeds {MAX_WORKERS}.")
         if not 0 <= self.batch_timeout < self.timeout:
             raise ValueError(
                 f"serve.batch_timeout={self.batch_timeout} must be >= 0 and below "
@@ -115,6 +131,7 @@ def build_server(config: ServeConfig) -> tuple[ls.LitServer, ServeMetrics]:
         config.batch_timeout,
         config.api_path,
         config.model_name,
+        batch_loop=config.batch_loop,
     )
     gate = (
         RequestGate,

@@ -3,6 +3,8 @@
 import pytest
 
 KEYS = (
+    "echo_rps_c64",
+    "litserve_echo_rps_c64",
     "tutorial_rps_c64",
     "batch1_rps_c64",
     "dynamic_rps_c64",

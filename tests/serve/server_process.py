@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 STARTUP_S = 180  # spawning the worker imports torch; generous for a loaded CI machine
 
@@ -60,6 +62,14 @@ class ServerProcess:
             time.sleep(0.3)
         self.stop()
         raise RuntimeError(f"server not ready after {STARTUP_S} s:\n{self.log.read_text()}")
+
+    def inference_worker(self) -> psutil.Process:
+        """The LitServe inference worker, from ``lightning_cls_worker_info`` in /metrics."""
+        text = httpx.get(self.url + "/metrics", timeout=10).text
+        pids = re.findall(r'^lightning_cls_worker_info\{pid="(\d+)"\} 1$', text, re.M)
+        if len(pids) != 1:
+            raise RuntimeError(f"expected one inference worker in /metrics, got {pids}")
+        return psutil.Process(int(pids[0]))
 
     def stop(self, timeout: float = 60) -> int:
         if self.proc.poll() is None:

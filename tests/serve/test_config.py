@@ -26,6 +26,8 @@ def test_thread_budget_is_cores_over_workers_and_never_oversubscribed():
         ({"port": 80}, r"serve\.port=80 must be in 1024\.\.65535"),
         ({"max_queue": 0}, r"serve\.max_queue=0 must be an integer >= 1"),
         ({"batch_timeout": 20.0}, r"batch_timeout=20\.0 must be >= 0 and below serve\.timeout"),
+        ({"batch_loop": "fast"}, r"serve\.batch_loop='fast'; use one of blocking, litserve"),
+        ({"workers": 65}, r"serve\.workers=65 exceeds 64"),
     ],
 )
 def test_bad_settings_name_the_key_and_the_fix(kwargs, message):

@@ -133,3 +133,29 @@ def test_sigterm_drains_accepted_requests(serve_artifacts, tmp_path):
     assert server.proc.wait(timeout=60) == 0
     with pytest.raises(httpx.TransportError):
         httpx.get(server.url + "/health", timeout=2)
+
+
+def test_a_request_queued_longer_than_the_timeout_gets_504(serve_artifacts, tmp_path):
+    server = ServerProcess(
+        serve_artifacts.paths["onnx"], tmp_path / "run", "serve.timeout=0.5", "serve.workers=1"
+    )
+    try:
+        worker = server.inference_worker()
+
+        async def run():
+            async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+                worker.suspend()  # the model is busy: the request waits in LitServe's queue
+                try:
+                    late = asyncio.create_task(
+                        client.post("/predict", **_png(serve_artifacts.images[0]))
+                    )
+                    await asyncio.sleep(1.5)  # 3x serve.timeout
+                finally:
+                    worker.resume()
+                return await late, await client.post("/predict", **_png(serve_artifacts.images[1]))
+
+        late, fresh = asyncio.run(run())
+        assert late.status_code == 504, late.text
+        assert fresh.status_code == 200  # the server goes on serving
+    finally:
+        assert server.stop() == 0
