@@ -10,6 +10,8 @@
 
     python benchmarks/train_throughput.py            # full run; updates docs/benchmarks.md
     python benchmarks/train_throughput.py --quick    # smoke run: synthetic data, few steps
+    python benchmarks/train_throughput.py --model cifar10_fast --batch-size 256 \
+        --variants tensor plain     # the recipe's net: Lightning overhead (prints, no docs)
 
 Data: ../shared/data/cifar10-train-jpg.tar.gz, unpacked once and decoded through the
 ImageFolder cache; without it a synthetic task of the same shape is used and the output says
@@ -70,6 +72,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=100, help="timed training steps per run")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps per run")
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument(
+        "--model",
+        choices=MODELS,
+        default="simplecnn",
+        help="network (docs/benchmarks.md is rewritten only for simplecnn with every variant)",
+    )
     p.add_argument("--docs", type=Path, default=REPO / "docs/benchmarks.md")
     p.add_argument("--quick", action="store_true", help="synthetic data, 2 rounds, few steps")
     p.add_argument(
@@ -103,9 +111,25 @@ def load_datamodule(args, **kw) -> tuple[ImageDataModule, str]:
     return dm, f"SYNTHETIC 32x32x3 data ({args.data} not found)"
 
 
+# --model: the network every variant trains. cifar10_fast is that recipe's airbench net
+# (conf/experiment/cifar10_fast.yaml), for its Lightning-vs-bare-loop overhead.
+MODELS = {
+    "simplecnn": {"name": "simplecnn"},
+    "cifar10_fast": {
+        "name": "airbench",
+        "widths": [64, 128, 256],
+        "whiten": True,
+        "dirac": True,
+        "bn_weight": False,
+    },
+}
+MODEL = dict(MODELS["simplecnn"])
+
+
 def make_model(channels_last: bool = False) -> torch.nn.Module:
     torch.manual_seed(0)
-    net = create_model("simplecnn", num_classes=10, in_channels=3, image_size=32)
+    kwargs = dict(MODEL)
+    net = create_model(kwargs.pop("name"), num_classes=10, in_channels=3, image_size=32, **kwargs)
     return net.to(memory_format=torch.channels_last) if channels_last else net
 
 
@@ -275,6 +299,8 @@ def _fmt(stats: dict, kind: str) -> str:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    MODEL.clear()
+    MODEL.update(MODELS[args.model])
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for name in ("pytorch_lightning", "lightning_fabric", "lightning_cls"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -321,10 +347,12 @@ def main(argv=None) -> dict:
         "torch_threads": default_threads,
         "quick": args.quick,
         "steps": args.steps,
+        "model": args.model,
+        "batch_size": args.batch_size,
     }
     section = markdown(results, source, args)
     log.info("\n%s", section)
-    if not args.quick and set(variants) == set(VARIANTS):
+    if not args.quick and set(variants) == set(VARIANTS) and args.model == "simplecnn":
         write_section(args.docs, DOC_START, DOC_END, section)
     print(json.dumps(results), flush=True)
     return results
