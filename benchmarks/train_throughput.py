@@ -124,6 +124,7 @@ MODELS = {
     },
 }
 MODEL = dict(MODELS["simplecnn"])
+MODEL_LABELS = {"simplecnn": "SimpleCNN", "cifar10_fast": "the cifar10_fast recipe's airbench net"}
 
 
 def make_model(channels_last: bool = False) -> torch.nn.Module:
@@ -267,7 +268,7 @@ def markdown(results: dict, source: str, args) -> str:
     )
     return f"""{DOC_START}
 
-`{command}` — SimpleCNN, batch {args.batch_size}, {source};
+`{command}` — {MODEL_LABELS[args.model]}, batch {args.batch_size}, {source};
 {args.rounds} interleaved rounds x {args.steps} timed steps; {cpu_name()},
 {torch.get_num_threads()} torch intra-op threads per variant at start, torch {torch.__version__};
 E trained in bf16: {results["bf16_used"]}.
