@@ -18,11 +18,15 @@ install-dev:
 train: install
 	$(PYTHON) -m lightning_cls.train
 
+# A test whose xdist worker process dies (killed, or a native crash) runs once more in a fresh
+# worker; any other failure is never rerun, and a crash that repeats still fails the run.
+RERUN_CRASHED := --reruns 1 --only-rerun "crashed while running"
+
 test: install-dev
-	$(PYTHON) -m pytest -n 2 --timeout 600
+	$(PYTHON) -m pytest -n 2 --timeout 600 $(RERUN_CRASHED)
 
 test-fast: install-dev
-	$(PYTHON) -m pytest -n 2 -m "not slow"
+	$(PYTHON) -m pytest -n 2 -m "not slow" $(RERUN_CRASHED)
 
 # ruff's rules and formatting, as configured in pyproject.toml (`ruff format .` fixes the latter).
 lint: install-dev

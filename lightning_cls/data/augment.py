@@ -12,6 +12,7 @@ draws the same offsets and flips on a CPU and on a GPU.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -172,6 +173,9 @@ def batch_resized_crop(images: torch.Tensor, boxes: torch.Tensor, size: int) -> 
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
+# A forked child (a DataLoader worker, a user's fork) inherits the pools without their threads:
+# work submitted there would wait forever. The child starts with none and makes its own.
+os.register_at_fork(after_in_child=_POOLS.clear)
 
 
 def _crop_pool(threads: int) -> ThreadPoolExecutor:

@@ -1,5 +1,7 @@
 """Batch augmentation: exact against torchvision's per-sample transforms, and statistically fair."""
 
+import os
+
 import pytest
 import torch
 from torchvision import transforms as T
@@ -207,6 +209,24 @@ def test_resized_crop_is_the_same_on_one_thread_or_several():
         assert torch.equal(batch_resized_crop(images, boxes, 24), single)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_its_own_crop_pool():
+    """A child forked after the parent used the pool inherits it without its threads; work
+    handed to it there would wait forever (as in a DataLoader worker forked mid-run)."""
+    from lightning_cls.data import augment
+
+    assert augment._crop_pool(2).submit(lambda: 1).result(timeout=10) == 1
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 only if the pool answers
+        code = 1
+        try:
+            code = 0 if augment._crop_pool(2).submit(lambda: 7).result(timeout=10) == 7 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_eval_centre_crop_matches_torchvision_center_crop():
