@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from lightning_cls.inference.spec import normalize as _normalize_float32
+from lightning_cls.inference.spec import normalize_constants
 
 INPUT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -128,40 +129,66 @@ def random_resized_crop_params(
     return torch.where(fits.any(1, keepdim=True), boxes, fallback)
 
 
-def batch_resized_crop(images: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tensor:
+def batch_resized_crop(
+    images: torch.Tensor,
+    boxes: torch.Tensor,
+    size: int,
+    flips: torch.Tensor | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """Crop each image to its (top, left, h, w) box and resize it to ``size`` x ``size``.
 
     Bilinear with antialiasing, as torchvision's ``resized_crop`` on tensors. On the CPU the
-    uint8 kernel runs per sample on a channels-last view (its vectorised path: 2x the NCHW
-    one, identical pixels; faster than any batched float path measured: grid_sample,
+    uint8 kernel runs per sample on a channels-last copy of the crop (its vectorised path: 2x
+    the NCHW one, identical pixels; faster than any batched float path measured: grid_sample,
     roi_align), the crops split over ``torch.get_num_threads()`` threads (the kernel releases
     the GIL; one crop is too small for intra-op threads); elsewhere each crop is resized in
     float32 and rounded back to uint8.
+
+    Optionally fused, crop by crop while the crop is in cache (no pass over the whole batch):
+    ``flips`` (B,) bool mirrors the chosen crops left-right (as ``batch_flip_lr`` on the
+    output), and with ``mean`` and ``std`` the result is ``normalize(out, mean, std, dtype)``
+    (the same arithmetic, identical values) instead of uint8.
     """
+    if (mean is None) != (std is None):
+        raise ValueError("batch_resized_crop needs both mean and std, or neither.")
     uint8_kernel = images.device.type == "cpu"
     fmt = torch.channels_last if uint8_kernel else torch.contiguous_format
-    images = images.contiguous(memory_format=fmt)
+    to_float = mean is not None
+    if to_float and not len(mean) == len(std) == images.shape[1]:
+        raise ValueError(
+            f"mean/std have {len(mean)}/{len(std)} values but the batch has {images.shape[1]} "
+            "channels; pass one value per channel."
+        )
+    if to_float:
+        scale, shift = (c[0] for c in normalize_constants(mean, std, images.device))  # (C,1,1)
     out = torch.empty(
         images.shape[0],
         images.shape[1],
         size,
         size,
-        dtype=images.dtype,
+        dtype=dtype if to_float else images.dtype,
         device=images.device,
         memory_format=fmt,
     )
     boxes_list = boxes.tolist()
+    flip_list = [False] * len(boxes_list) if flips is None else flips.tolist()
 
     def resize(indices: range) -> None:
         for k in indices:
             top, left, h, w = boxes_list[k]
             crop = images[k : k + 1, :, top : top + h, left : left + w]  # (1, C, h, w)
-            if not uint8_kernel:
-                crop = crop.float()
+            crop = crop.contiguous(memory_format=fmt) if uint8_kernel else crop.float()
             resized = F.interpolate(
                 crop, size=(size, size), mode="bilinear", antialias=True, align_corners=False
-            )
-            out[k] = resized[0] if uint8_kernel else resized[0].round_().clamp_(0, 255)
+            )[0]  # (C, size, size)
+            if not uint8_kernel:
+                resized = resized.round_().clamp_(0, 255)
+            if flip_list[k]:
+                resized = resized.flip(-1)
+            out[k] = resized.float().mul_(scale).sub_(shift) if to_float else resized
 
     threads = min(torch.get_num_threads(), len(boxes_list)) if uint8_kernel else 1
     if threads > 1:
@@ -242,6 +269,8 @@ class BatchAugment:
             raise ValueError(f"mean has {len(mean)} values but std has {len(std)}.")
         if any(s <= 0 for s in std):
             raise ValueError(f"std values must be > 0, got {tuple(std)}.")
+        if not 0.0 <= flip_p <= 1.0:
+            raise ValueError(f"flip probability must be in [0, 1], got {flip_p}.")
         if isinstance(dtype, str):
             if dtype not in INPUT_DTYPES:
                 raise ValueError(
@@ -273,6 +302,12 @@ class BatchAugment:
     ) -> torch.Tensor:
         b, _, h, w = images.shape  # (B, C, H, W) uint8
         size = self.image_size or min(h, w)
+        if train and self.random_resized_crop and self.crop_padding == 0:
+            # Crop, flip and normalize fused crop by crop: no memory-bound whole-batch pass.
+            boxes = random_resized_crop_params(b, h, w, self.rrc_scale, self.rrc_ratio, generator)
+            flips = random_flips(b, self.flip_p, generator) if self.hflip else None
+            x = batch_resized_crop(images, boxes, size, flips, self.mean, self.std, self.dtype)
+            return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
         if train and self.random_resized_crop:
             boxes = random_resized_crop_params(b, h, w, self.rrc_scale, self.rrc_ratio, generator)
             images = batch_resized_crop(images, boxes, size)  # (B, C, size, size)

@@ -161,9 +161,20 @@ def normalize(images: torch.Tensor, mean: Sequence[float], std: Sequence[float])
             f"mean/std have {len(mean)}/{len(std)} values but the batch has {images.shape[1]} "
             "channels; pass one value per channel."
         )
+    scale, shift = normalize_constants(mean, std, images.device)
+    return images.float().mul_(scale).sub_(shift)  # (B, C, H, W) float32
+
+
+def normalize_constants(
+    mean: Sequence[float], std: Sequence[float], device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, shift), each float32 (1, C, 1, 1): ``normalize(x) = x.float() * scale - shift``.
+
+    (x/255 - mean)/std folded into one multiply and one subtract, the constants computed in
+    float64 and rounded once.
+    """
     mean_t = torch.tensor(mean, dtype=torch.float64)
     std_t = torch.tensor(std, dtype=torch.float64)
-    # (x/255 - mean)/std folded into one multiply and one subtract (constants in float64).
-    scale = (1.0 / (255.0 * std_t)).to(images.device, torch.float32).view(1, -1, 1, 1)
-    shift = (mean_t / std_t).to(images.device, torch.float32).view(1, -1, 1, 1)
-    return images.float().mul_(scale).sub_(shift)  # (B, C, H, W) float32
+    scale = (1.0 / (255.0 * std_t)).to(device, torch.float32).view(1, -1, 1, 1)
+    shift = (mean_t / std_t).to(device, torch.float32).view(1, -1, 1, 1)
+    return scale, shift

@@ -211,6 +211,48 @@ def test_resized_crop_is_the_same_on_one_thread_or_several():
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_fused_crop_flip_normalize_equals_the_three_steps(dtype, threads, layout):
+    images = _images(7, h=40, w=48).contiguous(memory_format=layout)
+    boxes = random_resized_crop_params(7, 40, 48, generator=torch.Generator().manual_seed(5))
+    flips = torch.tensor([True, False, True, True, False, False, True])
+    mean, std = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        fused = batch_resized_crop(images, boxes, 24, flips, mean, std, dtype)
+    finally:
+        torch.set_num_threads(before)
+    steps = batch_resized_crop(images, boxes, 24)
+    expected = normalize(batch_flip_lr(steps, mask=flips), mean, std, dtype)
+    assert fused.dtype == dtype and fused.shape == (7, 3, 24, 24)
+    assert torch.equal(fused, expected)  # identical values, not merely close
+
+
+def test_batch_augment_with_random_resized_crop_takes_the_fused_path_unchanged():
+    """BatchAugment's fused path draws the same boxes and flips as the step-by-step one."""
+    images = _images(6, h=40, w=40)
+    augment = BatchAugment(
+        (0.5,) * 3, (0.25,) * 3, image_size=24, hflip=True, random_resized_crop=True, crop_padding=0
+    )
+    out = augment(images, train=True, generator=torch.Generator().manual_seed(9))
+    g = torch.Generator().manual_seed(9)
+    boxes = random_resized_crop_params(6, 40, 40, generator=g)
+    flips = random_flips(6, 0.5, g)
+    steps = batch_flip_lr(batch_resized_crop(images, boxes, 24), mask=flips)
+    assert torch.equal(out, normalize(steps, (0.5,) * 3, (0.25,) * 3))
+
+
+def test_fused_normalize_checks_the_channel_count():
+    boxes = torch.tensor([[0, 0, 8, 8]])
+    with pytest.raises(ValueError, match="mean/std have 1/1 values but the batch has 3 channels"):
+        batch_resized_crop(_images(1, h=8, w=8), boxes, 4, mean=(0.5,), std=(0.2,))
+    with pytest.raises(ValueError, match="needs both mean and std"):
+        batch_resized_crop(_images(1, h=8, w=8), boxes, 4, mean=(0.5,) * 3)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_gets_its_own_crop_pool():
     """A child forked after the parent used the pool inherits it without its threads; work
