@@ -32,13 +32,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
-from paired import cpu_name, summarize, write_section  # sibling module
+from paired import cpu_name, export_untrained_onnx, summarize, write_section  # sibling
 
-from lightning_cls.export.onnx import export_onnx
 from lightning_cls.inference.runtimes import make_session
-from lightning_cls.inference.spec import InputSpec
-from lightning_cls.models import create_model
 
 REPO = Path(__file__).resolve().parents[1]
 DOC_START, DOC_END = "<!-- ort_options:start -->", "<!-- ort_options:end -->"
@@ -89,22 +85,6 @@ def session(path: Path, variant: str, threads: int):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def export(name: str, out: Path) -> Path:
-    torch.manual_seed(0)
-    kwargs = dict(num_classes=10, in_channels=3, image_size=32)
-    net = create_model(name, **kwargs).eval()
-    spec = InputSpec(
-        classes=[str(i) for i in range(10)],
-        mean=(0.5,) * 3,
-        std=(0.25,) * 3,
-        image_size=32,
-        num_channels=3,
-        model_name=name,
-        model_kwargs=kwargs,
-    )
-    return export_onnx(net, spec, out / f"{name}.onnx")
-
-
 def time_window(sess, x: np.ndarray, window: float) -> list[float]:
     """Per-call seconds over a window of at least ``window`` seconds (one warm-up call)."""
     feed = {sess.get_inputs()[0].name: x}
@@ -123,7 +103,7 @@ def main(argv=None) -> dict:
     results: dict = {"cpu": cpu_name(), "threads": args.threads, "rounds": args.rounds}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
-            path = export(name, Path(tmp))
+            _, _, path = export_untrained_onnx(name, Path(tmp) / f"{name}.onnx")
             sessions = {v: session(path, v, args.threads) for v in VARIANTS}
             x64 = rng.standard_normal((64, 3, 32, 32), dtype=np.float32)
             x1 = x64[:1].copy()

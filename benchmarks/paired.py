@@ -1,5 +1,5 @@
-"""Helpers shared by the benchmark scripts: paired per-round ratios, the CPU's name, and
-rewriting one marked section of ``docs/benchmarks.md``."""
+"""Helpers shared by the benchmark scripts: paired per-round ratios, the CPU's name,
+rewriting one marked section of ``docs/benchmarks.md``, and an untrained model exported to ONNX."""
 
 from __future__ import annotations
 
@@ -47,3 +47,28 @@ def write_section(path: Path, start: str, end: str, section: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     path.write_text(text)
+
+
+def export_untrained_onnx(name: str, path: Path) -> tuple:
+    """``(net, spec, path)``: the registry's ``name`` with seeded random weights (10 classes,
+    3 x 32 x 32) exported to ONNX at ``path``, for benchmarks and smoke runs whose timings do
+    not depend on the weights' values."""
+    import torch
+
+    from lightning_cls.export.onnx import export_onnx
+    from lightning_cls.inference.spec import InputSpec
+    from lightning_cls.models import create_model
+
+    torch.manual_seed(0)
+    kwargs = dict(num_classes=10, in_channels=3, image_size=32)
+    net = create_model(name, **kwargs).eval()
+    spec = InputSpec(
+        classes=[str(i) for i in range(10)],
+        mean=(0.5,) * 3,
+        std=(0.25,) * 3,
+        image_size=32,
+        num_channels=3,
+        model_name=name,
+        model_kwargs=kwargs,
+    )
+    return net, spec, export_onnx(net, spec, path)

@@ -73,25 +73,14 @@ def profile_ov(path: Path, precision: str, x: np.ndarray, runs: int, threads: in
 def quick_files(out: Path) -> Path:
     """An untrained SimpleCNN exported to every profiled format (smoke test input)."""
     import torch
+    from paired import export_untrained_onnx  # sibling module
 
     from lightning_cls.data import Split
-    from lightning_cls.export.onnx import export_onnx
     from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
     from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
-    from lightning_cls.inference.spec import InputSpec
-    from lightning_cls.models import create_model
 
-    torch.manual_seed(0)
-    net = create_model("simplecnn", num_classes=10, in_channels=3, image_size=32).eval()
-    spec = InputSpec(
-        classes=[str(i) for i in range(10)],
-        mean=(0.5,) * 3,
-        std=(0.25,) * 3,
-        image_size=32,
-        num_channels=3,
-    )
     split = Split(torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8), torch.zeros(64))
-    onnx = export_onnx(net, spec, out / "model.onnx")
+    net, spec, onnx = export_untrained_onnx("simplecnn", out / "model.onnx")
     for fmt, name in (("qdq", "model_int8_qdq.onnx"), ("qoperator", "model_int8_qop.onnx")):
         quantize_onnx_static(
             onnx, out / name, SplitCalibrationReader(split, spec, 2, 32), quant_format=fmt
