@@ -1,5 +1,8 @@
 """benchmarks/serve_load.py --quick: runs, every 200 is correct, the JSON carries every key."""
 
+import time
+
+import psutil
 import pytest
 
 KEYS = (
@@ -18,7 +21,17 @@ KEYS = (
 
 @pytest.mark.slow
 def test_quick_mode_prints_json_with_the_issue_keys(run_quick):
+    started = time.time()
     out = run_quick("serve_load.py", timeout=900)
+    # The reference servers it started are gone (bare LitServe's forked HTTP processes too).
+    left = []
+    for proc in psutil.process_iter(["cmdline", "create_time", "status"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        ours = "litserve_echo.py" in cmdline or "tutorial_server.py" in cmdline
+        alive = proc.info["status"] != psutil.STATUS_ZOMBIE
+        if ours and alive and proc.info["create_time"] >= started - 1:
+            left.append(cmdline)
+    assert not left, left
     assert out["quick"] is True
     assert all(key in out for key in KEYS)
     assert out["wrong_answers"] == 0  # every 200 equals in-process predict
