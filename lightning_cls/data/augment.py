@@ -157,13 +157,9 @@ def batch_resized_crop(
     uint8_kernel = images.device.type == "cpu"
     fmt = torch.channels_last if uint8_kernel else torch.contiguous_format
     to_float = mean is not None
-    if to_float and not len(mean) == len(std) == images.shape[1]:
-        raise ValueError(
-            f"mean/std have {len(mean)}/{len(std)} values but the batch has {images.shape[1]} "
-            "channels; pass one value per channel."
-        )
     if to_float:
-        scale, shift = (c[0] for c in normalize_constants(mean, std, images.device))  # (C,1,1)
+        constants = normalize_constants(mean, std, images.shape[1], images.device)
+        scale, shift = (c[0] for c in constants)  # (C, 1, 1)
     out = torch.empty(
         images.shape[0],
         images.shape[1],
@@ -302,14 +298,13 @@ class BatchAugment:
     ) -> torch.Tensor:
         b, _, h, w = images.shape  # (B, C, H, W) uint8
         size = self.image_size or min(h, w)
-        if train and self.random_resized_crop and self.crop_padding == 0:
-            # Crop, flip and normalize fused crop by crop: no memory-bound whole-batch pass.
-            boxes = random_resized_crop_params(b, h, w, self.rrc_scale, self.rrc_ratio, generator)
-            flips = random_flips(b, self.flip_p, generator) if self.hflip else None
-            x = batch_resized_crop(images, boxes, size, flips, self.mean, self.std, self.dtype)
-            return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
         if train and self.random_resized_crop:
             boxes = random_resized_crop_params(b, h, w, self.rrc_scale, self.rrc_ratio, generator)
+            if self.crop_padding == 0:
+                # Crop, flip and normalize fused crop by crop: no memory-bound whole-batch pass.
+                flips = random_flips(b, self.flip_p, generator) if self.hflip else None
+                x = batch_resized_crop(images, boxes, size, flips, self.mean, self.std, self.dtype)
+                return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
             images = batch_resized_crop(images, boxes, size)  # (B, C, size, size)
         elif (h, w) != (size, size):
             images = center_crop(images, size)  # (B, C, size, size)

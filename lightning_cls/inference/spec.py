@@ -156,23 +156,26 @@ def normalize(images: torch.Tensor, mean: Sequence[float], std: Sequence[float])
     """
     if images.dtype != torch.uint8:
         raise TypeError(f"normalize expects uint8 images in [0, 255], got {images.dtype}.")
-    if len(mean) != images.shape[1] or len(std) != images.shape[1]:
-        raise ValueError(
-            f"mean/std have {len(mean)}/{len(std)} values but the batch has {images.shape[1]} "
-            "channels; pass one value per channel."
-        )
-    scale, shift = normalize_constants(mean, std, images.device)
+    scale, shift = normalize_constants(mean, std, images.shape[1], images.device)
     return images.float().mul_(scale).sub_(shift)  # (B, C, H, W) float32
 
 
 def normalize_constants(
-    mean: Sequence[float], std: Sequence[float], device: torch.device | str = "cpu"
+    mean: Sequence[float],
+    std: Sequence[float],
+    channels: int,
+    device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(scale, shift), each float32 (1, C, 1, 1): ``normalize(x) = x.float() * scale - shift``.
 
     (x/255 - mean)/std folded into one multiply and one subtract, the constants computed in
-    float64 and rounded once.
+    float64 and rounded once. ``channels``: the batch's, checked against mean/std.
     """
+    if len(mean) != channels or len(std) != channels:
+        raise ValueError(
+            f"mean/std have {len(mean)}/{len(std)} values but the batch has {channels} "
+            "channels; pass one value per channel."
+        )
     mean_t = torch.tensor(mean, dtype=torch.float64)
     std_t = torch.tensor(std, dtype=torch.float64)
     scale = (1.0 / (255.0 * std_t)).to(device, torch.float32).view(1, -1, 1, 1)
