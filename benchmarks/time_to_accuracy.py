@@ -41,10 +41,12 @@ QUIET = ["~callbacks.progress_bar", "~callbacks.model_summary", "~callbacks.plot
 
 
 def read_curve(run_dir: Path) -> list[dict[str, float]]:
-    """One ``{"wall_s", "cpu_s", "acc"}`` per validation, in time order, from the CSV log."""
+    """One ``{"epoch", "wall_s", "cpu_s", "acc"}`` per validation, in time order, from the CSV
+    log; ``epoch`` counts the epochs trained (1 after the first), whichever epochs validated."""
     rows = csv.DictReader((run_dir / "csv" / "metrics.csv").open())
     points = [
         {
+            "epoch": int(r["epoch"]) + 1,
             "wall_s": float(r["time/elapsed_s"]),
             "cpu_s": float(r["time/cpu_s"]) if r.get("time/cpu_s") else float("nan"),
             "acc": float(r["val/acc"]),
@@ -57,11 +59,15 @@ def read_curve(run_dir: Path) -> list[dict[str, float]]:
     return sorted(points, key=lambda p: p["wall_s"])
 
 
+# Lightning logs accuracies as float32: 4,500/5,000 is logged as 0.8999999761581421.
+FLOAT32_SLACK = 1e-6
+
+
 def time_to(curve: list[dict[str, float]], target: float) -> dict[str, float] | None:
     """The first validation point at or above ``target`` accuracy (None if never reached)."""
-    for epoch, point in enumerate(curve, 1):
-        if point["acc"] >= target:
-            return {"epoch": epoch, "wall_s": point["wall_s"], "cpu_s": point["cpu_s"]}
+    for point in curve:
+        if point["acc"] >= target - FLOAT32_SLACK:
+            return {"epoch": point["epoch"], "wall_s": point["wall_s"], "cpu_s": point["cpu_s"]}
     return None
 
 
@@ -72,7 +78,7 @@ def summarize_run(run_dir: Path, target: float) -> dict:
     test_acc = (results.get("test") or {}).get("test/acc")
     return {
         "run_dir": str(run_dir),
-        "epochs": len(curve),
+        "epochs": curve[-1]["epoch"],
         "train_wall_s": round(curve[-1]["wall_s"], 1),
         "train_cpu_s": round(curve[-1]["cpu_s"], 1),
         "run_wall_s": results.get("wall_time_s"),

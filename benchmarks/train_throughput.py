@@ -7,6 +7,8 @@
     (E) fast      lightning_cls, tensor pipeline + channels_last + bf16-mixed (if the CPU has bf16)
     (+) plain     C's tensor loader in the bare loop of D: separates pipeline cost from Lightning's
     (+) pil_cap   B with the opt-in thread cap (data.cap_threads=true: cores - workers threads)
+    (+) fast_compiled  E with callbacks=compile (torch.compile, inductor); opt-in: only when
+                  named in --variants (each round compiles anew, inside the warmup steps)
 
     python benchmarks/train_throughput.py            # full run; updates docs/benchmarks.md
     python benchmarks/train_throughput.py --quick    # smoke run: synthetic data, few steps
@@ -19,9 +21,10 @@ so. Each round runs every variant once (order rotated per round); each run train
 timed steps after ``--warmup`` untimed ones. Every ratio is computed per round from that round's
 own runs (a paired comparison: both sides saw the same machine load) and reported as median,
 min and max over the rounds: C/D ``tensor_over_ceiling``, E/A ``fast_over_classic``,
-``lightning_overhead`` (1 - C/plain), ``pipeline_overhead`` (1 - plain/D) and
-``thread_cap_gain`` (pil_cap/B - 1). The last output line is one JSON object with the
-per-round img/s (``rounds``), the ratios, and whether E really trained in bf16 (``bf16_used``).
+``lightning_overhead`` (1 - C/plain), ``pipeline_overhead`` (1 - plain/D),
+``thread_cap_gain`` (pil_cap/B - 1) and ``compile_gain`` (fast_compiled/E - 1). The last output
+line is one JSON object with the per-round img/s (``rounds``), the ratios, and whether E really
+trained in bf16 (``bf16_used``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from paired import cpu_name, summarize, write_section  # sibling file in benchma
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
+from lightning_cls.callbacks import CompileModel
 from lightning_cls.data.base import ArrayDataset, ImageDataModule
 from lightning_cls.data.imagefolder import ImageFolderDataModule
 from lightning_cls.data.synthetic import SyntheticDataModule
@@ -50,7 +54,8 @@ from lightning_cls.module import ClassificationModule
 REPO = Path(__file__).resolve().parents[1]
 DOC_START, DOC_END = "<!-- train_throughput:start -->", "<!-- train_throughput:end -->"
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
-VARIANTS = ("classic", "pil", "tensor", "ceiling", "fast", "plain", "pil_cap")
+VARIANTS = ("classic", "pil", "tensor", "ceiling", "fast", "plain", "pil_cap")  # the default
+OPT_IN_VARIANTS = ("fast_compiled",)
 # name -> (numerator, denominator, as overhead: 1 - num/den, or gain: num/den - 1, or ratio)
 RATIOS = {
     "tensor_over_ceiling": ("tensor", "ceiling", "ratio"),
@@ -58,6 +63,7 @@ RATIOS = {
     "lightning_overhead": ("tensor", "plain", "overhead"),
     "pipeline_overhead": ("plain", "ceiling", "overhead"),
     "thread_cap_gain": ("pil_cap", "pil", "gain"),
+    "compile_gain": ("fast_compiled", "fast", "gain"),
 }
 log = logging.getLogger("train_throughput")
 
@@ -83,9 +89,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--variants",
         nargs="+",
-        choices=VARIANTS,
+        choices=VARIANTS + OPT_IN_VARIANTS,
         default=list(VARIANTS),
-        help="run only these (ratios whose two variants ran are reported)",
+        help="run only these (ratios whose two variants ran are reported); fast_compiled is opt-in",
     )
     args = p.parse_args(argv)
     if args.quick:
@@ -117,7 +123,7 @@ MODELS = {
     "simplecnn": {"name": "simplecnn"},
     "cifar10_fast": {
         "name": "airbench",
-        "widths": [64, 128, 256],
+        "widths": [64, 256, 256],
         "whiten": True,
         "dirac": True,
         "bn_weight": False,
@@ -205,8 +211,11 @@ class _Clock(pl.Callback):
             self.end = time.perf_counter()
 
 
-def run_lightning(dm: ImageDataModule, args, fast: bool = False, seen_dtypes=None) -> float:
-    """(B, C, E) lightning_cls: ClassificationModule + Trainer on the given DataModule.
+def run_lightning(
+    dm: ImageDataModule, args, fast: bool = False, seen_dtypes=None, compiled: bool = False
+) -> float:
+    """(B, C, E) lightning_cls: ClassificationModule + Trainer on the given DataModule;
+    ``compiled`` adds the CompileModel callback (fast_compiled).
 
     ``seen_dtypes`` (a set) collects the dtype of every logits tensor the network produced,
     so the caller can tell whether bf16-mixed really ran in bf16.
@@ -226,7 +235,7 @@ def run_lightning(dm: ImageDataModule, args, fast: bool = False, seen_dtypes=Non
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[clock],
+        callbacks=[clock, CompileModel()] if compiled else [clock],
     )
     trainer.fit(module, datamodule=dm)
     return clock.seen / (clock.end - clock.start)
@@ -322,10 +331,11 @@ def main(argv=None) -> dict:
         "fast": lambda: run_lightning(fast_dm, args, fast=True, seen_dtypes=fast_dtypes),
         "plain": lambda: run_plain(plain_dm, args),
         "pil_cap": lambda: run_capped(pil_dm, args),
+        "fast_compiled": lambda: run_lightning(fast_dm, args, fast=True, compiled=True),
     }
     rounds: list[dict[str, float]] = []
     default_threads = torch.get_num_threads()
-    variants = tuple(v for v in VARIANTS if v in args.variants)
+    variants = tuple(v for v in VARIANTS + OPT_IN_VARIANTS if v in args.variants)
     for r in range(args.rounds):
         order = variants[r % len(variants) :] + variants[: r % len(variants)]
         rounds.append({})

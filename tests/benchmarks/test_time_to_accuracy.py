@@ -5,11 +5,13 @@ import json
 import pytest
 
 
-def _run_dir(tmp_path, name, rows, test_acc=None):
+def _run_dir(tmp_path, name, rows, test_acc=None, every=1):
     run = tmp_path / name
     (run / "csv").mkdir(parents=True)
     lines = ["epoch,time/elapsed_s,time/cpu_s,val/acc,train/loss_epoch"]
-    lines += [f"{i},{wall},{cpu},{acc}," for i, (wall, cpu, acc) in enumerate(rows)]
+    lines += [
+        f"{(i + 1) * every - 1},{wall},{cpu},{acc}," for i, (wall, cpu, acc) in enumerate(rows)
+    ]
     lines += ["0,,,,1.5"]  # a training row without validation columns is skipped
     (run / "csv" / "metrics.csv").write_text("\n".join(lines) + "\n")
     if test_acc is not None:
@@ -31,6 +33,18 @@ def test_time_to_target_and_ratios(tmp_path, benchmark_module):
         tta.ratios(figures, "nope")
     with pytest.raises(ValueError, match="--run takes NAME=VALUE, got 'oops'"):
         tta.parse_pairs(["oops"], "--run")
+
+
+def test_target_met_exactly_in_float32_and_epochs_from_the_log(tmp_path, benchmark_module):
+    tta = benchmark_module("time_to_accuracy")
+    # Validation every 2nd epoch; 4,500/5,000 correct as Lightning logs it (float32).
+    run = _run_dir(tmp_path, "every2", [(10, 20, 0.85), (20, 40, 0.8999999761581421)], every=2)
+    assert tta.summarize_run(run, 0.90)["time_to_target"] == {
+        "epoch": 4,
+        "wall_s": 20.0,
+        "cpu_s": 40.0,
+    }
+    assert tta.summarize_run(run, 0.9001)["time_to_target"] is None
 
 
 def test_a_log_without_validation_rows_is_named(tmp_path, benchmark_module):

@@ -16,6 +16,16 @@ def test_paired_ratios_are_computed_within_each_round(benchmark_module):
     assert out["fast_over_classic"]["max"] == pytest.approx(3.0)
     assert out["lightning_overhead"]["per_round"] == pytest.approx([0.1, 0.1, 0.2])
     assert out["thread_cap_gain"]["per_round"] == pytest.approx([0.2, 0.2, 0.0])
+    assert "compile_gain" not in out  # its opt-in variant did not run
+
+
+def test_compile_gain_is_paired_against_fast(benchmark_module):
+    tt = benchmark_module("train_throughput")
+    assert "fast_compiled" not in tt.VARIANTS  # opt-in: the default run never compiles
+    rounds = [{"fast": 100.0, "fast_compiled": 86.0}, {"fast": 50.0, "fast_compiled": 60.0}]
+    out = tt.paired(rounds)
+    assert out["compile_gain"]["per_round"] == pytest.approx([-0.14, 0.2])
+    assert set(out) == {"compile_gain"}
 
 
 def test_summarize_rejects_no_rounds(benchmark_module):
