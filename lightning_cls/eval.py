@@ -2,6 +2,9 @@
 
 The checkpoint carries the preprocessing it was trained with (mean/std); the data config only
 says where the test images come from, so any folder with a ``test/`` split can be evaluated.
+``split=val`` evaluates the validation split instead (pass the training run's ``seed`` where the
+DataModule carves validation from train by seed); ``tta_flip``/``tta_translate`` override the
+checkpoint's test-time augmentation (``null``: the checkpoint's own).
 """
 
 from __future__ import annotations
@@ -31,25 +34,49 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             f"Checkpoint not found: ckpt_path={cfg.ckpt_path!r}; pass the path of a .ckpt file "
             "(quote paths containing '=' for Hydra: 'ckpt_path=\"/x/epoch=3.ckpt\"')."
         )
+    split = cfg.get("split", "test")
+    if split not in ("test", "val"):
+        raise ValueError(f"split={split!r} is not evaluable; use split=test or split=val.")
     module = ClassificationModule.load_from_checkpoint(cfg.ckpt_path, map_location="cpu")
+    tta = _override_tta(module, cfg.get("tta_flip"), cfg.get("tta_translate"))
     datamodule = instantiate(cfg.data)
     trained = module.hparams
     if trained.get("mean") is not None:
         datamodule.mean, datamodule.std = tuple(trained.mean), tuple(trained.std)
     datamodule.prepare_data()
-    datamodule.setup("test")
+    datamodule.setup("test" if split == "test" else "fit")
     where = f"The checkpoint {cfg.ckpt_path}"
     check_same_data(trained, datamodule.meta, where, data_name=f"data={cfg.data.name}")
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
     trainer: pl.Trainer = instantiate(cfg.trainer, logger=loggers or False)
-    metrics = to_floats(trainer.test(module, datamodule=datamodule)[0])
+    run = trainer.test if split == "test" else trainer.validate
+    metrics = to_floats(run(module, datamodule=datamodule)[0])
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(
-        json.dumps({"ckpt_path": str(cfg.ckpt_path), "test": metrics}, indent=2) + "\n"
-    )
-    log.info("Test metrics of %s: %s", cfg.ckpt_path, json.dumps(metrics))
+    results = {"ckpt_path": str(cfg.ckpt_path), "split": split, **tta, split: metrics}
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    log.info("%s metrics of %s (%s): %s", split, cfg.ckpt_path, tta, json.dumps(metrics))
     return metrics
+
+
+def _override_tta(module: ClassificationModule, flip, translate) -> dict:
+    """Apply the ``tta_flip``/``tta_translate`` overrides (None keeps the checkpoint's) and
+    return the TTA the evaluation uses."""
+    if translate is not None and (
+        isinstance(translate, bool) or not isinstance(translate, int) or translate < 0
+    ):
+        raise ValueError(
+            f"tta_translate={translate!r} is not a pixel shift; use an int >= 0 (0: none, "
+            "1: airbench's level 2) or null for the checkpoint's own."
+        )
+    if flip is not None:
+        module.hparams.tta_flip = bool(flip)
+    if translate is not None:
+        module.hparams.tta_translate = translate
+    return {
+        "tta_flip": bool(module.hparams.get("tta_flip", False)),
+        "tta_translate": int(module.hparams.get("tta_translate", 0) or 0),
+    }
 
 
 @hydra.main(config_path=config_dir(), config_name="eval", version_base="1.3")

@@ -56,6 +56,32 @@ def test_eval_reproduces_test_metric(trained, tmp_path):
     assert metrics["test/loss"] == pytest.approx(summary["test"]["test/loss"], abs=1e-4)
 
 
+def test_eval_on_the_val_split_reproduces_the_best_val_metric(trained, tmp_path):
+    _, summary = trained
+    overrides = [f"ckpt_path={summary['best_ckpt']}", "split=val", *QUIET_TRAINER[:4]]
+    metrics = evaluate(compose("eval", overrides, tmp=tmp_path))
+    assert metrics["val/acc"] == pytest.approx(summary["best_val_acc"], abs=1e-4)
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["split"] == "val" and results["val"] == pytest.approx(metrics)
+
+
+def test_eval_tta_overrides_change_the_evaluation_and_are_recorded(trained, tmp_path):
+    _, summary = trained
+    ckpt = f"ckpt_path={summary['best_ckpt']}"
+    cfg = compose("eval", [ckpt, "tta_flip=true", "tta_translate=1", *QUIET_TRAINER[:4]], tmp_path)
+    metrics = evaluate(cfg)
+    # Averaging each digit's logits with its mirror's and shifted copies' changes the loss.
+    assert metrics["test/loss"] != pytest.approx(summary["test"]["test/loss"], abs=1e-4)
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert (results["tta_flip"], results["tta_translate"]) == (True, 1)
+    bad = compose("eval", [ckpt, "tta_translate=-1", *QUIET_TRAINER[:4]], tmp=tmp_path)
+    with pytest.raises(ValueError, match=r"tta_translate=-1 is not a pixel shift; use an int >= 0"):
+        evaluate(bad)
+    bad = compose("eval", [ckpt, "split=train", *QUIET_TRAINER[:4]], tmp=tmp_path)
+    with pytest.raises(ValueError, match=r"split='train' is not evaluable; use split=test or"):
+        evaluate(bad)
+
+
 def test_predict_writes_correct_csv(trained, tmp_path):
     _, summary = trained
     dm = DigitsDataModule()
