@@ -16,15 +16,14 @@ import torch
 from PIL import Image
 
 from lightning_cls.data import ImageDataModule, Split, SyntheticDataModule
-from lightning_cls.export.artifacts import load_torch_model
-from lightning_cls.export.meta import ModelMeta
 from lightning_cls.export.onnx import export_onnx, make_session, run_session
 from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
 from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
 from lightning_cls.export.torchscript import export_torchscript, load_torchscript, quiet_jit
+from lightning_cls.inference import InputSpec, load_torch_model
 from lightning_cls.inference.openvino import compile_model
 from lightning_cls.module import ClassificationModule
-from lightning_cls.optim import one_cycle
+from lightning_cls.training.optim import one_cycle
 
 log = logging.getLogger("benchmark")
 
@@ -96,7 +95,7 @@ def load_data(args) -> ArrayDataModule | SyntheticDataModule:
     return dm
 
 
-def prepare_model(name: str, data, args) -> tuple[torch.nn.Module, ModelMeta, Path]:
+def prepare_model(name: str, data, args) -> tuple[torch.nn.Module, InputSpec, Path]:
     """Load ``--ckpt-<name>`` or train ``name`` briefly (SGD + one-cycle, crop + flip)."""
     ckpt = getattr(args, f"ckpt_{name}")
     if ckpt is None:
@@ -112,7 +111,7 @@ def prepare_model(name: str, data, args) -> tuple[torch.nn.Module, ModelMeta, Pa
                 torch.optim.SGD, lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4
             ),
             scheduler=functools.partial(one_cycle, pct_start=0.25),
-            **data.meta,
+            **data.spec,
         )
         trainer = pl.Trainer(
             accelerator="cpu",
@@ -158,7 +157,7 @@ EXPORTED = {
 
 
 def runtimes(
-    net, meta: ModelMeta, data, out: Path, threads: int, calibration_batches: int, only=None
+    net, meta: InputSpec, data, out: Path, threads: int, calibration_batches: int, only=None
 ) -> dict[str, Callable]:
     """name -> fn(normalized float (B, C, H, W)) -> logits, for every runtime that builds here
     (or only those named in ``only``; an int8 runtime builds its fp32 file first)."""

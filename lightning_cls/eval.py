@@ -19,10 +19,10 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from lightning_cls import config_dir
-from lightning_cls.checkpointing import check_same_data
 from lightning_cls.cli import run_cli
+from lightning_cls.cli.printing import to_floats
+from lightning_cls.inference.network import check_same_data
 from lightning_cls.module import ClassificationModule
-from lightning_cls.report import to_floats
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     datamodule.prepare_data()
     datamodule.setup("test" if split == "test" else "fit")
     where = f"The checkpoint {cfg.ckpt_path}"
-    check_same_data(trained, datamodule.meta, where, data_name=f"data={cfg.data.name}")
+    check_same_data(trained, datamodule.spec, where, data_name=f"data={cfg.data.name}")
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
     trainer: pl.Trainer = instantiate(cfg.trainer, logger=loggers or False)
     run = trainer.test if split == "test" else trainer.validate

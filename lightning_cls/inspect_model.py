@@ -17,9 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
-from lightning_cls.models import create_model
-from lightning_cls.shapes import ShapeMismatchError, format_table, trace
-from lightning_cls.train import run_stamp  # noqa: F401  (registers the resolver conf/hydra/train.yaml uses)
+from lightning_cls.cli.resolvers import register_resolvers
+from lightning_cls.inference.network import build_network
+from lightning_cls.training.shapes import ShapeMismatchError, format_table, trace
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +30,14 @@ def inspect_model(cfg: DictConfig) -> str:
     datamodule.setup("fit")
     x, _ = next(iter(datamodule.train_dataloader()))  # (B, C, H, W) float, augmented
     model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
-    if model_kwargs.get("num_classes") is None:  # data=imagefolder counts its class folders
-        model_kwargs["num_classes"] = datamodule.num_classes
-    net = create_model(model_kwargs.pop("name"), **model_kwargs)
+    net = build_network(model_kwargs.pop("name"), model_kwargs, datamodule.classes)
     net.eval()
     with torch.no_grad():
         records = trace(net, x)
     return f"{cfg.model.name} on {cfg.data.name}, batch {list(x.shape)}\n" + format_table(records)
+
+
+register_resolvers()  # ${run_stamp:...} in conf/hydra/train.yaml
 
 
 @hydra.main(config_path=config_dir(), config_name="train", version_base="1.3")

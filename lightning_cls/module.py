@@ -12,10 +12,10 @@ from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from lightning_cls.inference.network import build_network, class_names
 from lightning_cls.inference.predictor import tta as test_time_augment
-from lightning_cls.mixup import BatchMixer
-from lightning_cls.models import create_model
-from lightning_cls.optim import apply_group_scales
+from lightning_cls.training.mixup import BatchMixer
+from lightning_cls.training.optim import apply_group_scales
 
 STAGES = ("train", "val", "test")
 
@@ -30,8 +30,8 @@ class ClassificationModule(pl.LightningModule):
     ``classes``, ``mean``, ``std``, ``image_size`` and ``num_channels`` describe the input the
     network expects; they travel in the checkpoint so predict/export need nothing else.
     ``optimizer`` and ``scheduler`` are partials: ``optimizer(params)`` and
-    ``scheduler(optimizer, total_steps=...)`` (see ``lightning_cls.optim``).
-    ``mixup_alpha``/``cutmix_alpha`` > 0 mix training batches (``lightning_cls.mixup``) with
+    ``scheduler(optimizer, total_steps=...)`` (see ``lightning_cls.training.optim``).
+    ``mixup_alpha``/``cutmix_alpha`` > 0 mix training batches (``lightning_cls.training.mixup``) with
     probability ``mix_prob``. ``classes``/``num_classes`` (attributes) and ``test_confusion``
     (a ``MulticlassConfusionMatrix`` over the last test run) are read by callbacks.
     """
@@ -62,10 +62,7 @@ class ClassificationModule(pl.LightningModule):
         if net is None:
             if model_name is None:
                 raise ValueError("ClassificationModule needs model_name (a registry name) or net.")
-            kwargs = dict(model_kwargs or {})
-            if kwargs.get("num_classes") is None and classes:
-                kwargs["num_classes"] = len(classes)  # data=imagefolder counts its class folders
-            net = create_model(model_name, **kwargs)
+            net = build_network(model_name, model_kwargs, classes)
         self.net = net
         # The one place the number of classes is derived (metrics, mixup and plots read it).
         self.classes = class_names(classes, (model_kwargs or {}).get("num_classes"))
@@ -73,7 +70,7 @@ class ClassificationModule(pl.LightningModule):
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         # net -> torch param-group dicts, optionally with lr_scale/weight_decay_scale
-        # (lightning_cls.optim.apply_group_scales); e.g. optim.norm_bias_groups.
+        # (lightning_cls.training.optim.apply_group_scales); e.g. optim.norm_bias_groups.
         self.param_groups = param_groups
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         self.metrics = nn.ModuleDict(
@@ -158,23 +155,6 @@ class ClassificationModule(pl.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
-
-
-def class_names(classes: Sequence[str] | None, num_classes: int | None) -> list[str]:
-    """The class names (``"0"``, ``"1"``, … when only a count is known)."""
-    if classes:
-        if num_classes is not None and num_classes != len(classes):
-            raise ValueError(
-                f"model_kwargs.num_classes={num_classes} but {len(classes)} classes are named "
-                f"({list(classes)[:10]}); set model.num_classes={len(classes)}."
-            )
-        return [str(c) for c in classes]
-    if not num_classes:
-        raise ValueError(
-            "ClassificationModule cannot tell the number of classes: pass classes (the data's "
-            "class names) or model_kwargs.num_classes."
-        )
-    return [str(i) for i in range(num_classes)]
 
 
 def _accuracy_metrics(num_classes: int, stage: str) -> MetricCollection:

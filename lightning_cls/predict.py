@@ -19,8 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
-from lightning_cls.images import find_images, write_predictions_csv
-from lightning_cls.inference import load_artifact, predict_files
+from lightning_cls.inference import find_images, load_artifact, predict_files, write_predictions_csv
 
 log = logging.getLogger(__name__)
 

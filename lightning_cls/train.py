@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
-from datetime import datetime
 from pathlib import Path
 
 import hydra
@@ -32,12 +30,13 @@ from pytorch_lightning.utilities import rank_zero_only
 from lightning_cls import config_dir
 from lightning_cls.callbacks.best_metric import BestMetric
 from lightning_cls.callbacks.optuna_pruning import OptunaPruning
-from lightning_cls.checkpointing import LAST, check_compatible, resolve_ckpt_path
 from lightning_cls.cli import run_cli
+from lightning_cls.cli.printing import print_config, to_floats
+from lightning_cls.cli.resolvers import register_resolvers
 from lightning_cls.export.callback import ExportCallback
 from lightning_cls.models import pretrained_preprocessing
 from lightning_cls.module import ClassificationModule
-from lightning_cls.report import print_config, to_floats
+from lightning_cls.training.resume import LAST, check_compatible, resolve_ckpt_path
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +91,7 @@ def train(cfg: DictConfig) -> dict:
         tta_translate=cfg.get("tta_translate", 0),
         param_groups=instantiate(cfg.param_groups) if cfg.get("param_groups") else None,
         **OmegaConf.to_container(cfg.mixup),
-        **datamodule.meta,
+        **datamodule.spec,
     )
     if cfg.data.get("channels_last"):
         module = module.to(memory_format=torch.channels_last)  # weights too, not just inputs
@@ -200,31 +199,7 @@ def _best_score(trainer: pl.Trainer) -> float | None:
     return float(score) if score is not None else None
 
 
-def run_stamp(fmt: str) -> str:
-    """The time that names a run folder: now, or under torchrun the start time of the
-    launching agent — the parent of every local rank — so all ranks pick the same folder
-    without talking to each other (``hydra.run.dir`` in conf/hydra/train.yaml)."""
-    started = _torchrun_agent_start() if "TORCHELASTIC_RUN_ID" in os.environ else None
-    return (datetime.fromtimestamp(started) if started else datetime.now()).strftime(fmt)
-
-
-def _torchrun_agent_start() -> float | None:
-    """Start time (s since the epoch) of the parent process, from Linux /proc; else None."""
-    try:
-        stat = Path(f"/proc/{os.getppid()}/stat").read_text()
-        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime (after comm)
-        boot = next(
-            int(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime")
-        )
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
-
-
-if not OmegaConf.has_resolver("run_stamp"):
-    OmegaConf.register_new_resolver("run_stamp", run_stamp, use_cache=True)
+register_resolvers()  # ${run_stamp:...} in conf/hydra/train.yaml
 
 
 @hydra.main(config_path=config_dir(), config_name="train", version_base="1.3")

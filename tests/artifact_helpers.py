@@ -12,10 +12,10 @@ import pytorch_lightning as pl
 import torch
 from PIL import Image
 
-from lightning_cls.checkpointing import network_state_dict
 from lightning_cls.data import SyntheticDataModule
 from lightning_cls.export.exporter import ExportConfig, export_model
 from lightning_cls.inference import InputSpec
+from lightning_cls.inference.network import network_state_dict
 from lightning_cls.module import ClassificationModule
 
 
@@ -47,7 +47,7 @@ def make_artifacts(root: Path, tta_flip: bool = True, tta_translate: int = 1) ->
         optimizer=functools.partial(torch.optim.Adam, lr=3e-3),
         tta_flip=tta_flip,
         tta_translate=tta_translate,
-        **data.meta,
+        **data.spec,
     )
     trainer = pl.Trainer(
         default_root_dir=root,
@@ -94,3 +94,72 @@ def png_bytes(image: torch.Tensor) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(np.ascontiguousarray(image.permute(1, 2, 0).numpy())).save(buf, "PNG")
     return buf.getvalue()
+
+
+# A tiny SimpleCNN trained for a few seconds on synthetic data (the `trained` fixture).
+def make_data(**kwargs) -> SyntheticDataModule:
+    options = dict(
+        num_classes=4,
+        num_channels=3,
+        image_size=16,
+        train_size=384,
+        test_size=64,
+        batch_size=32,
+        val_size=128,
+        noise=0.8,
+        seed=0,
+    )
+    options.update(kwargs)
+    return SyntheticDataModule(**options)
+
+
+def make_module(
+    data: SyntheticDataModule, model_name: str = "simplecnn", **model_kwargs
+) -> ClassificationModule:
+    kwargs = dict(
+        num_classes=data.num_classes, in_channels=data.num_channels, image_size=data.image_size
+    )
+    if model_name == "simplecnn":
+        kwargs.update(widths=[8, 16], hidden=32)
+    kwargs.update(model_kwargs)
+    return ClassificationModule(
+        model_name=model_name,
+        model_kwargs=kwargs,
+        optimizer=functools.partial(torch.optim.Adam, lr=3e-3),
+        **data.spec,
+    )
+
+
+def fit(
+    module: ClassificationModule, data: SyntheticDataModule, root: Path, **trainer_kwargs
+) -> Path:
+    """Train on CPU and save a checkpoint; return its path."""
+    options = dict(
+        default_root_dir=root,
+        accelerator="cpu",
+        devices=1,
+        max_epochs=4,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+    )
+    options.update(trainer_kwargs)
+    trainer = pl.Trainer(**options)
+    trainer.fit(module, datamodule=data)
+    path = root / "model.ckpt"
+    trainer.save_checkpoint(path)
+    return path
+
+
+@dataclass
+class Trained:
+    ckpt: Path
+    module: ClassificationModule
+    data: SyntheticDataModule
+    spec: InputSpec
+
+    @property
+    def net(self) -> torch.nn.Module:
+        return self.module.net.eval()

@@ -7,7 +7,9 @@ import os
 import pytest
 import torch
 
+from artifact_helpers import Trained, fit, make_data, make_module
 from hydra_helpers import QUIET_TRAINER
+from lightning_cls.inference import InputSpec
 
 # Tests run two at a time on two cores (pytest -n 2): one intra-op thread each.
 torch.set_num_threads(1)
@@ -26,3 +28,17 @@ def _single_thread():
 @pytest.fixture
 def quiet_trainer() -> list[str]:
     return list(QUIET_TRAINER)
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory) -> Trained:
+    """A SimpleCNN trained for a few seconds on synthetic data, shared by the export and
+    inference tests (built once per worker)."""
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    data = make_data()
+    module = make_module(data)
+    ckpt = fit(module, data, tmp_path_factory.mktemp("trained"))
+    torch.set_num_threads(threads)
+    return Trained(ckpt, module.eval(), data, InputSpec.from_hparams(module.hparams))

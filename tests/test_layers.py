@@ -11,40 +11,33 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "lightning_cls"
 
-# The only files that may import hydra/omegaconf: they compose configs and instantiate them.
-ENTRY_POINTS = {
-    "train.py",
-    "eval.py",
-    "predict.py",
-    "stats.py",
-    "inspect_model.py",
-    "bench_data.py",
-    "data/optimize.py",
-    "summarize.py",
-    "cli.py",
-    "export/__main__.py",
-    "serve/__main__.py",  # python -m lightning_cls.data.optimize: writes litdata chunks
-}
+# The library roots; every other module at the root of the package is a command.
+LIBRARY_ROOTS = {"__init__", "module", "registry", "fileio", "threads"}
+
+
+def _entry_points() -> set[str]:
+    """The only files that may import hydra/omegaconf: the commands (every root module except
+    the library roots, every ``*/__main__.py``) and ``cli/`` (run_cli, resolvers, printing)."""
+    roots = {p.name for p in PACKAGE.glob("*.py") if p.stem not in LIBRARY_ROOTS}
+    mains = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.glob("*/__main__.py")}
+    cli = {p.relative_to(PACKAGE).as_posix() for p in (PACKAGE / "cli").glob("*.py")}
+    return roots | mains | cli
+
+
+ENTRY_POINTS = _entry_points()
 
 # Layer of each top-level module or sub-package, lowest first; the table in docs/architecture.md.
 LAYERS = {
-    "base": {
-        "__init__",
-        "registry",
-        "fileio",
-        "threads",
-        "checkpointing",
-        "checkpoint_io",
-        "shapes",
-        "report",
-    },
+    "base": {"__init__", "registry", "fileio", "threads"},
     "models": {"models"},
-    "inference": {"inference", "images"},
+    "inference": {"inference"},
     "data": {"data"},
-    "training": {"module", "optim", "mixup", "callbacks", "loggers"},
+    "training": {"module", "training", "callbacks"},
     "export": {"export"},
     "serving": {"serve"},
 }
@@ -80,7 +73,9 @@ def rank_of(path: Path) -> int:
 
 def test_every_module_has_a_layer():
     unknown = sorted(
-        {unit_of(p) for p in library_files()} - set(RANK) - {Path(e).stem for e in ENTRY_POINTS}
+        {unit_of(p) for p in library_files()}
+        - set(RANK)
+        - {Path(e).parts[0].removesuffix(".py") for e in ENTRY_POINTS}
     )
     assert not unknown, (
         f"lightning_cls/{unknown} is in no layer: add it to LAYERS here and to the table in "
@@ -125,7 +120,7 @@ def test_importing_the_library_leaves_hydra_out():
         "import sys\n"
         "def loaded(): return sorted(m for m in ('hydra', 'omegaconf') if m in sys.modules)\n"
         "import lightning_cls.data\nprint(loaded())\n"
-        "import lightning_cls.module, lightning_cls.inference, lightning_cls.checkpointing\n"
+        "import lightning_cls.module, lightning_cls.inference, lightning_cls.training.resume\n"
         "from lightning_cls.callbacks.registry import list_callbacks\n"
         "from lightning_cls.data import list_datasets\nfrom lightning_cls.models import list_models\n"
         "list_callbacks(), list_datasets(), list_models()\nprint(loaded())\n"
@@ -147,8 +142,43 @@ def test_the_checker_sees_lazy_and_package_imports(tmp_path):
 def test_every_entry_point_ends_through_run_cli():
     """A user error of any command-line tool ends in one line and exit code 1 (cli.py)."""
     missing = []
-    for rel in sorted(ENTRY_POINTS - {"cli.py"}):
+    for rel in sorted(e for e in ENTRY_POINTS if not e.startswith("cli/")):
         path = PACKAGE / rel
         if path.is_file() and "run_cli(main)" not in path.read_text():
             missing.append(rel)
     assert not missing, f"end these with `if __name__ == '__main__': run_cli(main)`: {missing}"
+
+
+def test_the_root_shows_the_architecture():
+    """The commands and a handful of library roots; everything else lives in a sub-package."""
+    roots = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(roots) <= 13, f"{len(roots)} modules at the root of lightning_cls: {roots}"
+    assert {"train.py", "eval.py", "predict.py", "module.py"} <= set(roots)
+
+
+def test_entry_points_are_derived_from_the_layout():
+    assert {"train.py", "optimize_data.py", "export/__main__.py", "cli/__init__.py"} <= ENTRY_POINTS
+    assert not ENTRY_POINTS & {"module.py", "fileio.py", "registry.py", "threads.py"}
+
+
+# Each of these must import without Lightning and without Hydra: a server, an exporter and the
+# sweeper run on machines that never train.
+LIGHT_IMPORTS = {
+    "lightning_cls.inference": ("pytorch_lightning", "hydra", "omegaconf"),
+    "lightning_cls.export": ("pytorch_lightning", "hydra", "omegaconf"),
+    "lightning_cls.export.onnx": ("pytorch_lightning", "hydra", "omegaconf"),
+    "lightning_cls.export.quantize": ("pytorch_lightning", "hydra", "omegaconf"),
+    "lightning_cls.export.openvino": ("pytorch_lightning", "hydra", "omegaconf"),
+    "lightning_cls.export.exporter": ("pytorch_lightning", "hydra", "omegaconf"),
+    "lightning_cls.training.optuna": ("pytorch_lightning", "torch"),
+    "hydra_plugins.lightning_cls_optuna_sweeper.optuna_sweeper": ("pytorch_lightning", "optuna"),
+}
+
+
+@pytest.mark.parametrize("module", sorted(LIGHT_IMPORTS))
+def test_light_modules_import_without_lightning(module):
+    forbidden = LIGHT_IMPORTS[module]
+    code = f"import sys, {module}\nprint(sorted(m for m in {forbidden!r} if m in sys.modules))\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["[]"], f"import {module} loaded {out.stdout.strip()}"

@@ -52,7 +52,7 @@ def test_translate_tta_averages_copies_shifted_by_p_pixels_with_reflected_edges(
 def test_module_needs_a_network():
     with pytest.raises(ValueError, match="needs model_name .* or net"):
         ClassificationModule()
-    with pytest.raises(ValueError, match="cannot tell the number of classes: pass classes"):
+    with pytest.raises(ValueError, match="Cannot tell the number of classes: pass classes"):
         ClassificationModule(net=nn.Identity())
 
 

@@ -281,7 +281,7 @@ def test_eval_missing_checkpoint_names_the_path(tmp_path):
 def test_run_stamp_under_torchrun_is_the_launchers_start_not_now(monkeypatch):
     import time
 
-    from lightning_cls.train import _torchrun_agent_start, run_stamp
+    from lightning_cls.cli.resolvers import _torchrun_agent_start, run_stamp
 
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
     started = _torchrun_agent_start()  # this process's parent stands in for the agent

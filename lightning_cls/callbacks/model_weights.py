@@ -16,8 +16,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from lightning_cls.checkpointing import network_state_dict
 from lightning_cls.fileio import atomic_path
+from lightning_cls.inference.network import network_state_dict
 
 log = logging.getLogger(__name__)
 

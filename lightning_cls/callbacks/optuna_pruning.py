@@ -23,10 +23,9 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-log = logging.getLogger(__name__)
+from lightning_cls.training.optuna import PRUNED_ATTR, PRUNER_ATTR
 
-PRUNER_ATTR = "pruner"  # study user attribute: {"_target_": "optuna.pruners.X", **kwargs}
-PRUNED_ATTR = "pruned_at_epoch"  # trial user attribute set when the pruner stops a run
+log = logging.getLogger(__name__)
 
 
 def build_pruner(spec: dict | None) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytorch_lightning as pl
 import torch
 
-from lightning_cls.shapes import trace
+from lightning_cls.training.shapes import trace
 
 
 class ShapeCheck(pl.Callback):

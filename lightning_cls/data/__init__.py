@@ -4,7 +4,7 @@ Every built-in DataModule is in the dataset registry under its config's name
 (``list_datasets()``); plug-ins add theirs through the ``lightning_cls.datasets`` entry points.
 """
 
-from lightning_cls.data.base import ImageDataModule, Split
+from lightning_cls.data.base import ImageDataModule
 from lightning_cls.data.digits import DigitsDataModule
 from lightning_cls.data.imagefolder import ImageFolderDataModule
 from lightning_cls.data.registry import create_dataset, list_datasets, register_dataset
@@ -16,6 +16,7 @@ from lightning_cls.data.torchvision_sets import (
     FashionMNISTDataModule,
     MNISTDataModule,
 )
+from lightning_cls.inference.spec import Split
 
 __all__ = [
     "CIFAR10DataModule",

@@ -14,7 +14,6 @@ carves a validation split with a fixed seed and serves loaders through one of tw
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import pytorch_lightning as pl
 import torch
@@ -24,6 +23,7 @@ from torchvision import transforms as T
 
 from lightning_cls.data.augment import BatchAugment
 from lightning_cls.data.tensor_loader import TensorBatchLoader, batch_generator
+from lightning_cls.inference.spec import Split
 from lightning_cls.threads import configure_threads, worker_init_fn
 
 PIPELINES = ("tensor", "pil")
@@ -33,18 +33,6 @@ PRECISION_INPUT_DTYPES = {
     "16-true": torch.float16,
     "64-true": torch.float64,
 }
-
-
-@dataclass
-class Split:
-    images: torch.Tensor  # (N, C, H, W) uint8
-    labels: torch.Tensor  # (N,) int64
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def subset(self, index: torch.Tensor) -> Split:
-        return Split(self.images[index], self.labels[index])
 
 
 class ArrayDataset(Dataset):
@@ -134,7 +122,7 @@ class ImageDataModule(pl.LightningDataModule):
         return len(self.classes)
 
     @property
-    def meta(self) -> dict:
+    def spec(self) -> dict:
         """What a checkpoint or an exported model needs to know about its input."""
         return {
             "classes": list(self.classes),

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lightning_cls.data.base import ImageDataModule, Split, as_split, check_channels
+from lightning_cls.data.base import ImageDataModule, as_split, check_channels
 from lightning_cls.data.registry import register_dataset
+from lightning_cls.inference.spec import Split
 
 # Per-channel statistics of the training split (python -m lightning_cls.stats data=digits).
 DIGITS_MEAN = (0.3057,)

@@ -25,9 +25,10 @@ import torch
 from torchvision import transforms as T
 
 from lightning_cls.data import cache as image_cache
-from lightning_cls.data.base import ImageDataModule, Split, check_channels, hold_out
+from lightning_cls.data.base import ImageDataModule, check_channels, hold_out
 from lightning_cls.data.decode import IMAGE_SUFFIXES
 from lightning_cls.data.registry import register_dataset
+from lightning_cls.inference.spec import Split
 from lightning_cls.threads import available_cores
 
 log = logging.getLogger(__name__)
@@ -262,8 +263,8 @@ class ImageFolderDataModule(ImageDataModule):
 
     # -- input pipeline: crops of the cached squares -------------------------------------------
     @property
-    def meta(self) -> dict:
-        meta = super().meta
+    def spec(self) -> dict:
+        meta = super().spec
         if self.decode_size != self.image_size:
             meta["resize_size"] = self.decode_size  # predict/serve: Resize(this) + CenterCrop
         return meta

@@ -91,7 +91,7 @@ def _collate(items: Sequence[dict]) -> tuple[torch.Tensor, torch.Tensor]:
 
 @register_dataset("streaming")
 class StreamingDataModule(pl.LightningDataModule):
-    """Train/val/test from litdata chunks written by ``write_streaming`` (``lightning_cls.data.optimize``).
+    """Train/val/test from litdata chunks written by ``write_streaming`` (``lightning_cls.optimize_data``).
 
     ``input_dir``: a local folder or an object-store URL (``s3://bucket/path``; credentials
     from the environment or ``storage_options``). ``cache_dir`` (default: a fresh temporary
@@ -173,7 +173,7 @@ class StreamingDataModule(pl.LightningDataModule):
         return tuple(self._std if self._std is not None else self.info["std"])
 
     @property
-    def meta(self) -> dict:
+    def spec(self) -> dict:
         meta = {
             "classes": self.classes,
             "mean": list(self.mean),
@@ -191,7 +191,7 @@ class StreamingDataModule(pl.LightningDataModule):
             if not path.is_file():
                 raise FileNotFoundError(
                     f"{path} not found: data.input_dir must be a folder written by "
-                    "`python -m lightning_cls.data.optimize data=... out=...`."
+                    "`python -m lightning_cls.optimize_data data=... out=...`."
                 )
             return json.loads(path.read_text())
         from litdata.streaming.downloader import get_downloader

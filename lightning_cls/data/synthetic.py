@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from lightning_cls.data.base import ImageDataModule, Split, check_channels
+from lightning_cls.data.base import ImageDataModule, check_channels
 from lightning_cls.data.registry import register_dataset
+from lightning_cls.inference.spec import Split
 
 
 @register_dataset("synthetic")

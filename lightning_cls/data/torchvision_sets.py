@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lightning_cls.data.base import ImageDataModule, Split, as_split, check_channels
+from lightning_cls.data.base import ImageDataModule, as_split, check_channels
 from lightning_cls.data.registry import register_dataset
+from lightning_cls.inference.spec import Split
 
 
 class TorchvisionDataModule(ImageDataModule):

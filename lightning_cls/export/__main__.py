@@ -18,13 +18,13 @@ from omegaconf import DictConfig
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
-from lightning_cls.export.artifacts import load_torch_model
 from lightning_cls.export.exporter import (
     AccuracyDropError,
     ExportConfig,
     ExportResult,
     export_model,
 )
+from lightning_cls.inference import load_torch_model
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,11 @@ def export(cfg: DictConfig) -> ExportResult:
         raise ValueError(
             "Nothing to export: export=none; choose export=onnx|torchscript|pt2|all|int8|triton."
         )
-    net, meta = load_torch_model(cfg.ckpt_path, model_name=cfg.get("model_name"))
+    net, spec = load_torch_model(cfg.ckpt_path, model_name=cfg.get("model_name"))
     datamodule = instantiate(cfg.data) if cfg.get("data") and config.needs_data else None
     if datamodule is not None:
         datamodule.prepare_data()
-    result = export_model(net, meta, Path(cfg.output_dir), config, datamodule)
+    result = export_model(net, spec, Path(cfg.output_dir), config, datamodule)
     for report in result.reports:
         log.info("%s", report.summary())
     log.info("Exported: %s", json.dumps({k: str(v) for k, v in result.paths.items()}))

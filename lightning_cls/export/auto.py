@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lightning_cls.checkpointing import check_same_data
+from lightning_cls.inference.network import check_same_data
 from lightning_cls.inference.spec import InputSpec
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ def export_auto(
     out.mkdir(parents=True, exist_ok=True)
     datamodule.setup("fit")
     # The INT8 candidates calibrate, and every candidate is scored, on this data.
-    check_same_data(spec.to_dict(), datamodule.meta, "The model being exported", "this data")
+    check_same_data(spec.to_dict(), datamodule.spec, "The model being exported", "this data")
     train, val = datamodule.splits["train"], datamodule.splits["val"]
     threads = cfg.threads or torch.get_num_threads()
     net = net.eval()

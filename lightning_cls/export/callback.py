@@ -9,11 +9,10 @@ from pathlib import Path
 import pytorch_lightning as pl
 from torch import nn
 
-from lightning_cls.checkpointing import network_state_dict
-from lightning_cls.export.artifacts import load_torch_model
 from lightning_cls.export.exporter import ExportConfig, ExportResult, export_model
+from lightning_cls.inference import load_torch_model
+from lightning_cls.inference.network import build_network, network_state_dict
 from lightning_cls.inference.spec import InputSpec
-from lightning_cls.models import create_model
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +38,21 @@ class ExportCallback(pl.Callback):
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         if self.use_best and best:
             log.info("Exporting the best checkpoint %s", best)
-            net, meta = load_torch_model(best)
+            net, spec = load_torch_model(best)
         else:
-            net, meta = final_network(pl_module), InputSpec.from_hparams(pl_module.hparams)
+            net, spec = final_network(pl_module), InputSpec.from_hparams(pl_module.hparams)
         out = Path(self.dirpath) if self.dirpath else Path(trainer.default_root_dir) / "export"
         datamodule = trainer.datamodule if self.config.needs_data else None
-        self.result = export_model(net, meta, out, self.config, datamodule)
+        self.result = export_model(net, spec, out, self.config, datamodule)
 
 
 def final_network(pl_module: pl.LightningModule) -> nn.Module:
     """A CPU, eval-mode copy of ``pl_module.net`` without compile or DDP wrappers."""
     hparams = pl_module.hparams
     if hparams.get("model_name"):
-        net = create_model(hparams["model_name"], **(hparams.get("model_kwargs") or {}))
+        net = build_network(
+            hparams["model_name"], hparams.get("model_kwargs"), hparams.get("classes")
+        )
         net.load_state_dict(network_state_dict(pl_module.state_dict()))
         return net.eval()
     net = getattr(pl_module.net, "_orig_mod", pl_module.net)  # torch.compile wrapper

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from torch import nn
 
-from lightning_cls.checkpointing import check_same_data
+from lightning_cls.export.errors import AccuracyDropError
 from lightning_cls.export.triton import TritonConfig, export_triton
+from lightning_cls.inference.network import check_same_data
 from lightning_cls.inference.spec import META_FILE, InputSpec
 
 log = logging.getLogger(__name__)
@@ -25,10 +26,6 @@ DERIVED_FORMATS = ("triton",)
 # Not in "all": openvino needs the `openvino` extra; auto measures every runtime (slow).
 EXTRA_FORMATS = ("openvino", "auto")
 REPORT_FILE = "quantization_report.json"
-
-
-class AccuracyDropError(RuntimeError):
-    """A quantized model lost more validation accuracy than allowed."""
 
 
 @dataclass
@@ -122,7 +119,7 @@ class ExportResult:
 
 
 def export_model(
-    net: nn.Module, meta: InputSpec, out_dir: str | Path, config: ExportConfig, datamodule=None
+    net: nn.Module, spec: InputSpec, out_dir: str | Path, config: ExportConfig, datamodule=None
 ) -> ExportResult:
     """Export ``net`` as ``config`` says; quantization calibrates and validates on ``datamodule``.
 
@@ -132,27 +129,27 @@ def export_model(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     result = ExportResult()
-    (out / META_FILE).write_text(json.dumps(meta.to_dict(), indent=2) + "\n")
+    (out / META_FILE).write_text(json.dumps(spec.to_dict(), indent=2) + "\n")
     kw = config.check_kwargs
     if "onnx" in config.formats:
         from lightning_cls.export.onnx import export_onnx
 
-        result.paths["onnx"] = export_onnx(net, meta, out / "model.onnx", config.opset, **kw)
+        result.paths["onnx"] = export_onnx(net, spec, out / "model.onnx", config.opset, **kw)
     if "torchscript" in config.formats:
         from lightning_cls.export.torchscript import export_torchscript
 
         for mode in config.torchscript_modes:
             path = out / f"model_{mode}.torchscript"
-            result.paths[f"torchscript_{mode}"] = export_torchscript(net, meta, path, mode, **kw)
+            result.paths[f"torchscript_{mode}"] = export_torchscript(net, spec, path, mode, **kw)
     if "pt2" in config.formats:
         from lightning_cls.export.pt2 import export_pt2
 
-        result.paths["pt2"] = export_pt2(net, meta, out / "model.pt2", **kw)
+        result.paths["pt2"] = export_pt2(net, spec, out / "model.pt2", **kw)
     if "openvino" in config.formats:
         from lightning_cls.export.openvino import export_openvino
 
         result.paths["openvino"] = export_openvino(
-            result.paths["onnx"], out / "model.xml", meta, net, config.openvino_precision, **kw
+            result.paths["onnx"], out / "model.xml", spec, net, config.openvino_precision, **kw
         )
     if "auto" in config.formats:
         from lightning_cls.export.auto import AutoConfig, export_auto
@@ -162,23 +159,23 @@ def export_model(
                 "export=auto checks each runtime's accuracy on the validation split, so it "
                 "needs a DataModule; pass data=<name> (e.g. data=cifar10) on the command line."
             )
-        auto = export_auto(net, meta, out / "auto", datamodule, AutoConfig(**config.auto), kw)
+        auto = export_auto(net, spec, out / "auto", datamodule, AutoConfig(**config.auto), kw)
         result.paths["auto"] = auto.path
     if "triton" in config.formats:
         result.paths["triton"] = export_triton(
-            result.paths["onnx"], out / "triton", meta, config.triton
+            result.paths["onnx"], out / "triton", spec, config.triton
         ).parent
     if config.quantize.enabled:
-        _quantize(net, meta, out, config, datamodule, result)
+        _quantize(net, spec, out, config, datamodule, result)
     for name, path in result.paths.items():
         log.info("%-22s %s (%.2f MB)", name, path, path.stat().st_size / 1e6)
     return result
 
 
-def _quantize(net, meta, out: Path, config: ExportConfig, datamodule, result: ExportResult) -> None:
+def _quantize(net, spec, out: Path, config: ExportConfig, datamodule, result: ExportResult) -> None:
     from lightning_cls.export import quantize as q
-    from lightning_cls.export.artifacts import load_artifact
     from lightning_cls.export.torchscript import export_torchscript
+    from lightning_cls.inference import load_artifact
 
     qc = config.quantize
     if datamodule is None:
@@ -189,15 +186,15 @@ def _quantize(net, meta, out: Path, config: ExportConfig, datamodule, result: Ex
     datamodule.setup("fit")
     # Calibrating on, and reporting accuracy against, other classes would be silently wrong.
     check_same_data(
-        meta.to_dict(),
-        datamodule.meta,
+        spec.to_dict(),
+        datamodule.spec,
         "The model being quantized",
         data_name=f"data={getattr(datamodule, 'name', type(datamodule).__name__)}",
     )
     train, val = datamodule.splits["train"], datamodule.splits["val"]
     if qc.static:
         reader = q.SplitCalibrationReader(
-            train, meta, qc.calibration_batches, qc.calibration_batch_size
+            train, spec, qc.calibration_batches, qc.calibration_batch_size
         )
         int8 = q.quantize_onnx_static(
             result.paths["onnx"],
@@ -213,12 +210,12 @@ def _quantize(net, meta, out: Path, config: ExportConfig, datamodule, result: Ex
     if qc.dynamic:
         kw = config.check_kwargs
         fp32 = result.paths.get("torchscript_trace") or export_torchscript(
-            net, meta, out / "model_trace.torchscript", "trace", **kw
+            net, spec, out / "model_trace.torchscript", "trace", **kw
         )
         result.paths["torchscript_trace"] = fp32
         int8 = export_torchscript(
             q.quantize_torch_dynamic(net),
-            meta,
+            spec,
             out / "model_int8_dynamic.torchscript",
             "trace",
             **kw,
@@ -233,7 +230,7 @@ def _quantize(net, meta, out: Path, config: ExportConfig, datamodule, result: Ex
             result.paths["openvino"],
             out / "model_int8.xml",
             train,
-            meta,
+            spec,
             qc.calibration_batches,
             qc.calibration_batch_size,
         )

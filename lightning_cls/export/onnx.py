@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lightning_cls.export.meta import ExportCheckError, check_outputs_close, example_batch
+from lightning_cls.export.checks import check_outputs_close, example_batch
+from lightning_cls.export.errors import ExportCheckError
 from lightning_cls.fileio import atomic_path
 from lightning_cls.inference.runtimes import make_session
 from lightning_cls.inference.spec import InputSpec
@@ -28,7 +29,7 @@ PARITY_BATCH_SIZES = (1, 7)
 
 def export_onnx(
     net: nn.Module,
-    meta: InputSpec,
+    spec: InputSpec,
     path: str | Path,
     opset: int = OPSET,
     check_batch_sizes: Sequence[int] = PARITY_BATCH_SIZES,
@@ -50,7 +51,7 @@ def export_onnx(
             batch = torch.export.Dim("batch", min=1)
             torch.onnx.export(
                 net,
-                (example_batch(meta, 2),),
+                (example_batch(spec, 2),),
                 str(tmp),
                 dynamo=True,
                 dynamic_shapes=({0: batch},),
@@ -61,7 +62,7 @@ def export_onnx(
                 verbose=False,
             )
             model = onnx.load(str(tmp))
-            write_metadata(model, meta)
+            write_metadata(model, spec)
             onnx.save_model(model, str(tmp), save_as_external_data=False)
             onnx.checker.check_model(str(tmp))
             side_files = list(tmp.parent.glob(tmp.name + ".*"))
@@ -73,17 +74,17 @@ def export_onnx(
                     "self-contained file."
                 )
             if check_batch_sizes:
-                check_onnx_parity(tmp, net, meta, check_batch_sizes, atol, rtol, path.name)
+                check_onnx_parity(tmp, net, spec, check_batch_sizes, atol, rtol, path.name)
     finally:
         net.train(was_training)
     log.info("Exported ONNX (opset %d) to %s", opset, path)
     return path
 
 
-def write_metadata(model, meta: InputSpec, **extra: str) -> None:
-    """Replace the model's ``metadata_props`` with ``meta`` (+ ``extra`` string entries)."""
+def write_metadata(model, spec: InputSpec, **extra: str) -> None:
+    """Replace the model's ``metadata_props`` with ``spec`` (+ ``extra`` string entries)."""
     del model.metadata_props[:]
-    for key, value in {**meta.to_props(), **extra}.items():
+    for key, value in {**spec.to_props(), **extra}.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
 
@@ -107,7 +108,7 @@ def run_session(session, x: torch.Tensor) -> torch.Tensor:
 def check_onnx_parity(
     path: str | Path,
     net: nn.Module,
-    meta: InputSpec,
+    spec: InputSpec,
     batch_sizes: Sequence[int] = PARITY_BATCH_SIZES,
     atol: float = 1e-4,
     rtol: float = 1e-3,
@@ -122,7 +123,7 @@ def check_onnx_parity(
     name = name or path.name
     session = make_session(path)
     for seed, batch_size in enumerate(batch_sizes):
-        x = example_batch(meta, batch_size, seed=seed)
+        x = example_batch(spec, batch_size, seed=seed)
         with torch.no_grad():
             expected = net(x)
         check_outputs_close(

@@ -18,8 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lightning_cls.data.base import Split
-from lightning_cls.export.meta import check_outputs_close, example_batch
+from lightning_cls.export.checks import check_outputs_close, example_batch
 from lightning_cls.inference.openvino import (
     PRECISIONS,
     RT_SECTION,
@@ -27,7 +26,7 @@ from lightning_cls.inference.openvino import (
     read_rt_props,
     spec_props,
 )
-from lightning_cls.inference.spec import InputSpec
+from lightning_cls.inference.spec import InputSpec, Split
 
 log = logging.getLogger(__name__)
 

@@ -28,10 +28,9 @@ from onnxruntime.quantization import (
     QuantType,
 )
 
-from lightning_cls.data.base import Split
-from lightning_cls.export.artifacts import Predictor
-from lightning_cls.export.exporter import AccuracyDropError  # re-exported: defined with no ORT
-from lightning_cls.export.meta import ModelMeta
+from lightning_cls.export.errors import AccuracyDropError
+from lightning_cls.inference.predictor import Predictor
+from lightning_cls.inference.spec import InputSpec, Split
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,7 @@ class SplitCalibrationReader(CalibrationDataReader):
     def __init__(
         self,
         split: Split,
-        meta: ModelMeta,
+        spec: InputSpec,
         num_batches: int = 8,
         batch_size: int = 32,
         seed: int = 0,
@@ -62,7 +61,7 @@ class SplitCalibrationReader(CalibrationDataReader):
             raise ValueError("The calibration split is empty; calibrate on the train split.")
         order = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:n]
         self.batches = [
-            meta.preprocess(split.images[order[i : i + batch_size]]).numpy()  # (B, C, H, W)
+            spec.preprocess(split.images[order[i : i + batch_size]]).numpy()  # (B, C, H, W)
             for i in range(0, n, batch_size)
         ]
         self.input_name = input_name
@@ -173,7 +172,7 @@ def median_latency_ms(
     predictor: Predictor, batch_size: int = 1, runs: int = 50, warmup: int = 5
 ) -> float:
     """Median wall time (ms) of one ``logits`` call on a fixed batch."""
-    x = torch.randn(batch_size, *predictor.meta.input_shape)
+    x = torch.randn(batch_size, *predictor.spec.input_shape)
     for _ in range(warmup):
         predictor.logits(x)
     times = []

@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lightning_cls.export.meta import META_FILE, check_round_trip, example_batch
+from lightning_cls.export.checks import check_round_trip, example_batch
 from lightning_cls.fileio import atomic_path
 from lightning_cls.inference.runtimes import TorchScriptRuntime, quiet_jit
-from lightning_cls.inference.spec import InputSpec
+from lightning_cls.inference.spec import META_FILE, InputSpec
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ MODES = ("trace", "script")
 SUFFIX = ".torchscript"
 
 
-def to_torchscript(net: nn.Module, meta: InputSpec, mode: str = "trace") -> torch.jit.ScriptModule:
+def to_torchscript(net: nn.Module, spec: InputSpec, mode: str = "trace") -> torch.jit.ScriptModule:
     """Trace or script ``net`` (switched to eval mode, which the caller restores)."""
     if mode not in MODES:
         raise ValueError(f"Unknown TorchScript mode '{mode}'; use one of {', '.join(MODES)}.")
@@ -37,7 +37,7 @@ def to_torchscript(net: nn.Module, meta: InputSpec, mode: str = "trace") -> torc
     with quiet_jit():
         if mode == "trace":
             # check_trace compares a second run of the trace with eager on the same input.
-            return torch.jit.trace(net, example_batch(meta, 2), check_trace=True)
+            return torch.jit.trace(net, example_batch(spec, 2), check_trace=True)
         try:
             return torch.jit.script(net)
         except Exception as err:  # TorchScript raises its own frontend error types
@@ -50,7 +50,7 @@ def to_torchscript(net: nn.Module, meta: InputSpec, mode: str = "trace") -> torc
 
 def export_torchscript(
     net: nn.Module,
-    meta: InputSpec,
+    spec: InputSpec,
     path: str | Path,
     mode: str = "trace",
     check_batch_sizes: Sequence[int] = (1, 7),
@@ -61,18 +61,18 @@ def export_torchscript(
     path = Path(path)
     was_training = net.training
     try:
-        scripted = to_torchscript(net, meta, mode)
+        scripted = to_torchscript(net, spec, mode)
         # Saved and checked under a temp name: a failed check leaves an earlier file intact.
         with atomic_path(path) as tmp:
             with quiet_jit():
-                torch.jit.save(scripted, str(tmp), _extra_files={META_FILE: meta.to_json()})
-            loaded, loaded_meta = load_torchscript(tmp)
+                torch.jit.save(scripted, str(tmp), _extra_files={META_FILE: spec.to_json()})
+            loaded, loaded_spec = load_torchscript(tmp)
             with quiet_jit():
                 check_round_trip(
                     net,
                     loaded,
-                    meta,
-                    loaded_meta,
+                    spec,
+                    loaded_spec,
                     check_batch_sizes,
                     atol,
                     rtol,

@@ -21,8 +21,15 @@ from lightning_cls.inference.predictor import (
     predict_files,
     top_k_labels,
     tta,
+    write_predictions_csv,
 )
-from lightning_cls.inference.runtimes import RUNTIMES, Runtime, register_runtime, runtime_for
+from lightning_cls.inference.runtimes import (
+    RUNTIMES,
+    Runtime,
+    artifact_kind,
+    register_runtime,
+    runtime_for,
+)
 from lightning_cls.inference.spec import META_FILE, InputSpec
 from lightning_cls.inference.torch_models import load_torch_model
 
@@ -35,6 +42,7 @@ __all__ = [
     "InputSpec",
     "Predictor",
     "Runtime",
+    "artifact_kind",
     "decode_image",
     "find_images",
     "flip_tta",
@@ -45,4 +53,5 @@ __all__ = [
     "runtime_for",
     "top_k_labels",
     "tta",
+    "write_predictions_csv",
 ]

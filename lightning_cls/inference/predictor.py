@@ -8,6 +8,7 @@ evaluation.
 
 from __future__ import annotations
 
+import csv
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from lightning_cls.fileio import atomic_path
 from lightning_cls.inference.images import load_image_batch
 from lightning_cls.inference.runtimes import Runtime, runtime_for
 from lightning_cls.inference.spec import InputSpec
@@ -72,11 +74,6 @@ class Predictor:
         self.kind = kind or getattr(runtime, "kind", "eager")
         self.path = Path(path) if path else Path(f"<{self.kind}>")
         self.device = torch.device(device or getattr(runtime, "device", "cpu"))
-
-    @property
-    def meta(self) -> InputSpec:
-        """The spec under its former name (``ModelMeta``), for code written before the rename."""
-        return self.spec
 
     def __repr__(self) -> str:
         return f"Predictor({self.kind}: {self.path}, {self.spec.num_classes} classes)"
@@ -170,7 +167,7 @@ def predict_files(
 
     Returns ``rows`` ({"file", "labels", "probs"} per readable image, top-k first) and
     ``failures`` ([(path, reason)] for every file that could not be read as an image), the
-    shapes ``lightning_cls.images.write_predictions_csv`` takes.
+    shapes ``write_predictions_csv`` takes.
     """
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}.")
@@ -202,3 +199,23 @@ def top_k_labels(spec: InputSpec, probs: torch.Tensor, k: int) -> list[list[dict
         [{"label": spec.classes[i], "prob": p} for p, i in zip(ps, idx)]
         for ps, idx in zip(top.values.tolist(), top.indices.tolist())
     ]
+
+
+def write_predictions_csv(
+    output: str | Path, rows: list[dict], failures: list[tuple[Path, str]], top_k: int
+) -> None:
+    """One row per file: file, label_1..k, prob_1..k, error (empty unless it failed).
+
+    Written to a temp file renamed over ``output``: an earlier CSV is never left half-written.
+    """
+    header = ["file"] + [f"label_{i + 1}" for i in range(top_k)]
+    header += [f"prob_{i + 1}" for i in range(top_k)] + ["error"]
+    with atomic_path(output) as tmp, tmp.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        for row in rows:
+            labels = row["labels"] + [""] * (top_k - len(row["labels"]))
+            probs = [f"{p:.6f}" for p in row["probs"]] + [""] * (top_k - len(row["probs"]))
+            writer.writerow([row["file"], *labels, *probs, ""])
+        for path, reason in failures:
+            writer.writerow([str(path)] + [""] * (2 * top_k) + [reason])

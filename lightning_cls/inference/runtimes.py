@@ -186,3 +186,12 @@ def quiet_jit() -> Iterator[None]:
         )
         warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*TorchScript.*")
         yield
+
+
+def artifact_kind(path: str | Path) -> str:
+    """The kind of artifact ``path`` is (``ckpt``, ``weights``, ``torchscript``, ``onnx``, ...)."""
+    path = Path(path)
+    runtime = runtime_for(path)
+    if runtime is RUNTIMES[".ckpt"]:
+        return "ckpt" if path.suffix == ".ckpt" else "weights"
+    return runtime.kind

@@ -181,3 +181,18 @@ def normalize_constants(
     scale = (1.0 / (255.0 * std_t)).to(device, torch.float32).view(1, -1, 1, 1)
     shift = (mean_t / std_t).to(device, torch.float32).view(1, -1, 1, 1)
     return scale, shift
+
+
+@dataclass
+class Split:
+    """One split of a DataModule (``datamodule.splits["train"|"val"|"test"]``): what INT8
+    calibration, ``export=auto`` and ``stats`` read."""
+
+    images: torch.Tensor  # (N, C, H, W) uint8
+    labels: torch.Tensor  # (N,) int64
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def subset(self, index: torch.Tensor) -> Split:
+        return Split(self.images[index], self.labels[index])

@@ -16,9 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lightning_cls.checkpointing import network_state_dict
+from lightning_cls.inference.network import build_network, network_state_dict
 from lightning_cls.inference.spec import META_FILE, REQUIRED_KEYS, InputSpec, merge_spec
-from lightning_cls.models import create_model
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,7 @@ def load_torch_model(
         num_classes=spec.num_classes, in_channels=spec.num_channels, image_size=spec.image_size
     )
     kwargs.update(model_kwargs or {})
-    net = create_model(model_name, **kwargs)
+    net = build_network(model_name, kwargs, spec.classes)
     try:
         net.load_state_dict(network_state_dict(state), strict=True)
     except RuntimeError as err:

@@ -9,9 +9,9 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from lightning_cls.checkpoint_io import AtomicCheckpointIO
 from lightning_cls.data import SyntheticDataModule
 from lightning_cls.module import ClassificationModule
+from lightning_cls.training.checkpoint_io import AtomicCheckpointIO
 
 
 def make_data(**kwargs) -> SyntheticDataModule:
@@ -43,7 +43,7 @@ def make_module(data: SyntheticDataModule | None = None, **model_kwargs) -> Clas
         model_name="simplecnn",
         model_kwargs=kwargs,
         optimizer=functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
-        **data.meta,
+        **data.spec,
     )
 
 

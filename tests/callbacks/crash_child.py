@@ -14,7 +14,7 @@ from lightning_fabric.plugins.io import torch_io
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from conftest import make_data, make_module
-from lightning_cls.checkpoint_io import AtomicCheckpointIO
+from lightning_cls.training.checkpoint_io import AtomicCheckpointIO
 
 out, kind = Path(sys.argv[1]), sys.argv[2]
 saves = 0

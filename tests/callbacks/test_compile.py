@@ -12,7 +12,7 @@ from torch._dynamo.exc import BackendCompilerFailed, TorchRuntimeError
 
 from lightning_cls.callbacks import CompileModel
 from lightning_cls.callbacks.compile import guarded
-from lightning_cls.checkpointing import check_compatible
+from lightning_cls.training.resume import check_compatible
 
 
 def _failing_backend(gm, example_inputs):

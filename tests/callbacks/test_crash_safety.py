@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_cls.checkpointing import check_compatible, resolve_ckpt_path
+from lightning_cls.training.resume import check_compatible, resolve_ckpt_path
 
 HERE = Path(__file__).parent
 

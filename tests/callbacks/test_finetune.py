@@ -9,7 +9,7 @@ from torch import nn
 
 from lightning_cls.callbacks.finetune import BackboneFinetuning
 from lightning_cls.module import ClassificationModule
-from lightning_cls.optim import cosine
+from lightning_cls.training.optim import cosine
 
 
 def _net(classes=4):
@@ -28,7 +28,7 @@ def _module(data, scheduler=None):
         net=_net(data.num_classes),
         optimizer=functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9),
         scheduler=scheduler,
-        **data.meta,
+        **data.spec,
     )
 
 

@@ -32,7 +32,7 @@ def test_model_weights_json_makes_the_weights_self_describing(
 ):
     import json
 
-    from lightning_cls.export.artifacts import load_artifact
+    from lightning_cls.inference import load_artifact
 
     data = tiny_data()
     module = tiny_module(data)
@@ -49,7 +49,7 @@ def test_model_weights_json_makes_the_weights_self_describing(
     x = torch.randint(
         0, 256, (3, data.num_channels, data.image_size, data.image_size), dtype=torch.uint8
     )
-    assert list(predictor.meta.classes) == list(data.classes)
+    assert list(predictor.spec.classes) == list(data.classes)
     module.eval()
     with torch.no_grad():
         expected = module.net(data.batch_augment()(x, train=False)).softmax(1)

@@ -19,7 +19,7 @@ def _airbench_module(data, **kwargs):
         model_name="airbench",
         model_kwargs=model_kwargs,
         optimizer=functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
-        **data.meta,
+        **data.spec,
     )
 
 

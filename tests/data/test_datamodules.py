@@ -18,7 +18,7 @@ def test_fast_dev_run(cls, pipeline):
     dm = cls(batch_size=16, pipeline=pipeline)
     dm.setup()
     kwargs = dict(num_classes=dm.num_classes, in_channels=dm.num_channels, image_size=dm.image_size)
-    module = ClassificationModule("simplecnn", kwargs, **dm.meta)
+    module = ClassificationModule("simplecnn", kwargs, **dm.spec)
     trainer = pl.Trainer(
         fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False
     )
@@ -32,7 +32,7 @@ def test_digits_splits_are_real_and_fixed():
     sizes = {k: len(v) for k, v in a.splits.items()}
     assert sum(sizes.values()) == 1797 and sizes["test"] == 359
     assert torch.equal(a.splits["val"].labels, b.splits["val"].labels)
-    assert a.meta == {
+    assert a.spec == {
         "classes": [str(i) for i in range(10)],
         "mean": [0.3057],
         "std": [0.3761],
@@ -114,7 +114,7 @@ def test_bf16_true_hands_the_model_a_bf16_batch():
         hflip=True,
     )
     kwargs = dict(num_classes=3, in_channels=3, image_size=8, widths=(4, 8), hidden=8)
-    module = ClassificationModule("simplecnn", kwargs, **dm.meta)
+    module = ClassificationModule("simplecnn", kwargs, **dm.spec)
     dtypes = _InputDtypes()
     trainer = pl.Trainer(
         fast_dev_run=True,

@@ -16,7 +16,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 
 from lightning_cls.data.synthetic import SyntheticDataModule
 from lightning_cls.module import ClassificationModule
-from lightning_cls.optim import cosine
+from lightning_cls.training.optim import cosine
 
 
 class _Record(pl.Callback):
@@ -46,7 +46,7 @@ def _fit(tmp_path, ckpt_path=None, every_step=False):
         {"num_classes": 3, "in_channels": 1, "image_size": 8},
         optimizer=partial(torch.optim.SGD, lr=0.1),
         scheduler=partial(cosine),
-        **dm.meta,
+        **dm.spec,
     )
     record = _Record()
     callbacks = [record]

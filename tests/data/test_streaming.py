@@ -36,7 +36,7 @@ def test_round_trip_through_the_optimize_entry_point(tmp_path, make_folder):
     cmd = [
         sys.executable,
         "-m",
-        "lightning_cls.data.optimize",
+        "lightning_cls.optimize_data",
         "data=imagefolder",
         f"data.root={root}",
         "data.image_size=8",
@@ -52,7 +52,7 @@ def test_round_trip_through_the_optimize_entry_point(tmp_path, make_folder):
     assert result["counts"] == {"train": 8, "test": 2, "val": 2}
     dm = StreamingDataModule(str(out), batch_size=4)
     dm.setup()
-    assert dm.classes == ["x", "y"] and dm.meta["image_size"] == 8
+    assert dm.classes == ["x", "y"] and dm.spec["image_size"] == 8
     seen = sum(len(y) for _, y in dm.test_dataloader())
     assert seen == 2
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -73,7 +73,7 @@ def test_train_loader_serves_every_sample_once_and_augments(tmp_path):
     assert x.dtype == torch.uint8 and x.shape == (16, 3, 8, 8)  # augmented after transfer
     out_x = dm.batch_augment()(x, train=True, generator=torch.Generator().manual_seed(0))
     assert out_x.shape == (16, 3, 6, 6) and out_x.dtype == torch.float32
-    assert dm.meta["resize_size"] == 8 and dm.meta["image_size"] == 6
+    assert dm.spec["resize_size"] == 8 and dm.spec["image_size"] == 6
 
 
 def test_mid_epoch_resume_continues_where_it_stopped(tmp_path):

@@ -93,7 +93,7 @@ def test_fast_dev_run_on_tiny_archive(name, pipeline, tmp_path, monkeypatch):
     x, y = next(iter(dm.train_dataloader()))  # outside a Trainer: float, normalized
     assert x.shape == (4, channels, size, size) and x.dtype.is_floating_point
     module = ClassificationModule(
-        "mlp", dict(num_classes=k, in_channels=channels, image_size=size), **dm.meta
+        "mlp", dict(num_classes=k, in_channels=channels, image_size=size), **dm.spec
     )
     trainer = pl.Trainer(
         fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False

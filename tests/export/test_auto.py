@@ -7,14 +7,14 @@ import json
 import onnx
 import pytest
 
-from lightning_cls.export.artifacts import load_artifact
 from lightning_cls.export.auto import AutoConfig, export_auto, select
+from lightning_cls.inference import load_artifact
 
 
 @pytest.mark.slow
 def test_auto_keeps_the_fastest_eligible_runtime_and_records_why(trained, tmp_path):
     cfg = AutoConfig(rounds=2, window_s=0.05, calibration_batches=2, threads=1)
-    result = export_auto(trained.net, trained.meta, tmp_path, trained.data, cfg)
+    result = export_auto(trained.net, trained.spec, tmp_path, trained.data, cfg)
     m = result.measurements
     assert {"torchscript", "ort_fp32", "ort_int8_qdq", "ort_int8_qoperator"} <= set(m)
     eligible = [n for n, e in m.items() if e["eligible"]]
@@ -22,7 +22,7 @@ def test_auto_keeps_the_fastest_eligible_runtime_and_records_why(trained, tmp_pa
     assert all(len(e["img_s"]) == 2 and e["img_s_median"] > 0 for e in m.values())
     assert result.path.name.startswith("model_auto")
     winner = load_artifact(result.path)  # loads, carries the spec, predicts as well as measured
-    assert winner.meta == trained.meta
+    assert winner.spec == trained.spec
     val = trained.data.splits["val"]
     assert winner.accuracy(val.images, val.labels) == pytest.approx(m[result.winner]["val_acc"])
     saved = json.loads((tmp_path / "auto_selection.json").read_text())
@@ -54,4 +54,4 @@ def test_auto_needs_data(trained, tmp_path):
     from lightning_cls.export.exporter import ExportConfig, export_model
 
     with pytest.raises(ValueError, match="export=auto checks each runtime's accuracy"):
-        export_model(trained.net, trained.meta, tmp_path, ExportConfig(formats=["auto"]))
+        export_model(trained.net, trained.spec, tmp_path, ExportConfig(formats=["auto"]))

@@ -9,11 +9,12 @@ import sys
 import pytest
 import torch
 
-from lightning_cls.export import ExportCallback, ExportConfig, ModelMeta
+from lightning_cls.export import ExportConfig
 from lightning_cls.export.__main__ import export
-from lightning_cls.export.artifacts import load_artifact, load_torch_model
+from lightning_cls.export.callback import ExportCallback
+from lightning_cls.export.checks import example_batch
 from lightning_cls.export.exporter import export_model
-from lightning_cls.export.meta import example_batch
+from lightning_cls.inference import InputSpec, load_artifact, load_torch_model
 
 SYNTHETIC = [  # the fixture's data, so INT8 calibrates and validates on what the model learned
     "data=synthetic",
@@ -39,12 +40,12 @@ def test_export_all_from_a_checkpoint(trained, helpers, tmp_path):
     )
     paths = export(cfg).paths
     assert sorted(paths) == ["onnx", "pt2", "torchscript_trace"]
-    x = example_batch(trained.meta, 4)
+    x = example_batch(trained.spec, 4)
     with torch.no_grad():
         expected = trained.net(x)
     for path in paths.values():
         predictor = load_artifact(path)
-        assert predictor.meta == trained.meta
+        assert predictor.spec == trained.spec
         torch.testing.assert_close(predictor.logits(x), expected, atol=1e-4, rtol=1e-3)
 
 
@@ -111,7 +112,7 @@ def test_callback_exports_after_fit(helpers, tmp_path):
     callback = ExportCallback(ExportConfig(formats=["onnx", "pt2"]), dirpath=tmp_path / "export")
     helpers.fit(module, data, tmp_path, max_epochs=1, callbacks=[callback])
     assert sorted(callback.result.paths) == ["onnx", "pt2"]
-    x = example_batch(ModelMeta.from_hparams(module.hparams), 3)
+    x = example_batch(InputSpec.from_hparams(module.hparams), 3)
     with torch.no_grad():
         expected = module.net.eval()(x)
     for path in callback.result.paths.values():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import make_data
+from artifact_helpers import make_data
 from lightning_cls.export.exporter import ExportConfig, export_model
 
 
@@ -17,5 +17,5 @@ def test_int8_calibration_on_other_classes_is_refused(trained, tmp_path):
         match=r"The model being quantized was trained on other data: "
         r"classes differ \(4 classes vs 5 in data=.*only in data=.*\[class_4\]",
     ):
-        export_model(trained.net, trained.meta, tmp_path, config, other)
+        export_model(trained.net, trained.spec, tmp_path, config, other)
     assert not (tmp_path / "model_int8.onnx").exists()

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from lightning_cls.export import onnx as onnx_module
-from lightning_cls.export.meta import ExportCheckError, ModelMeta, example_batch
+from lightning_cls.export.checks import example_batch
+from lightning_cls.export.errors import ExportCheckError
 from lightning_cls.export.onnx import (
     INPUT_NAME,
     OPSET,
@@ -17,10 +18,11 @@ from lightning_cls.export.onnx import (
     read_metadata,
     run_session,
 )
+from lightning_cls.inference import InputSpec
 
 
 def test_onnx_parity_at_two_batch_sizes(trained, tmp_path):
-    path = export_onnx(trained.net, trained.meta, tmp_path / "m.onnx", check_batch_sizes=(1, 7))
+    path = export_onnx(trained.net, trained.spec, tmp_path / "m.onnx", check_batch_sizes=(1, 7))
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # no external-data side file
     model = onnx.load(str(path))
     assert {o.domain: o.version for o in model.opset_import}[""] == OPSET
@@ -29,16 +31,16 @@ def test_onnx_parity_at_two_batch_sizes(trained, tmp_path):
     assert inp.type.tensor_type.shape.dim[0].dim_param == "batch"
     session = make_session(path)
     for batch_size in (1, 7):
-        x = example_batch(trained.meta, batch_size, seed=batch_size)
+        x = example_batch(trained.spec, batch_size, seed=batch_size)
         with torch.no_grad():
             expected = trained.net(x)
         torch.testing.assert_close(run_session(session, x), expected, atol=1e-4, rtol=1e-3)
 
 
 def test_onnx_metadata_round_trip(trained, tmp_path):
-    path = export_onnx(trained.net, trained.meta, tmp_path / "m.onnx", check_batch_sizes=())
+    path = export_onnx(trained.net, trained.spec, tmp_path / "m.onnx", check_batch_sizes=())
     meta = read_metadata(path)
-    assert meta == trained.meta
+    assert meta == trained.spec
     assert meta.classes == ("class_0", "class_1", "class_2", "class_3")
     assert meta.mean == (0.5, 0.5, 0.5) and meta.image_size == 16 and meta.channel_order == "RGB"
     props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
@@ -46,18 +48,18 @@ def test_onnx_metadata_round_trip(trained, tmp_path):
 
 
 def test_parity_check_fails_loudly_on_a_different_model(trained, tmp_path):
-    path = export_onnx(trained.net, trained.meta, tmp_path / "m.onnx", check_batch_sizes=())
+    path = export_onnx(trained.net, trained.spec, tmp_path / "m.onnx", check_batch_sizes=())
     other = type(trained.net)(
         in_channels=3, num_classes=4, image_size=16, widths=(8, 16), hidden=32
     ).eval()
     with pytest.raises(
         ExportCheckError, match=r"ONNX m\.onnx at batch 1: outputs differ from eager PyTorch"
     ):
-        check_onnx_parity(path, other, trained.meta, batch_sizes=(1, 7))
+        check_onnx_parity(path, other, trained.spec, batch_sizes=(1, 7))
 
 
 def test_failed_parity_check_keeps_the_previous_file(trained, tmp_path, monkeypatch):
-    path = export_onnx(trained.net, trained.meta, tmp_path / "m.onnx", check_batch_sizes=())
+    path = export_onnx(trained.net, trained.spec, tmp_path / "m.onnx", check_batch_sizes=())
     before = path.read_bytes()
     seen = []
 
@@ -67,7 +69,7 @@ def test_failed_parity_check_keeps_the_previous_file(trained, tmp_path, monkeypa
 
     monkeypatch.setattr(onnx_module, "check_outputs_close", fail)
     with pytest.raises(ExportCheckError, match=r"ONNX m\.onnx at batch 1: outputs differ"):
-        export_onnx(trained.net, trained.meta, path, check_batch_sizes=(1,))
+        export_onnx(trained.net, trained.spec, path, check_batch_sizes=(1,))
     assert seen == ["ONNX m.onnx at batch 1"]  # the final name, not the temp file's
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # no temp file left behind
@@ -75,4 +77,4 @@ def test_failed_parity_check_keeps_the_previous_file(trained, tmp_path, monkeypa
 
 def test_meta_rejects_wrong_channel_count():
     with pytest.raises(ValueError, match="mean has 1 values but num_channels=3"):
-        ModelMeta(classes=["a", "b"], mean=[0.5], std=[0.2, 0.2, 0.2], image_size=8, num_channels=3)
+        InputSpec(classes=["a", "b"], mean=[0.5], std=[0.2, 0.2, 0.2], image_size=8, num_channels=3)

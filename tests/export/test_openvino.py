@@ -9,10 +9,10 @@ pytest.importorskip("openvino")
 pytest.importorskip("nncf")
 
 from lightning_cls.export.__main__ import export
-from lightning_cls.export.artifacts import load_artifact
-from lightning_cls.export.meta import example_batch
+from lightning_cls.export.checks import example_batch
 from lightning_cls.export.onnx import export_onnx
 from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
+from lightning_cls.inference import load_artifact
 from lightning_cls.inference.openvino import OpenVINORuntime, compile_model
 
 SYNTHETIC = [
@@ -29,7 +29,7 @@ SYNTHETIC = [
 
 @pytest.fixture(scope="module")
 def onnx_file(trained, tmp_path_factory):
-    return export_onnx(trained.net, trained.meta, tmp_path_factory.mktemp("ov") / "model.onnx")
+    return export_onnx(trained.net, trained.spec, tmp_path_factory.mktemp("ov") / "model.onnx")
 
 
 @pytest.mark.slow
@@ -43,8 +43,8 @@ def test_cli_openvino_exports_ir_and_int8_that_predict_like_eager(trained, helpe
     assert xml.with_suffix(".bin").is_file() and int8.with_suffix(".bin").is_file()
     assert int8.with_suffix(".bin").stat().st_size < xml.with_suffix(".bin").stat().st_size
     predictor = load_artifact(xml)  # through the runtime registry, as predict/the server do
-    assert predictor.kind == "openvino" and predictor.meta == trained.meta
-    x = example_batch(trained.meta, 5, seed=3)
+    assert predictor.kind == "openvino" and predictor.spec == trained.spec
+    x = example_batch(trained.spec, 5, seed=3)
     with torch.no_grad():
         torch.testing.assert_close(predictor.logits(x), trained.net(x), atol=1e-4, rtol=1e-3)
     (report,) = [r for r in result.reports if r.method == "openvino_nncf_int8"]
@@ -56,34 +56,34 @@ def test_cli_openvino_exports_ir_and_int8_that_predict_like_eager(trained, helpe
 def test_bf16_precision_is_recorded_and_used(trained, onnx_file, tmp_path):
     import openvino as ov
 
-    xml = export_openvino(onnx_file, tmp_path / "model.xml", trained.meta, precision="bf16")
+    xml = export_openvino(onnx_file, tmp_path / "model.xml", trained.spec, precision="bf16")
     runtime = OpenVINORuntime(xml)
     assert runtime.precision == "bf16"
     hint = runtime.compiled.get_property("INFERENCE_PRECISION_HINT")
     assert hint in (ov.Type.bf16, ov.Type.f32)  # f32 on CPUs without bf16: OpenVINO falls back
-    f32 = OpenVINORuntime(export_openvino(onnx_file, tmp_path / "f32.xml", trained.meta))
+    f32 = OpenVINORuntime(export_openvino(onnx_file, tmp_path / "f32.xml", trained.spec))
     assert f32.compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.f32
 
 
 def test_parity_check_catches_a_different_network(trained, helpers, onnx_file, tmp_path):
-    from lightning_cls.export.meta import ExportCheckError
+    from lightning_cls.export.errors import ExportCheckError
 
     onnx = onnx_file
     other = helpers.make_module(trained.data).net.eval()  # untrained: other outputs
     with pytest.raises(ExportCheckError, match="OpenVINO model.xml at batch 1"):
-        export_openvino(onnx, tmp_path / "model.xml", trained.meta, other)
+        export_openvino(onnx, tmp_path / "model.xml", trained.spec, other)
     assert not (tmp_path / "model.xml").exists()
 
 
 def test_bad_inputs_name_the_fix(trained, onnx_file, tmp_path):
     with pytest.raises(FileNotFoundError, match="export ONNX first"):
-        export_openvino(tmp_path / "missing.onnx", tmp_path / "m.xml", trained.meta)
+        export_openvino(tmp_path / "missing.onnx", tmp_path / "m.xml", trained.spec)
     with pytest.raises(ValueError, match="Unknown OpenVINO precision 'fp16'"):
         compile_model(None, precision="fp16")
-    xml = export_openvino(onnx_file, tmp_path / "model.xml", trained.meta)
+    xml = export_openvino(onnx_file, tmp_path / "model.xml", trained.spec)
     train = trained.data.splits["train"]
     with pytest.raises(ValueError, match="Unknown NNCF preset 'fast'"):
-        quantize_openvino_int8(xml, tmp_path / "q.xml", train, trained.meta, preset="fast")
+        quantize_openvino_int8(xml, tmp_path / "q.xml", train, trained.spec, preset="fast")
     xml.with_suffix(".bin").unlink()
     with pytest.raises(FileNotFoundError, match="model.bin beside it"):
         OpenVINORuntime(xml)

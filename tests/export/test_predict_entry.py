@@ -30,7 +30,7 @@ def test_predict_cli_same_top1_for_ckpt_onnx_int8_pt2(trained, tmp_path):
     (folder / "broken.png").write_bytes(b"not a png")
     config = ExportConfig(formats=["onnx", "pt2"])
     config.quantize.static, config.quantize.latency_runs = True, 2
-    paths = export_model(trained.net, trained.meta, tmp_path / "export", config, trained.data).paths
+    paths = export_model(trained.net, trained.spec, tmp_path / "export", config, trained.data).paths
     top1 = {}
     for name, artifact in [
         ("ckpt", trained.ckpt),

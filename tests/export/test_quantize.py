@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_cls.export.artifacts import load_artifact
 from lightning_cls.export.exporter import ExportConfig, QuantizeConfig, export_model
 from lightning_cls.export.quantize import (
     AccuracyDropError,
@@ -16,6 +15,7 @@ from lightning_cls.export.quantize import (
     enforce_max_drop,
     quantize_torch_dynamic,
 )
+from lightning_cls.inference import load_artifact
 
 
 def test_static_int8_keeps_accuracy_within_threshold(trained, tmp_path):
@@ -23,13 +23,13 @@ def test_static_int8_keeps_accuracy_within_threshold(trained, tmp_path):
         formats=["onnx"],
         quantize=QuantizeConfig(static=True, calibration_batches=4, latency_runs=5),
     )
-    result = export_model(trained.net, trained.meta, tmp_path, config, datamodule=trained.data)
+    result = export_model(trained.net, trained.spec, tmp_path, config, datamodule=trained.data)
     (report,) = result.reports
     assert report.acc_before > 0.9, "the tiny model should have learned the synthetic task"
     assert report.drop_points <= 1.0
     assert report.size_after < report.size_before
     int8 = load_artifact(result.paths["onnx_int8"])
-    assert int8.meta == trained.meta  # metadata survives quantization
+    assert int8.spec == trained.spec  # metadata survives quantization
     val = trained.data.splits["val"]
     assert int8.accuracy(val.images, val.labels) == pytest.approx(report.acc_after)
     saved = json.loads((tmp_path / "quantization_report.json").read_text())
@@ -38,7 +38,7 @@ def test_static_int8_keeps_accuracy_within_threshold(trained, tmp_path):
 
 def test_dynamic_int8_touches_only_linear(trained, tmp_path):
     config = ExportConfig(formats=[], quantize=QuantizeConfig(dynamic=True, latency_runs=5))
-    result = export_model(trained.net, trained.meta, tmp_path, config, datamodule=trained.data)
+    result = export_model(trained.net, trained.spec, tmp_path, config, datamodule=trained.data)
     (report,) = result.reports
     assert report.method == "torch_dynamic_int8"
     assert report.drop_points <= 1.0
@@ -90,4 +90,4 @@ def test_static_needs_onnx_in_formats():
 def test_quantization_needs_data(trained, tmp_path):
     config = ExportConfig(formats=["onnx"], quantize=QuantizeConfig(static=True))
     with pytest.raises(ValueError, match="needs a DataModule; pass data=<name>"):
-        export_model(trained.net, trained.meta, tmp_path, config, datamodule=None)
+        export_model(trained.net, trained.spec, tmp_path, config, datamodule=None)

@@ -6,18 +6,19 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_cls.export import meta as meta_module
+from lightning_cls.export import checks as checks_module
+from lightning_cls.export.checks import example_batch
+from lightning_cls.export.errors import ExportCheckError
 from lightning_cls.export.exporter import ExportConfig, export_model
-from lightning_cls.export.meta import ExportCheckError, example_batch
 from lightning_cls.export.pt2 import export_pt2, load_pt2
 from lightning_cls.export.torchscript import export_torchscript, load_torchscript, quiet_jit
 from lightning_cls.models import create_model
 
 
 def test_torchscript_trace_reloads_with_same_outputs(trained, tmp_path):
-    path = export_torchscript(trained.net, trained.meta, tmp_path / "m.torchscript", "trace")
+    path = export_torchscript(trained.net, trained.spec, tmp_path / "m.torchscript", "trace")
     module, meta = load_torchscript(path)
-    assert meta == trained.meta
+    assert meta == trained.spec
     x = example_batch(meta, 5, seed=3)
     with torch.no_grad(), quiet_jit():
         torch.testing.assert_close(module(x), trained.net(x))
@@ -25,9 +26,9 @@ def test_torchscript_trace_reloads_with_same_outputs(trained, tmp_path):
 
 def test_torchscript_script_reloads_with_same_outputs(trained, tmp_path):
     net = create_model("mlp", num_classes=4, in_channels=3, image_size=16, hidden=8).eval()
-    path = export_torchscript(net, trained.meta, tmp_path / "m.torchscript", "script")
+    path = export_torchscript(net, trained.spec, tmp_path / "m.torchscript", "script")
     module, meta = load_torchscript(path)
-    assert meta == trained.meta
+    assert meta == trained.spec
     assert "forward" in module.code  # compiled from source, not a recorded trace
     x = example_batch(meta, 3, seed=4)
     with torch.no_grad(), quiet_jit():
@@ -43,20 +44,20 @@ class _ImportInForward(nn.Module):
 
 def test_script_failure_names_the_fix(trained, tmp_path):
     with pytest.raises(ValueError, match=r"(?s)cannot compile _ImportInForward.*Use mode='trace'"):
-        export_torchscript(_ImportInForward(), trained.meta, tmp_path / "m.torchscript", "script")
+        export_torchscript(_ImportInForward(), trained.spec, tmp_path / "m.torchscript", "script")
 
 
 def test_torchscript_rejects_unknown_mode(trained, tmp_path):
     with pytest.raises(
         ValueError, match="Unknown TorchScript mode 'jit'; use one of trace, script"
     ):
-        export_torchscript(trained.net, trained.meta, tmp_path / "m.torchscript", "jit")
+        export_torchscript(trained.net, trained.spec, tmp_path / "m.torchscript", "jit")
 
 
 def test_pt2_reloads_with_a_different_batch_size(trained, tmp_path):
-    path = export_pt2(trained.net, trained.meta, tmp_path / "m.pt2")  # exported at batch 2
+    path = export_pt2(trained.net, trained.spec, tmp_path / "m.pt2")  # exported at batch 2
     module, meta = load_pt2(path)
-    assert meta == trained.meta
+    assert meta == trained.spec
     for batch_size in (1, 11):
         x = example_batch(meta, batch_size, seed=batch_size)
         with torch.no_grad():
@@ -69,7 +70,7 @@ def test_pt2_training_mode_is_restored(trained, tmp_path):
     net = trained.module.net
     net.train()
     try:
-        export_pt2(net, trained.meta, tmp_path / "m.pt2")
+        export_pt2(net, trained.spec, tmp_path / "m.pt2")
         assert net.training
     finally:
         net.eval()
@@ -83,12 +84,14 @@ def _fail_check(*args, **kwargs):
 def test_failed_check_keeps_the_previous_file(trained, tmp_path, monkeypatch, suffix):
     def export(path):
         if suffix == ".pt2":
-            return export_pt2(trained.net, trained.meta, path, (1,))
-        return export_torchscript(trained.net, trained.meta, path, "trace", (1,))
+            return export_pt2(trained.net, trained.spec, path, (1,))
+        return export_torchscript(trained.net, trained.spec, path, "trace", (1,))
 
     path = export(tmp_path / f"m{suffix}")
     before = path.read_bytes()
-    monkeypatch.setattr(meta_module, "check_outputs_close", _fail_check)  # the new file is "wrong"
+    monkeypatch.setattr(
+        checks_module, "check_outputs_close", _fail_check
+    )  # the new file is "wrong"
     with pytest.raises(ExportCheckError, match="outputs differ from eager"):
         export(path)
     assert path.read_bytes() == before
@@ -101,7 +104,7 @@ def test_export_atol_rtol_reach_torchscript_and_pt2(trained, tmp_path, monkeypat
     def record(expected, actual, atol, rtol, what):
         checks.append((what, atol, rtol))
 
-    monkeypatch.setattr(meta_module, "check_outputs_close", record)
+    monkeypatch.setattr(checks_module, "check_outputs_close", record)
     config = ExportConfig(
         formats=["torchscript", "pt2"],
         torchscript_modes=["trace"],
@@ -109,5 +112,5 @@ def test_export_atol_rtol_reach_torchscript_and_pt2(trained, tmp_path, monkeypat
         atol=0.5,
         rtol=0.25,
     )
-    export_model(trained.net, trained.meta, tmp_path, config)
+    export_model(trained.net, trained.spec, tmp_path, config)
     assert checks == [("TorchScript (trace) at batch 1", 0.5, 0.25), (".pt2 at batch 1", 0.5, 0.25)]

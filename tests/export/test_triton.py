@@ -34,17 +34,17 @@ def test_triton_repository_parses_as_triton_model_config(trained, tmp_path):
     config.triton = TritonConfig(
         model_name="digits", max_batch_size=32, preferred_batch_sizes=[4, 16]
     )
-    paths = export_model(trained.net, trained.meta, tmp_path, config).paths
+    paths = export_model(trained.net, trained.spec, tmp_path, config).paths
     assert set(paths) == {"onnx", "triton"}
     repo = paths["triton"]
     assert (repo / "1" / "model.onnx").read_bytes() == paths["onnx"].read_bytes()
-    assert (repo / "labels.txt").read_text().split() == list(trained.meta.classes)
+    assert (repo / "labels.txt").read_text().split() == list(trained.spec.classes)
     parsed = text_format.Parse((repo / "config.pbtxt").read_text(), _model_config_class()())
     assert parsed.name == "digits" and parsed.platform == "onnxruntime_onnx"
     assert parsed.max_batch_size == 32
     (inp,), (out,) = parsed.input, parsed.output
-    assert inp.name == "input" and list(inp.dims) == list(trained.meta.input_shape)
-    assert out.name == "logits" and list(out.dims) == [trained.meta.num_classes]
+    assert inp.name == "input" and list(inp.dims) == list(trained.spec.input_shape)
+    assert out.name == "logits" and list(out.dims) == [trained.spec.num_classes]
     assert out.label_filename == "labels.txt"
     assert list(parsed.dynamic_batching.preferred_batch_size) == [4, 16]
     assert parsed.dynamic_batching.max_queue_delay_microseconds == 2000
@@ -54,12 +54,12 @@ def test_triton_repository_parses_as_triton_model_config(trained, tmp_path):
 def test_triton_needs_a_dynamic_batch_axis_and_sane_batch_sizes(trained, tmp_path):
     import onnx
 
-    path = export_model(trained.net, trained.meta, tmp_path, ExportConfig(formats=["onnx"]))
+    path = export_model(trained.net, trained.spec, tmp_path, ExportConfig(formats=["onnx"]))
     model = onnx.load(str(path.paths["onnx"]))
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1  # a fixed batch of 1
     fixed = tmp_path / "fixed.onnx"
     onnx.save(model, str(fixed))
     with pytest.raises(ValueError, match=r"ONNX input 'input' has no dynamic batch axis"):
-        export_triton(fixed, tmp_path / "repo", trained.meta)
+        export_triton(fixed, tmp_path / "repo", trained.spec)
     with pytest.raises(ValueError, match=r"preferred_batch_sizes \[64\] must lie in 1\.\.32"):
         TritonConfig(max_batch_size=32, preferred_batch_sizes=[64])

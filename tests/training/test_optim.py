@@ -1,4 +1,4 @@
-"""lightning_cls.optim: the triangle schedule and parameter groups with lr/decay scales."""
+"""lightning_cls.training.optim: the triangle schedule and parameter groups with lr/decay scales."""
 
 import functools
 
@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from lightning_cls.module import ClassificationModule
-from lightning_cls.optim import apply_group_scales, norm_bias_groups, triangle
+from lightning_cls.training.optim import apply_group_scales, norm_bias_groups, triangle
 
 
 def _lrs(scheduler, steps):

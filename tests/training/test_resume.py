@@ -6,13 +6,9 @@ import time
 import pytest
 import torch
 
-from lightning_cls.checkpointing import (
-    check_compatible,
-    check_same_data,
-    network_state_dict,
-    resolve_ckpt_path,
-)
+from lightning_cls.inference.network import check_same_data, network_state_dict
 from lightning_cls.module import ClassificationModule
+from lightning_cls.training.resume import check_compatible, resolve_ckpt_path
 
 
 def _module(**model_kwargs) -> ClassificationModule:

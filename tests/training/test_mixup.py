@@ -9,8 +9,8 @@ import pytorch_lightning as pl
 import torch
 
 from lightning_cls.data import SyntheticDataModule
-from lightning_cls.mixup import BatchMixer
 from lightning_cls.module import ClassificationModule
+from lightning_cls.training.mixup import BatchMixer
 
 
 def test_mixer_gives_soft_targets_that_sum_to_one():
@@ -50,7 +50,7 @@ def test_module_mixes_training_batches_only(tmp_path):
         optimizer=functools.partial(torch.optim.SGD, lr=0.05),
         mixup_alpha=0.4,
         cutmix_alpha=1.0,
-        **data.meta,
+        **data.spec,
     )
     seen = []
     module.criterion.register_forward_pre_hook(lambda _, args: seen.append(args[1]))

@@ -8,7 +8,7 @@ from lightning_cls.callbacks import ShapeCheck
 from lightning_cls.data import SyntheticDataModule
 from lightning_cls.models import create_model
 from lightning_cls.module import ClassificationModule
-from lightning_cls.shapes import ShapeMismatchError, format_table, trace
+from lightning_cls.training.shapes import ShapeMismatchError, format_table, trace
 
 MISMATCH = (
     r"classifier\.1 expects 4096 input features but got 3136 from features\.5 \(64×7×7\): "
@@ -44,7 +44,7 @@ def test_shape_check_stops_training_before_the_first_step(tmp_path):
         num_classes=10, image_size=28, train_size=32, test_size=8, val_size=8
     )
     module = ClassificationModule(
-        "simplecnn", {"num_classes": 10, "in_channels": 3, "image_size": 32}, **data.meta
+        "simplecnn", {"num_classes": 10, "in_channels": 3, "image_size": 32}, **data.spec
     )
     trainer = pl.Trainer(
         default_root_dir=tmp_path,

@@ -1,19 +1,21 @@
-"""Finding checkpoints to resume from, and checking that one fits a module before using it."""
+"""Resuming: finding the checkpoint for ``ckpt_path`` and checking that it fits the module.
+
+The data comparison itself (classes, channels, image size) is
+``lightning_cls.inference.network.check_same_data``, shared with eval and export."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
+from lightning_cls.inference.network import MAX_LISTED, check_same_data
+
 log = logging.getLogger(__name__)
 
 LAST = "last"
-_MAX_LISTED = 8  # keys listed per category in an incompatibility message
 
 
 def resolve_ckpt_path(
@@ -50,24 +52,6 @@ def resolve_ckpt_path(
             f"to resume the latest run under {ckpt_root}."
         )
     return str(path)
-
-
-def network_state_dict(
-    state: Mapping[str, torch.Tensor], attribute: str = "net"
-) -> dict[str, torch.Tensor]:
-    """Keys of the bare network: drop the LightningModule's ``<attribute>.`` prefix and the
-    ``_orig_mod.`` that a ``torch.compile`` wrapper inserts; skip metric buffers. A state
-    without that prefix (already a bare network's) keeps all its keys."""
-    prefix = f"{attribute}."
-    has_prefix = any(k.startswith(prefix) for k in state)
-    out = {}
-    for key, value in state.items():
-        if has_prefix:
-            if not key.startswith(prefix):
-                continue  # metrics, criterion
-            key = key[len(prefix) :]
-        out[key.replace("_orig_mod.", "")] = value
-    return out
 
 
 def state_dict_differences(
@@ -112,55 +96,6 @@ def check_compatible(ckpt_path: str | Path, module: nn.Module) -> None:
     raise ValueError(_describe(path, diff, trained, module))
 
 
-def check_same_data(
-    trained: Mapping[str, Any],
-    data: Mapping[str, Any],
-    what: str = "The checkpoint",
-    data_name: str = "the data",
-) -> None:
-    """Raise a ``ValueError`` when ``data`` describes other images than a model was trained on.
-
-    ``trained`` is what the model carries (a checkpoint's ``hyper_parameters``, an artifact's
-    metadata), ``data`` what the data provides (``ImageDataModule.meta``, or the hyper-parameters
-    of the module about to be trained). Compared when both sides have them: the class *names*
-    in order (same count but other names is an error too), ``num_channels`` and ``image_size``.
-    The message lists the difference. Used before resuming, evaluating and calibrating.
-    """
-    problems = []
-    ours, theirs = trained.get("classes"), data.get("classes")
-    if ours is not None and theirs is not None and list(ours) != list(theirs):
-        problems.append(_class_difference(list(ours), list(theirs), data_name))
-    for key in ("num_channels", "image_size"):
-        if trained.get(key) is not None and data.get(key) is not None and trained[key] != data[key]:
-            problems.append(f"{key}={trained[key]} but {data_name} has {key}={data[key]}")
-    if problems:
-        raise ValueError(
-            f"{what} was trained on other data: " + "; ".join(problems) + ". Use data with the "
-            "same class folders and image shape as the run that wrote it, or train a new model."
-        )
-
-
-def _class_difference(trained: list[str], data: list[str], data_name: str) -> str:
-    only_trained = [c for c in trained if c not in data]
-    only_data = [c for c in data if c not in trained]
-    if not only_trained and not only_data:
-        return (
-            f"the same {len(trained)} classes in another order (class index i means another "
-            f"class): trained {_shown(trained)}, {data_name} {_shown(data)}"
-        )
-    parts = [f"{len(trained)} classes vs {len(data)} in {data_name}"]
-    if only_trained:
-        parts.append(f"only in the model: {_shown(only_trained)}")
-    if only_data:
-        parts.append(f"only in {data_name}: {_shown(only_data)}")
-    return "classes differ (" + ", ".join(parts) + ")"
-
-
-def _shown(items: list[str]) -> str:
-    more = f" (+{len(items) - _MAX_LISTED} more)" if len(items) > _MAX_LISTED else ""
-    return "[" + ", ".join(map(str, items[:_MAX_LISTED])) + "]" + more
-
-
 def _describe(path: Path, diff: dict[str, list[str]], hparams: dict, module: nn.Module) -> str:
     lines = [f"Checkpoint {path} does not fit this model:"]
     for kind, title in (
@@ -170,8 +105,8 @@ def _describe(path: Path, diff: dict[str, list[str]], hparams: dict, module: nn.
     ):
         items = diff[kind]
         if items:
-            shown = ", ".join(items[:_MAX_LISTED])
-            more = f" (+{len(items) - _MAX_LISTED} more)" if len(items) > _MAX_LISTED else ""
+            shown = ", ".join(items[:MAX_LISTED])
+            more = f" (+{len(items) - MAX_LISTED} more)" if len(items) > MAX_LISTED else ""
             lines.append(f"  {title}: {shown}{more}")
     if any("_orig_mod." in k for k in diff["unexpected"]):
         lines.append(

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from lightning_cls.checkpoint_io import AtomicCheckpointIO
+from lightning_cls.training.checkpoint_io import AtomicCheckpointIO
 
 
 def test_save_replaces_the_file_and_leaves_no_temp_file(tmp_path):

@@ -8,14 +8,14 @@ import pytest
 import torch
 from PIL import Image
 
-from lightning_cls.export.artifacts import (
+from lightning_cls.export.exporter import ExportConfig, export_model
+from lightning_cls.inference import (
     artifact_kind,
     load_artifact,
     load_torch_model,
     predict_files,
+    write_predictions_csv,
 )
-from lightning_cls.export.exporter import ExportConfig, export_model
-from lightning_cls.images import write_predictions_csv
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def image_files(trained, tmp_path):
 @pytest.fixture
 def exported(trained, tmp_path):
     config = ExportConfig(formats=["onnx", "pt2", "torchscript"], torchscript_modes=["trace"])
-    return export_model(trained.net, trained.meta, tmp_path / "export", config).paths
+    return export_model(trained.net, trained.spec, tmp_path / "export", config).paths
 
 
 def test_same_top1_across_ckpt_onnx_pt2(trained, exported, image_files):
@@ -66,7 +66,7 @@ def test_same_top1_across_ckpt_onnx_pt2(trained, exported, image_files):
         top1[predictor.kind] = [r["labels"][0] for r in rows]
     assert set(top1) == {"ckpt", "onnx", "pt2", "torchscript", "weights"}
     assert all(t == top1["ckpt"] for t in top1.values()), top1
-    truth = [trained.meta.classes[i] for i in labels]
+    truth = [trained.spec.classes[i] for i in labels]
     assert sum(a == b for a, b in zip(top1["ckpt"], truth)) >= 10  # the model is right, too
 
 
@@ -92,8 +92,8 @@ def test_weights_without_metadata_say_what_is_missing(trained, tmp_path):
     torch.save(trained.net.state_dict(), path)
     with pytest.raises(ValueError, match=r"holds weights only.*model_weights\.json or meta\.json"):
         load_artifact(path, model_name="simplecnn")
-    (tmp_path / "meta.json").write_text(json.dumps(trained.meta.to_dict()))
-    (tmp_path / "meta.json").write_text(json.dumps({**trained.meta.to_dict(), "model_name": None}))
+    (tmp_path / "meta.json").write_text(json.dumps(trained.spec.to_dict()))
+    (tmp_path / "meta.json").write_text(json.dumps({**trained.spec.to_dict(), "model_name": None}))
     with pytest.raises(ValueError, match="pass model_name=<registry name>"):
         load_artifact(path)
 
@@ -136,7 +136,7 @@ def test_weights_next_to_their_checkpoint_need_nothing_else(trained, tmp_path):
     (tmp_path / "best.ckpt").write_bytes(trained.ckpt.read_bytes())
     torch.save(trained.net.state_dict(), tmp_path / "model_weights.pt")
     predictor = load_artifact(tmp_path / "model_weights.pt")
-    assert predictor.kind == "weights" and predictor.meta.classes == trained.meta.classes
-    x = torch.randn(2, *trained.meta.input_shape)
+    assert predictor.kind == "weights" and predictor.spec.classes == trained.spec.classes
+    x = torch.randn(2, *trained.spec.input_shape)
     with torch.no_grad():
         torch.testing.assert_close(predictor.logits(x), trained.net(x))

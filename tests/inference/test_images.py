@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_cls.images import write_predictions_csv
+from lightning_cls.inference import write_predictions_csv
 
 
 def test_predictions_csv_is_written_whole_or_not_at_all(tmp_path):

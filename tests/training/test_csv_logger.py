@@ -8,7 +8,7 @@ import csv
 import pytest
 from pytorch_lightning import loggers as pl_loggers
 
-from lightning_cls.loggers import CSVLogger
+from lightning_cls.training.loggers import CSVLogger
 
 
 def _fit_then_test_in_another_process(cls, tmp_path):
@@ -30,6 +30,6 @@ def test_rows_of_both_stages_are_kept(tmp_path):
 
 
 def test_lightnings_own_writer_fails_there(tmp_path):
-    # The control: if Lightning fixes this, the subclass in lightning_cls/loggers.py can go.
+    # The control: if Lightning fixes this, the subclass in lightning_cls/training/loggers.py can go.
     with pytest.raises(ValueError, match="dict contains fields not in fieldnames"):
         _fit_then_test_in_another_process(pl_loggers.CSVLogger, tmp_path)

@@ -1,4 +1,4 @@
-"""``python -m lightning_cls.data.optimize data=imagefolder data.root=... out=...``: convert any
+"""``python -m lightning_cls.optimize_data data=imagefolder data.root=... out=...``: convert any
 DataModule's splits (decoded once, as for training) into litdata chunks that
 ``data=streaming data.input_dir=<out>`` streams. Upload ``out`` to an object store to stream
 from there. The last line of output is one JSON object (counts and where they went).
@@ -26,7 +26,7 @@ def optimize(cfg: DictConfig) -> dict:
     datamodule.prepare_data()
     datamodule.setup("fit")
     splits = {name: (s.images, s.labels) for name, s in datamodule.splits.items()}
-    meta = dict(datamodule.meta)
+    meta = dict(datamodule.spec)
     meta["image_size"] = int(next(iter(splits.values()))[0].shape[-1])  # the stored size
     meta.pop("resize_size", None)
     out = write_streaming(splits, meta, cfg.out, chunk_bytes=cfg.chunk_bytes)

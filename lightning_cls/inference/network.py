@@ -1,0 +1,122 @@
+"""Rebuilding a network from its saved hyper-parameters, and checking it against data.
+
+- ``build_network(model_name, model_kwargs, classes)``: the one function that turns a
+  registry name + options (+ the class names, which fill in ``num_classes``) into an
+  ``nn.Module``. The LightningModule, the export callback, ``inspect_model`` and the runtimes
+  all call it.
+- ``network_state_dict``: a LightningModule's (or a compiled wrapper's) state_dict -> the bare
+  network's keys.
+- ``check_same_data``: the one comparison of what a model was trained on with what the data
+  provides (class names in order, channels, image size).
+
+No Lightning, no Hydra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from lightning_cls.models import create_model
+
+MAX_LISTED = 8  # items listed per category in a difference message
+
+
+def build_network(
+    model_name: str,
+    model_kwargs: Mapping[str, Any] | None = None,
+    classes: Sequence[str] | None = None,
+) -> nn.Module:
+    """``create_model(model_name, **model_kwargs)`` with ``num_classes`` filled in from
+    ``classes`` when the options leave it out (``data=imagefolder`` counts its class folders,
+    so the model config says ``num_classes: null``)."""
+    kwargs = dict(model_kwargs or {})
+    kwargs["num_classes"] = len(class_names(classes, kwargs.get("num_classes")))
+    return create_model(model_name, **kwargs)
+
+
+def class_names(classes: Sequence[str] | None, num_classes: int | None) -> list[str]:
+    """The class names (``"0"``, ``"1"``, … when only a count is known)."""
+    if classes:
+        if num_classes is not None and num_classes != len(classes):
+            raise ValueError(
+                f"model_kwargs.num_classes={num_classes} but {len(classes)} classes are named "
+                f"({list(classes)[:10]}); set model.num_classes={len(classes)}."
+            )
+        return [str(c) for c in classes]
+    if not num_classes:
+        raise ValueError(
+            "Cannot tell the number of classes: pass classes (the data's class names) or "
+            "model_kwargs.num_classes."
+        )
+    return [str(i) for i in range(num_classes)]
+
+
+def network_state_dict(
+    state: Mapping[str, torch.Tensor], attribute: str = "net"
+) -> dict[str, torch.Tensor]:
+    """Keys of the bare network: drop the LightningModule's ``<attribute>.`` prefix and the
+    ``_orig_mod.`` that a ``torch.compile`` wrapper inserts; skip metric buffers. A state
+    without that prefix (already a bare network's) keeps all its keys."""
+    prefix = f"{attribute}."
+    has_prefix = any(k.startswith(prefix) for k in state)
+    out = {}
+    for key, value in state.items():
+        if has_prefix:
+            if not key.startswith(prefix):
+                continue  # metrics, criterion
+            key = key[len(prefix) :]
+        out[key.replace("_orig_mod.", "")] = value
+    return out
+
+
+def check_same_data(
+    trained: Mapping[str, Any],
+    data: Mapping[str, Any],
+    what: str = "The checkpoint",
+    data_name: str = "the data",
+) -> None:
+    """Raise a ``ValueError`` when ``data`` describes other images than a model was trained on.
+
+    ``trained`` is what the model carries (a checkpoint's ``hyper_parameters``, an artifact's
+    metadata), ``data`` what the data provides (``ImageDataModule.spec``, or the hyper-parameters
+    of the module about to be trained). Compared when both sides have them: the class *names*
+    in order (same count but other names is an error too), ``num_channels`` and ``image_size``.
+    The message lists the difference. Used before resuming, evaluating and calibrating.
+    """
+    problems = []
+    ours, theirs = trained.get("classes"), data.get("classes")
+    if ours is not None and theirs is not None and list(ours) != list(theirs):
+        problems.append(_class_difference(list(ours), list(theirs), data_name))
+    for key in ("num_channels", "image_size"):
+        if trained.get(key) is not None and data.get(key) is not None and trained[key] != data[key]:
+            problems.append(f"{key}={trained[key]} but {data_name} has {key}={data[key]}")
+    if problems:
+        raise ValueError(
+            f"{what} was trained on other data: " + "; ".join(problems) + ". Use data with the "
+            "same class folders and image shape as the run that wrote it, or train a new model."
+        )
+
+
+def _class_difference(trained: list[str], data: list[str], data_name: str) -> str:
+    only_trained = [c for c in trained if c not in data]
+    only_data = [c for c in data if c not in trained]
+    if not only_trained and not only_data:
+        return (
+            f"the same {len(trained)} classes in another order (class index i means another "
+            f"class): trained {_shown(trained)}, {data_name} {_shown(data)}"
+        )
+    parts = [f"{len(trained)} classes vs {len(data)} in {data_name}"]
+    if only_trained:
+        parts.append(f"only in the model: {_shown(only_trained)}")
+    if only_data:
+        parts.append(f"only in {data_name}: {_shown(only_data)}")
+    return "classes differ (" + ", ".join(parts) + ")"
+
+
+def _shown(items: list[str]) -> str:
+    more = f" (+{len(items) - MAX_LISTED} more)" if len(items) > MAX_LISTED else ""
+    return "[" + ", ".join(map(str, items[:MAX_LISTED])) + "]" + more
