@@ -19,6 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch.nn.functional as F
 
+from lightning_cls.data.autoaugment import (
+    POLICIES,
+    auto_augment,
+    batch_erase,
+    random_erasing_params,
+)
 from lightning_cls.inference.spec import normalize as _normalize_float32
 from lightning_cls.inference.spec import normalize_constants
 
@@ -238,7 +244,10 @@ class BatchAugment:
     lower-precision input. ``image_size``: the size handed to the network when the stored
     images are larger (photos cached at a decode size): training takes a random resized crop
     (``random_resized_crop=True``, scale/ratio as torchvision's defaults) or the centre crop,
-    evaluation the centre crop (torchvision's Resize + CenterCrop preset). Random draws come
+    evaluation the centre crop (torchvision's Resize + CenterCrop preset). ``auto_augment``
+    (``randaugment``, ``trivialaugment``, ``autoaugment_cifar10``; ``lightning_cls.data.autoaugment``)
+    runs on the uint8 crops after the flip, each sample its own draw; ``random_erasing`` = p
+    erases a box of the normalized batch (torchvision's references' order). Random draws come
     from the ``generator`` passed to each call (the loaders seed one per batch), else from the
     global RNG.
     """
@@ -256,7 +265,18 @@ class BatchAugment:
         random_resized_crop: bool = False,
         rrc_scale: Sequence[float] = (0.08, 1.0),
         rrc_ratio: Sequence[float] = (3 / 4, 4 / 3),
+        auto_augment: str | None = None,
+        random_erasing: float = 0.0,
     ):
+        if auto_augment is not None and auto_augment not in POLICIES:
+            raise ValueError(
+                f"Unknown data.auto_augment={auto_augment!r}; use one of {', '.join(POLICIES)} "
+                "or null."
+            )
+        if not 0.0 <= random_erasing <= 1.0:
+            raise ValueError(
+                f"data.random_erasing={random_erasing} must be a probability in [0, 1] (0: off)."
+            )
         if image_size is not None and image_size < 1:
             raise ValueError(f"image_size must be >= 1, got {image_size}.")
         if crop_padding < 0:
@@ -278,6 +298,7 @@ class BatchAugment:
         self.channels_last, self.dtype = channels_last, dtype
         self.image_size, self.random_resized_crop = image_size, random_resized_crop
         self.rrc_scale, self.rrc_ratio = tuple(rrc_scale), tuple(rrc_ratio)
+        self.auto_augment, self.random_erasing = auto_augment, random_erasing
 
     @classmethod
     def for_data(cls, data, dtype: torch.dtype = torch.float32) -> BatchAugment:
@@ -291,6 +312,8 @@ class BatchAugment:
             dtype,
             image_size=data.image_size,
             random_resized_crop=getattr(data, "random_resized_crop", False),
+            auto_augment=getattr(data, "auto_augment", None),
+            random_erasing=getattr(data, "random_erasing", 0.0),
         )
 
     def __call__(
@@ -300,7 +323,8 @@ class BatchAugment:
         size = self.image_size or min(h, w)
         if train and self.random_resized_crop:
             boxes = random_resized_crop_params(b, h, w, self.rrc_scale, self.rrc_ratio, generator)
-            if self.crop_padding == 0:
+            fuse = self.crop_padding == 0 and not self.auto_augment and not self.random_erasing
+            if fuse:
                 # Crop, flip and normalize fused crop by crop: no memory-bound whole-batch pass.
                 flips = random_flips(b, self.flip_p, generator) if self.hflip else None
                 x = batch_resized_crop(images, boxes, size, flips, self.mean, self.std, self.dtype)
@@ -312,7 +336,14 @@ class BatchAugment:
             images = batch_crop(images, self.crop_padding, generator)  # (B, C, H, W) uint8
             if self.hflip:
                 images = batch_flip_lr(images, self.flip_p, generator)
+            if self.auto_augment:
+                images = auto_augment(images, self.auto_augment, generator)  # (B, C, H, W) uint8
         x = normalize(images, self.mean, self.std, self.dtype)  # (B, C, H, W) dtype
+        if train and self.random_erasing:
+            boxes = random_erasing_params(
+                b, *x.shape[-2:], self.random_erasing, generator=generator
+            )
+            x = batch_erase(x, boxes)  # the erased box is 0: the mean colour
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return x

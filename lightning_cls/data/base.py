@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 from lightning_cls.data.augment import BatchAugment
+from lightning_cls.data.folds import split_fold
 from lightning_cls.data.tensor_loader import TensorBatchLoader, batch_generator
 from lightning_cls.inference.spec import Split
 from lightning_cls.threads import configure_threads, worker_init_fn
@@ -81,6 +82,11 @@ class ImageDataModule(pl.LightningDataModule):
         num_channels: int | None = None,
         image_size: int | None = None,
         name: str | None = None,
+        auto_augment: str | None = None,
+        random_erasing: float = 0.0,
+        folds: int | None = None,
+        fold: int = 0,
+        balanced_sampler: bool = False,
     ):
         super().__init__()
         if pipeline not in PIPELINES:
@@ -100,6 +106,10 @@ class ImageDataModule(pl.LightningDataModule):
         self.crop_padding, self.hflip, self.channels_last = crop_padding, hflip, channels_last
         self._train_transform, self._eval_transform = train_transform, eval_transform
         self.val_size, self.seed = val_size, seed
+        # Stronger augmentation (data/autoaugment.py), k-fold validation (data/folds.py), a
+        # class-balanced train sampler (tensor pipeline); checked where they are used.
+        self.auto_augment, self.random_erasing = auto_augment, random_erasing
+        self.folds, self.fold, self.balanced_sampler = folds, fold, balanced_sampler
         # What the config promises (model configs interpolate these); checked in setup().
         self.expected = {
             "num_classes": num_classes,
@@ -147,7 +157,16 @@ class ImageDataModule(pl.LightningDataModule):
             return
         splits = self.load_splits()
         self._check_config()
-        if "val" not in splits:
+        if self.folds:  # k-fold: validate on fold `fold` of train (+ a dataset's own val)
+            if "val" in splits:
+                train, val = splits.pop("train"), splits.pop("val")
+                splits["train"] = Split(
+                    torch.cat([train.images, val.images]), torch.cat([train.labels, val.labels])
+                )
+            splits["train"], splits["val"] = split_fold(
+                splits["train"], self.folds, self.fold, self.seed
+            )
+        elif "val" not in splits:
             splits["train"], splits["val"] = hold_out(
                 splits["train"], self.val_size, self.seed, "val"
             )
@@ -188,6 +207,7 @@ class ImageDataModule(pl.LightningDataModule):
                 augment=None if attached else self.batch_augment(),
                 train=train,
                 augment_key=attached and train,
+                balanced=self.balanced_sampler and train,
             )
             if train:
                 if self._train_loader_state is not None:
@@ -195,6 +215,8 @@ class ImageDataModule(pl.LightningDataModule):
                     self._train_loader_state = None
                 self._train_loader = loader
             return loader
+        if self.balanced_sampler:
+            raise ValueError("data.balanced_sampler=true needs data.pipeline=tensor.")
         configure_threads(self.num_workers, on_cpu=self._on_cpu(), cap=self.cap_threads)
         transform = self.train_transform() if train else self.eval_transform()
         return DataLoader(
@@ -255,7 +277,9 @@ class ImageDataModule(pl.LightningDataModule):
             steps.append(T.RandomCrop(self.image_size, padding=self.crop_padding))
         if self.hflip:
             steps.append(T.RandomHorizontalFlip())
-        return T.Compose(steps + self._to_normalized_tensor())
+        steps += pil_auto_augment(self.auto_augment)
+        erase = [T.RandomErasing(self.random_erasing)] if self.random_erasing else []
+        return T.Compose(steps + self._to_normalized_tensor() + erase)
 
     def eval_transform(self) -> Callable:
         if self._eval_transform is not None:
@@ -264,6 +288,22 @@ class ImageDataModule(pl.LightningDataModule):
 
     def _to_normalized_tensor(self) -> list:
         return [T.ToTensor(), T.Normalize(self.mean, self.std)]
+
+
+def pil_auto_augment(policy: str | None) -> list:
+    """torchvision's transform for ``data.auto_augment`` (the PIL pipeline's equivalent)."""
+    known = {
+        None: [],
+        "randaugment": [T.RandAugment()],
+        "trivialaugment": [T.TrivialAugmentWide()],
+        "autoaugment_cifar10": [T.AutoAugment(T.AutoAugmentPolicy.CIFAR10)],
+    }
+    if policy not in known:
+        raise ValueError(
+            f"Unknown data.auto_augment={policy!r}; use one of "
+            "randaugment, trivialaugment, autoaugment_cifar10 or null."
+        )
+    return known[policy]
 
 
 def hold_out(

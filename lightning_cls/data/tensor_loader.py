@@ -19,6 +19,11 @@ the loader has ``__len__`` Lightning does not prefetch from it, so "yielded" equ
 "trained on" when a checkpoint is written. An ``iter()`` that starts while an earlier epoch
 was left unfinished (``limit_train_batches``) moves on to the next epoch.
 
+Class balance. ``balanced=True`` replaces each epoch's permutation by N draws with replacement,
+each sample weighted by 1 / (its class's count), from a generator seeded with ``seed + epoch``:
+every class is drawn equally often in expectation. All ranks draw the same global order and
+take their interleaved shard of it, as with the permutation, so DDP needs nothing more.
+
 ``device`` moves the split to that device once (e.g. the GPU), so batches are gathered there.
 
 Augmentation randomness. When ``augment`` is given, batch ``i`` of epoch ``e`` is augmented
@@ -55,6 +60,21 @@ def shard_indices(
         order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))  # (N,)
     else:
         order = torch.arange(n)  # (N,)
+    return shard(order, rank, world_size, pad)
+
+
+def balanced_order(labels: torch.Tensor, epoch: int, seed: int) -> torch.Tensor:
+    """(N,) indices drawn with replacement, each sample with weight 1 / its class's count."""
+    labels = labels.cpu()
+    counts = torch.bincount(labels).double()  # (K,)
+    weights = 1.0 / counts[labels]  # (N,)
+    generator = torch.Generator().manual_seed(seed + epoch)
+    return torch.multinomial(weights, len(labels), replacement=True, generator=generator)
+
+
+def shard(order: torch.Tensor, rank: int, world_size: int, pad: bool = True) -> torch.Tensor:
+    """This rank's interleaved share of one global ``order`` (``DistributedSampler``'s)."""
+    n = len(order)
     if not pad:
         return order[rank::world_size]  # (ceil((N - rank) / world_size),)
     per_rank = math.ceil(n / world_size)
@@ -83,8 +103,10 @@ class TensorBatchLoader:
         device: torch.device | str | None = None,
         augment_key: bool = False,
         pad: bool | None = None,
+        balanced: bool = False,
     ):
-        """``pad``: pad shards to equal length (DistributedSampler); default: when ``train``."""
+        """``pad``: pad shards to equal length (DistributedSampler); default: when ``train``.
+        ``balanced``: class-balanced draws with replacement instead of a permutation."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         if len(images) != len(labels):
@@ -107,6 +129,7 @@ class TensorBatchLoader:
         # Yield (x, y, key) with key = (seed, epoch, batch, rank): a hook that augments the batch
         # later, on its device, seeds ``batch_generator(*key)`` with it (prefetch-proof).
         self.augment_key = augment_key
+        self.balanced = balanced
         self.pad = train if pad is None else pad
         self._rank, self._world_size = rank, world_size
         self.epoch = 0  # the epoch in progress (or the next one to start)
@@ -140,6 +163,9 @@ class TensorBatchLoader:
 
     def indices(self, epoch: int) -> torch.Tensor:
         """This rank's sample order for ``epoch`` (before batching)."""
+        if self.balanced:
+            order = balanced_order(self.labels, epoch, self.seed)  # (N,)
+            return shard(order, self.rank, self.world_size, self.pad)
         return shard_indices(
             len(self.images), epoch, self.seed, self.shuffle, self.rank, self.world_size, self.pad
         )
