@@ -1,7 +1,7 @@
 """``python -m lightning_cls.serve artifact=model.onnx [serve.port=8000 serve.workers=1 ...]``.
 
 Reads top to bottom: compose the config → a ``ServeConfig`` (checked: host, port, limits,
-thread budget) → ``serve`` (loads the artifact once to fail fast, starts LitServe, blocks until
+thread budget) → ``serve`` (loads and warms up the model, binds the port, serves until
 SIGTERM/Ctrl+C). A user error ends in one line on stderr and exit code 1.
 """
 
@@ -14,7 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
-from lightning_cls.serve.server import ServeConfig, serve
+from lightning_cls.serve.config import ServeConfig
+from lightning_cls.serve.server import serve
 
 
 def make_config(cfg: DictConfig) -> ServeConfig:

@@ -1,9 +1,10 @@
 """``ServeMetrics``: counters shared by every server process, rendered as Prometheus text.
 
-LitServe runs the HTTP servers (forked) and the inference workers (spawned) as separate
-processes, so a per-process counter would show one process's share. The counters here live in
-shared memory created before either is started: forked HTTP servers inherit them, and spawned
-workers receive them pickled with the ``LitAPI`` (multiprocessing allows that while spawning).
+With ``serve.workers=N`` the N server processes share the port, so a scrape reaches one of
+them at random and a per-process counter would show that process's share. The counters live
+in shared memory created by the parent before it spawns the workers, which receive them as
+``Process`` arguments (multiprocessing allows that while spawning). With one worker they are
+the same objects in one process.
 """
 
 from __future__ import annotations
@@ -54,8 +55,7 @@ class ServeMetrics:
         self.latency = _Histogram(ctx, LATENCY_BUCKETS_S)
         self.batch_size = _Histogram(ctx, BATCH_BUCKETS)
         self.in_flight = ctx.Value("i", 0)  # accepted /predict requests not yet answered
-        self.draining = ctx.Value("b", 0)  # set on SIGTERM: /health answers 503
-        # Process ids of the inference workers that loaded and warmed up their model.
+        # Process ids of the server processes that loaded and warmed up their model.
         self.worker_pids = ctx.Array("i", MAX_WORKERS)
 
     def worker_ready(self, pid: int) -> None:
@@ -63,17 +63,10 @@ class ServeMetrics:
             slot = list(self.worker_pids).index(0)  # a free slot (ServeConfig caps workers)
             self.worker_pids[slot] = pid
 
-    def try_admit(self, max_in_flight: int) -> bool:
-        """Count one more request in flight unless ``max_in_flight`` are already; atomic."""
+    def queue_depth(self, change: int) -> None:
+        """Count admitted ``/predict`` requests in and out (summed over worker processes)."""
         with self.in_flight.get_lock():
-            if self.in_flight.value >= max_in_flight:
-                return False
-            self.in_flight.value += 1
-            return True
-
-    def release(self) -> None:
-        with self.in_flight.get_lock():
-            self.in_flight.value -= 1
+            self.in_flight.value += change
 
     def observe_request(self, status: int, seconds: float) -> None:
         slot = STATUSES.index(status) if status in STATUSES else len(STATUSES)
@@ -105,7 +98,7 @@ class ServeMetrics:
             "# HELP lightning_cls_queue_depth /predict requests accepted and not yet answered.",
             "# TYPE lightning_cls_queue_depth gauge",
             f"lightning_cls_queue_depth {self.in_flight.value}",
-            "# HELP lightning_cls_worker_info Inference worker processes ready to serve.",
+            "# HELP lightning_cls_worker_info Server processes ready to serve.",
             "# TYPE lightning_cls_worker_info gauge",
         ]
         lines += [f'lightning_cls_worker_info{{pid="{pid}"}} 1' for pid in self.worker_pids if pid]

@@ -1,201 +1,215 @@
-"""``ServeConfig`` and ``serve``: a LitServe server for one artifact, with limits, metrics and a
-graceful SIGTERM drain. ``python -m lightning_cls.serve`` builds a ``ServeConfig`` from Hydra.
+"""``serve``: run the ASGI engine in this process, or in ``serve.workers`` processes.
 
-Endpoints: ``POST /predict`` (raw ``image/*`` bytes, or JSON ``{"image": b64}`` /
-``{"images": [b64, ...]}`` with optional ``"top_k"``), ``GET /health`` (200 once every worker
-loaded and warmed up its model; 503 while starting or draining), ``GET /info`` (model, input
-spec, runtime, batching and limits), ``GET /metrics`` (Prometheus text).
+One worker: this process loads the model, warms it up, binds the port and runs uvicorn
+(uvloop and httptools when installed). N workers: this process checks the artifact and the
+port, then spawns N independent server processes that each bind the port with
+``SO_REUSEPORT`` (the kernel spreads connections; nothing passes between them) and each
+exits when this parent dies (``PR_SET_PDEATHSIG`` on Linux, a watchdog thread elsewhere).
+
+SIGTERM (or Ctrl+C): ``/health`` and new ``/predict`` requests get 503 at once, admitted
+requests are answered, and the process exits within ``serve.drain_s``; a second signal exits
+at once.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import inspect
 import logging
 import multiprocessing as mp
 import os
 import signal
-from dataclasses import asdict, dataclass, field
+import socket
+import sys
+import threading
+import time
 from pathlib import Path
-from typing import Any
 
-import litserve as ls
-from fastapi.responses import PlainTextResponse
+import uvicorn
 
-from lightning_cls.inference.predictor import load_artifact
-from lightning_cls.serve.api import ClassifierAPI
-from lightning_cls.serve.gate import RequestGate
-from lightning_cls.serve.metrics import MAX_WORKERS, ServeMetrics
-from lightning_cls.threads import available_cores
+from lightning_cls.inference.predictor import Predictor, load_artifact
+from lightning_cls.serve.app import ServeApp
+from lightning_cls.serve.batcher import warm_up
+from lightning_cls.serve.config import ServeConfig
+from lightning_cls.serve.metrics import ServeMetrics
 
 log = logging.getLogger(__name__)
 
-HOSTS = ("127.0.0.1", "0.0.0.0", "::")  # what LitServer.run accepts
-BATCH_LOOPS = ("blocking", "litserve")  # serve.batch_loop
+
+def load_predictor(config: ServeConfig, threads: int) -> Predictor:
+    """The artifact as a ``Predictor`` with ``threads`` intra-op threads."""
+    import torch
+
+    torch.set_num_threads(threads)  # PyTorch's pool is process-wide; ORT's is per session
+    options = {}
+    if "trust_artifact" in inspect.signature(load_artifact).parameters:
+        options["trust_artifact"] = config.trust_artifact
+    predictor = load_artifact(
+        config.artifact,
+        model_name=config.model_name,
+        spec=config.spec,
+        threads=threads,
+        device=config.accelerator,
+        **options,
+    )
+    if predictor.kind == "onnx" and threads > 1:
+        # ORT's intra-op threads spin after each call by default (burning the cores the event
+        # loop needs); serve.ort_spinning, chosen by benchmarks/serve_load.py, decides.
+        from lightning_cls.inference.runtimes import make_session
+
+        predictor.runtime.session = make_session(
+            config.artifact, threads, spinning=config.ort_spinning
+        )
+    return predictor
 
 
-@dataclass
-class ServeConfig:
-    """Every serving option (mirrors ``conf/serve/default.yaml``; defaults from the benchmark)."""
-
-    artifact: str
-    model_name: str | None = None  # bare weights only: the registry name
-    spec: dict[str, Any] = field(default_factory=dict)  # InputSpec keys filling the artifact's
-    host: str = "127.0.0.1"
-    port: int = 8000
-    workers: int = 1  # inference processes
-    threads: int | None = None  # per worker; default cores // workers
-    max_batch_size: int = 32
-    # Seconds to wait for more requests after the first; 0: what is queued (benchmark's pick).
-    batch_timeout: float = 0.0
-    timeout: float = 10.0  # a request older than this gets 504
-    max_queue: int = 256  # requests in flight beyond this get 503 + Retry-After
-    retry_after_s: int = 1
-    max_body_bytes: int = 10_000_000
-    max_images_per_request: int = 64
-    top_k: int = 5
-    accelerator: str = "cpu"
-    fast_queue: bool = True  # LitServe's ZeroMQ response transport (its advice above ~100 req/s)
-    # Batch collector: "blocking" (lightning_cls.serve.loop, waits while idle) or "litserve"
-    # (LitServe's own, which polls its queue every millisecond).
-    batch_loop: str = "blocking"
-    api_path: str = "/predict"
-    log_level: str = "warning"
-
-    def __post_init__(self):
-        self.spec = dict(self.spec or {})
-        if self.host not in HOSTS:
-            raise ValueError(
-                f"serve.host={self.host!r}; use one of {', '.join(HOSTS)} "
-                "(127.0.0.1: this machine only, the default)."
-            )
-        if not 1024 <= int(self.port) <= 65535:
-            raise ValueError(f"serve.port={self.port} must be in 1024..65535.")
-        for key in (
-            "workers",
-            "max_batch_size",
-            "max_queue",
-            "max_body_bytes",
-            "max_images_per_request",
-            "top_k",
-            "retry_after_s",
-        ):
-            if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
-                raise ValueError(f"serve.{key}={getattr(self, key)!r} must be an integer >= 1.")
-        if self.batch_loop not in BATCH_LOOPS:
-            raise ValueError(
-                f"serve.batch_loop={self.batch_loop!r}; use one of {', '.join(BATCH_LOOPS)}."
-            )
-        if self.batch_loop == "litserve" and self.batch_timeout == 0 and self.max_batch_size > 1:
-            log.warning(
-                "serve.batch_loop=litserve with serve.batch_timeout=0 polls the request queue "
-                "without pause (a busy core while idle); set serve.batch_timeout=0.002."
-            )
-        if self.workers > MAX_WORKERS:
-            raise ValueError(f"serve.workers={self.workers} exceeds {MAX_WORKERS}.")
-        if not 0 <= self.batch_timeout < self.timeout:
-            raise ValueError(
-                f"serve.batch_timeout={self.batch_timeout} must be >= 0 and below "
-                f"serve.timeout={self.timeout}."
-            )
-        cores = available_cores()
-        if self.threads is None:
-            self.threads = max(1, cores // self.workers)
-        elif self.threads * self.workers > cores:
-            raise ValueError(
-                f"serve.threads={self.threads} x serve.workers={self.workers} oversubscribes the "
-                f"{cores} available cores; set serve.threads={max(1, cores // self.workers)} or "
-                "leave it null (cores // workers)."
-            )
-
-
-def build_server(config: ServeConfig) -> tuple[ls.LitServer, ServeMetrics]:
-    """Load the artifact once here (a bad path or missing metadata fails before any worker
-    starts), then wire the LitAPI, the request gate and ``/metrics`` into a ``LitServer``."""
-    probe = load_artifact(config.artifact, config.model_name, config.spec, threads=1)
-    spec, kind = probe.spec, probe.kind
-    del probe
-    info = {
-        "name": spec.model_name or Path(config.artifact).stem,
+def model_info(config: ServeConfig, predictor: Predictor) -> dict:
+    return {
+        "name": predictor.spec.model_name or Path(config.artifact).stem,
         "version": _file_digest(config.artifact),
-        "runtime": kind,
+        "runtime": predictor.kind,
         "artifact": Path(config.artifact).name,
     }
-    metrics = ServeMetrics()
-    api = ClassifierAPI(
-        config.artifact,
-        spec,
-        info,
-        metrics,
-        config.threads,
-        config.max_batch_size,
-        config.batch_timeout,
-        config.api_path,
-        config.model_name,
-        batch_loop=config.batch_loop,
-    )
-    gate = (
-        RequestGate,
-        dict(
-            spec=spec,
-            metrics=metrics,
-            api_path=config.api_path,
-            max_queue=config.max_queue,
-            max_body_bytes=config.max_body_bytes,
-            max_images_per_request=config.max_images_per_request,
-            default_top_k=config.top_k,
-            retry_after_s=config.retry_after_s,
-        ),
-    )
-    metadata = {**info, "spec": spec.to_dict(), "config": asdict(config)}
-    server = ls.LitServer(
-        api,
-        accelerator=config.accelerator,
-        workers_per_device=config.workers,
-        timeout=config.timeout,
-        model_metadata=metadata,
-        middlewares=[gate],
-        fast_queue=config.fast_queue,
-    )
 
-    async def prometheus() -> PlainTextResponse:
-        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
 
-    # LitServer exposes its FastAPI app; an extra route is plain FastAPI.
-    server.app.add_api_route("/metrics", prometheus, methods=["GET"])
-    return server, metrics
+class DrainingServer(uvicorn.Server):
+    """uvicorn that, on the first SIGTERM/SIGINT, answers 503 to ``/health`` and new requests,
+    waits for admitted ones, then shuts down; uvicorn's ``handle_exit`` is its documented
+    signal hook."""
+
+    def __init__(self, config: uvicorn.Config, app: ServeApp, drain_s: float):
+        super().__init__(config)
+        self.app, self.drain_s = app, drain_s
+
+    def handle_exit(self, sig, frame) -> None:
+        if self.app.draining:  # a second signal: stop now
+            self.force_exit = True
+            return super().handle_exit(sig, frame)
+        self.app.draining = True
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.drain_s - self.config.timeout_graceful_shutdown
+        while self.app.in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.should_exit = True  # uvicorn closes the sockets, then waits for open requests
+
+
+def run_worker(config: ServeConfig, metrics: ServeMetrics, reuse_port: bool) -> None:
+    """One server process: load, warm up, bind, serve until drained."""
+    predictor = load_predictor(config, config.threads)
+    warm_up(predictor, config.max_batch_size)
+    app = ServeApp(config, predictor, metrics, model_info(config, predictor))
+    sock = bind(config.host, config.port, reuse_port)
+    uv_config = uvicorn.Config(
+        app,
+        lifespan="off",
+        access_log=False,
+        log_level=config.log_level,
+        timeout_graceful_shutdown=min(1.0, config.drain_s / 2),
+    )
+    server = DrainingServer(uv_config, app, config.drain_s)
+    metrics.worker_ready(os.getpid())
+    log.info(
+        "Serving %s on http://%s:%d (pid %d)", predictor, config.host, config.port, os.getpid()
+    )
+    try:
+        server.run(sockets=[sock])
+    finally:
+        app.close()
+
+
+def bind(host: str, port: int, reuse_port: bool) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise ValueError(
+            f"serve.port={port} on {host} cannot be bound ({err.strerror}); "
+            "stop what uses it or choose another serve.port."
+        ) from err
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def serve(config: ServeConfig) -> None:
-    """Run until SIGTERM or Ctrl+C. SIGTERM drains: requests already accepted are answered."""
-    server, metrics = build_server(config)
-    main_pid = os.getpid()
+    """Serve until SIGTERM/Ctrl+C (see the module docstring)."""
+    metrics = ServeMetrics()
+    if config.workers == 1:
+        return run_worker(config, metrics, reuse_port=False)
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise ValueError("serve.workers > 1 needs SO_REUSEPORT (Linux, macOS); use 1 here.")
+    load_predictor(config, 1)  # fail here, in one line, on a bad artifact
+    bind(config.host, config.port, reuse_port=False).close()  # fail here if the port is taken
+    ctx = mp.get_context("spawn")
+    workers = [
+        ctx.Process(
+            target=_worker_main,
+            args=(config, metrics, os.getpid()),
+            name=f"lightning_cls-serve-{i}",
+        )
+        for i in range(config.workers)
+    ]
+    stopping = threading.Event()
 
-    def drain(signum, frame):
-        if os.getpid() != main_pid:  # a forked helper (LitServe's manager) inherited this
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        log.warning("SIGTERM: draining (no new connections; answering accepted requests)")
-        metrics.draining.value = 1
-        # LitServe 0.2 has no SIGTERM handling of its own in the main process. Its HTTP servers
-        # are uvicorn processes named "LitServer-<n>"; uvicorn's own SIGTERM handler stops
-        # accepting and finishes in-flight requests (up to its graceful timeout). Once they
-        # have exited, KeyboardInterrupt takes LitServer.run down its documented Ctrl+C path,
-        # which stops the inference workers.
-        http_servers = [p for p in mp.active_children() if p.name.startswith("LitServer-")]
-        for process in http_servers:
-            os.kill(process.pid, signal.SIGTERM)
-        for process in http_servers:
-            process.join(timeout=60)
-        raise KeyboardInterrupt
+    def stop(signum, frame):
+        stopping.set()
+        for worker in workers:
+            if worker.pid and worker.is_alive():
+                os.kill(worker.pid, signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, drain)
-    log.info(
-        "Serving %s on http://%s:%d%s", config.artifact, config.host, config.port, config.api_path
-    )
-    server.run(
-        host=config.host, port=config.port, log_level=config.log_level, generate_client_file=False
-    )
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for worker in workers:
+        worker.start()
+    while not stopping.is_set():
+        if any(w.exitcode not in (None, 0) for w in workers):  # one died: take the rest down
+            log.error("A server process exited (%s); stopping", [w.exitcode for w in workers])
+            stop(signal.SIGTERM, None)
+            break
+        if all(w.exitcode is not None for w in workers):
+            break
+        stopping.wait(0.2)
+    deadline = time.monotonic() + config.drain_s + 2
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+        if worker.is_alive():
+            worker.kill()
+            worker.join()
+    if any(w.exitcode for w in workers):
+        sys.exit(1)
+
+
+def _worker_main(config: ServeConfig, metrics: ServeMetrics, parent: int) -> None:
+    _exit_with_parent(parent)
+    logging.basicConfig(level=config.log_level.upper(), format="[%(process)d] %(message)s")
+    run_worker(config, metrics, reuse_port=True)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """SIGTERM this process (it drains, then exits) when ``parent`` dies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        if libc.prctl(pr_set_pdeathsig, signal.SIGTERM) != 0:
+            raise OSError(ctypes.get_errno(), "prctl failed")
+    except (OSError, AttributeError):  # not Linux: a watchdog thread instead
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=watch, daemon=True, name="lightning_cls-watchdog").start()
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _file_digest(path: str | Path, length: int = 12) -> str:

@@ -1,0 +1,133 @@
+"""``Batcher``: dynamic batching on the event loop, the model in one dedicated thread.
+
+Requests hand in decoded uint8 images and await their probabilities. While no model call is
+running, whatever is waiting goes into the next call at once (no wait unless
+``batch_timeout`` > 0); while one runs, new requests queue and form the next batch, so batches
+grow with the load and exactly one batch is in flight. The call runs in a single thread (ONNX
+Runtime, OpenVINO and PyTorch release the GIL), leaving the event loop free for HTTP.
+``max_batch_size`` counts images: requests are taken whole while they fit, and a request
+longer than ``max_batch_size`` is split into several model calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from lightning_cls.inference.predictor import Predictor
+from lightning_cls.serve.metrics import ServeMetrics
+
+
+class Expired(Exception):
+    """The request was not answered within ``timeout`` seconds of its admission."""
+
+
+class Batcher:
+    def __init__(
+        self,
+        predictor: Predictor,
+        metrics: ServeMetrics,
+        max_batch_size: int = 32,
+        batch_timeout: float = 0.0,
+        timeout: float = 10.0,
+    ):
+        self.predictor, self.metrics = predictor, metrics
+        self.max_batch_size, self.batch_timeout, self.timeout = (
+            max_batch_size,
+            batch_timeout,
+            timeout,
+        )
+        self.k = predictor.spec.num_classes
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="lightning_cls-model")
+        self._waiting: deque = deque()  # (images (N, C, H, W) uint8, top_k, future)
+        self._busy = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def predict(self, images: np.ndarray, top_k: int) -> tuple[list, list, int]:
+        """uint8 (N, C, H, W) -> (top-k probabilities per image, their class indices, images
+        in the model call); ``Expired`` after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        expiry = loop.call_later(self.timeout, _expire, future)
+        self._waiting.append((images, top_k, future))
+        self._start(loop)
+        try:
+            return await future
+        finally:
+            expiry.cancel()
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._busy or not self._waiting:
+            return
+        if self.batch_timeout and self._timer is None:
+            queued = sum(len(item[0]) for item in self._waiting)
+            if queued < self.max_batch_size:  # wait a little for more, once
+                self._timer = loop.call_later(self.batch_timeout, self._fire, loop)
+                return
+        self._fire(loop)
+
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        batch, images = [], 0
+        while self._waiting and (
+            not batch or images + len(self._waiting[0][0]) <= self.max_batch_size
+        ):
+            item = self._waiting.popleft()
+            if item[2].done():  # expired (504 already sent) or the client went away
+                continue
+            batch.append(item)
+            images += len(item[0])
+        if not batch:
+            return
+        self._busy = True
+        pixels = batch[0][0] if len(batch) == 1 else np.concatenate([item[0] for item in batch])
+        k = min(self.k, max(item[1] for item in batch))
+        call = loop.run_in_executor(self.thread, self._run, pixels, k)
+        call.add_done_callback(lambda done: self._finish(loop, batch, done))
+
+    def _run(self, pixels: np.ndarray, k: int) -> tuple[list, list]:
+        """In the model thread: probabilities, then the top ``k`` of each row."""
+        images = torch.from_numpy(pixels)  # (N, C, H, W) uint8
+        chunks = []
+        for start in range(0, len(images), self.max_batch_size):
+            part = images[start : start + self.max_batch_size]
+            chunks.append(self.predictor.predict_images(part, batch_size=len(part)))
+            self.metrics.batch_size.observe(len(part))
+        top = torch.cat(chunks).topk(k, dim=1)  # (N, k)
+        return top.values.tolist(), top.indices.tolist()
+
+    def _finish(self, loop, batch: list, done: asyncio.Future) -> None:
+        self._busy = False
+        error = done.exception()
+        if error is None:
+            probs, indices = done.result()
+        start, total = 0, sum(len(item[0]) for item in batch)
+        for images, top_k, future in batch:
+            end = start + len(images)
+            if not future.done():
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    rows = [p[:top_k] for p in probs[start:end]]
+                    future.set_result((rows, [i[:top_k] for i in indices[start:end]], total))
+            start = end
+        self._start(loop)
+
+    def close(self) -> None:
+        self.thread.shutdown(wait=True)
+
+
+def _expire(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_exception(Expired())
+
+
+def warm_up(predictor: Predictor, max_batch_size: int) -> None:
+    """One call at batch 1 and one at ``max_batch_size``: the first requests are not slow."""
+    for size in sorted({1, max_batch_size}):
+        shape = (size, *predictor.spec.input_shape)
+        predictor.predict_images(torch.zeros(shape, dtype=torch.uint8), size)

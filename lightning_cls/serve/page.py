@@ -1,0 +1,112 @@
+"""``GET /``: one self-contained HTML page (no CDN, works offline) to try the model by hand.
+
+Drop or pick one or more images: each is posted to ``/predict`` as raw bytes (the server
+batches them) and shown with its top-5 labels as bars with probabilities.
+"""
+
+PAGE_HTML = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>lightning_cls: classify images</title>
+<style>
+  body { font: 15px/1.4 system-ui, sans-serif; margin: 2rem auto; max-width: 960px;
+         padding: 0 1rem; color: #1d232b; background: #f6f7f9; }
+  h1 { font-size: 1.4rem; margin: 0 0 .25rem; }
+  #model { color: #5b6573; margin-bottom: 1rem; }
+  #drop { border: 2px dashed #8a94a3; border-radius: 10px; padding: 2rem; text-align: center;
+          background: #fff; cursor: pointer; }
+  #drop.over { border-color: #2f6fde; background: #eef4ff; }
+  #results { display: grid; grid-template-columns: repeat(auto-fill, minmax(280px, 1fr));
+             gap: 1rem; margin-top: 1rem; }
+  .card { background: #fff; border-radius: 10px; padding: .75rem;
+          box-shadow: 0 1px 3px rgba(0,0,0,.12); }
+  .card header { display: flex; gap: .6rem; align-items: center; margin-bottom: .5rem; }
+  .card img { width: 64px; height: 64px; object-fit: cover; border-radius: 6px;
+              image-rendering: pixelated; background: #ddd; }
+  .name { font-weight: 600; overflow-wrap: anywhere; }
+  .row { display: grid; grid-template-columns: 7rem 1fr 3.6rem; gap: .4rem;
+         align-items: center; margin: .2rem 0; }
+  .label { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  .track { background: #e6e9ee; border-radius: 4px; height: 14px; }
+  .bar { background: #2f6fde; border-radius: 4px; height: 14px; }
+  .row:first-child .bar { background: #1c9a5b; }
+  .pct { text-align: right; font-variant-numeric: tabular-nums; }
+  .error { color: #b3261e; }
+</style>
+</head>
+<body>
+<h1>Classify images</h1>
+<div id="model">Loading model information&hellip;</div>
+<label id="drop">Drop images here, or click to choose
+  <input id="files" type="file" accept="image/*" multiple hidden>
+</label>
+<div id="results"></div>
+<script>
+"use strict";
+const drop = document.getElementById("drop");
+const results = document.getElementById("results");
+
+fetch("info").then(r => r.json()).then(info => {
+  const m = info.model;
+  document.getElementById("model").textContent =
+    `Model ${m.name} (version ${m.version}, ${m.runtime}), ${m.spec.classes.length} classes`;
+}).catch(() => { document.getElementById("model").textContent = ""; });
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+async function classify(file) {
+  const card = el("div", "card");
+  const head = el("header");
+  const img = el("img");
+  img.src = URL.createObjectURL(file);
+  img.alt = file.name;
+  head.append(img, el("span", "name", file.name));
+  const body = el("div", "bars", "classifying\\u2026");
+  card.append(head, body);
+  results.prepend(card);
+  try {
+    const type = file.type && file.type.startsWith("image/") ? file.type : "image/unknown";
+    const r = await fetch("predict", {method: "POST", headers: {"Content-Type": type}, body: file});
+    const answer = await r.json();
+    body.textContent = "";
+    if (!r.ok) {
+      body.append(el("div", "error", `${r.status}: ${answer.detail}`));
+      return;
+    }
+    const p = answer.predictions[0];
+    p.labels.forEach((label, i) => {
+      const row = el("div", "row");
+      const track = el("div", "track");
+      const bar = el("div", "bar");
+      bar.style.width = (100 * p.probs[i]).toFixed(1) + "%";
+      track.append(bar);
+      row.append(el("span", "label", label), track,
+                 el("span", "pct", (100 * p.probs[i]).toFixed(1) + "%"));
+      body.append(row);
+    });
+  } catch (err) {
+    body.textContent = "";
+    body.append(el("div", "error", String(err)));
+  }
+}
+
+function classifyAll(files) { for (const f of files) classify(f); }
+document.getElementById("files").addEventListener("change", e => classifyAll(e.target.files));
+drop.addEventListener("dragover", e => { e.preventDefault(); drop.classList.add("over"); });
+drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+drop.addEventListener("drop", e => {
+  e.preventDefault();
+  drop.classList.remove("over");
+  classifyAll(e.dataTransfer.files);
+});
+</script>
+</body>
+</html>
+"""
