@@ -1,22 +1,27 @@
-"""``export=triton``: a Triton Inference Server model repository around the exported ONNX file.
+"""``export=triton``: a Triton Inference Server model repository around an exported ONNX file.
 
 Layout (Triton's): ``<repo>/<model_name>/config.pbtxt``, ``<repo>/<model_name>/1/model.onnx``
 and ``labels.txt`` (Triton's classification extension answers top-k class names from it).
 ``config.pbtxt`` is protobuf text of Triton's ``ModelConfig``: the ``onnxruntime_onnx``
 platform, input/output names, types and dims read from the ONNX graph (the dynamic batch axis
-left to ``max_batch_size``), and dynamic batching. Triton runs the network only: clients
-normalize pixels with the spec stored in the ONNX ``metadata_props`` (docs/serving.md).
+left to ``max_batch_size``), dynamic batching with no preferred sizes and no queue delay (Triton
+then runs whatever has queued as soon as an instance is free: batches grow under load and
+a lone request does not wait), and CPU instances (``KIND_CPU``).
+
+``source`` picks the file: ``onnx`` (``model.onnx``: float NCHW in, logits out; clients
+normalize pixels with the spec stored in its ``metadata_props``) or ``onnx_e2e``
+(``model_e2e.onnx``: uint8 NHWC pixels in, probabilities out; clients only decode and resize).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from lightning_cls.fileio import atomic_path
-from lightning_cls.inference.spec import InputSpec
+from lightning_cls.inference.spec import InputSpec, props_to_dict
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +37,7 @@ _TRITON_TYPES = {
     7: "TYPE_INT64",
 }
 LABELS_FILE = "labels.txt"
+SOURCES = ("onnx", "onnx_e2e")  # export formats a repository can wrap
 
 
 @dataclass
@@ -39,19 +45,24 @@ class TritonConfig:
     """Options of the generated ``config.pbtxt`` (``export.triton.*`` in the config)."""
 
     model_name: str = "classifier"
+    source: str = "onnx"  # which exported file Triton serves: onnx or onnx_e2e
     max_batch_size: int = 64
-    preferred_batch_sizes: list[int] = field(default_factory=lambda: [8, 16, 32])
-    max_queue_delay_us: int = 2000  # how long Triton waits to fill a batch
-    instances: int = 1  # model instances (each on the CPU)
+    max_queue_delay_us: int = 0  # > 0 makes every request wait for a batch to fill
+    instances: int = 1  # model instances, each on the CPU (KIND_CPU)
 
     def __post_init__(self):
-        if self.max_batch_size < 1:
-            raise ValueError(f"export.triton.max_batch_size={self.max_batch_size} must be >= 1.")
-        too_big = [b for b in self.preferred_batch_sizes if not 1 <= b <= self.max_batch_size]
-        if too_big:
+        if self.source not in SOURCES:
             raise ValueError(
-                f"export.triton.preferred_batch_sizes {too_big} must lie in 1.."
-                f"{self.max_batch_size} (export.triton.max_batch_size)."
+                f"export.triton.source={self.source!r} is not an ONNX export; use one of "
+                f"{', '.join(SOURCES)}."
+            )
+        for name in ("max_batch_size", "instances"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"export.triton.{name}={getattr(self, name)} must be >= 1.")
+        if self.max_queue_delay_us < 0:
+            raise ValueError(
+                f"export.triton.max_queue_delay_us={self.max_queue_delay_us} must be >= 0 "
+                "(0: no wait)."
             )
 
 
@@ -67,7 +78,8 @@ def export_triton(
     (folder / "1").mkdir(parents=True, exist_ok=True)
     with atomic_path(folder / "1" / "model.onnx", keep_suffix=True) as tmp:
         shutil.copyfile(onnx_path, tmp)
-    (folder / LABELS_FILE).write_text("\n".join(spec.classes) + "\n")
+    with atomic_path(folder / LABELS_FILE) as tmp:
+        tmp.write_text("\n".join(spec.classes) + "\n")
     text = model_config_text(model, config)
     path = folder / "config.pbtxt"
     with atomic_path(path) as tmp:
@@ -77,10 +89,18 @@ def export_triton(
 
 
 def model_config_text(model, config: TritonConfig) -> str:
-    """``config.pbtxt`` (protobuf text format of Triton's ``ModelConfig``) for an ONNX model."""
-    inputs = [_tensor(v, "input") for v in _graph_inputs(model)]
+    """``config.pbtxt`` (protobuf text format of Triton's ``ModelConfig``) for an ONNX model.
+
+    An image input (three dims after the batch) is marked with its layout, read from the
+    ``layout`` the file's ``metadata_props`` carry (``NHWC`` for ``onnx_e2e``), so clients
+    such as Triton's ``image_client`` know how to lay out pixels.
+    """
+    layout = props_to_dict({p.key: p.value for p in model.metadata_props}).get("layout")
+    image_format = f"format: FORMAT_{layout}" if layout in ("NCHW", "NHWC") else ""
+    inputs = [
+        _tensor(v, "input", image_format if _rank(v) == 4 else "") for v in _graph_inputs(model)
+    ]
     outputs = [_tensor(v, "output", f'label_filename: "{LABELS_FILE}"') for v in model.graph.output]
-    preferred = ", ".join(map(str, config.preferred_batch_sizes))
     sep = ",\n"
     return (
         f'name: "{config.model_name}"\n'
@@ -89,7 +109,6 @@ def model_config_text(model, config: TritonConfig) -> str:
         f"input [\n{sep.join(inputs)}\n]\n"
         f"output [\n{sep.join(outputs)}\n]\n"
         "dynamic_batching {\n"
-        f"  preferred_batch_size: [ {preferred} ]\n"
         f"  max_queue_delay_microseconds: {config.max_queue_delay_us}\n"
         "}\n"
         f"instance_group [\n  {{\n    count: {config.instances}\n    kind: KIND_CPU\n  }}\n]\n"
@@ -100,6 +119,10 @@ def _graph_inputs(model) -> list:
     """Graph inputs that are not initializers (older exporters list weights as inputs)."""
     weights = {init.name for init in model.graph.initializer}
     return [v for v in model.graph.input if v.name not in weights]
+
+
+def _rank(value) -> int:
+    return len(value.type.tensor_type.shape.dim)
 
 
 def _tensor(value, what: str, extra: str = "") -> str:

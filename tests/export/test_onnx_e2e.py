@@ -1,0 +1,114 @@
+"""export=onnx_e2e: uint8 NHWC in, probabilities out, preprocessing/TTA/softmax in the graph."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from lightning_cls.export.errors import ExportCheckError
+from lightning_cls.export.exporter import ExportConfig, export_model
+from lightning_cls.export.onnx import read_metadata
+from lightning_cls.export.onnx_e2e import (
+    INPUT_NAME,
+    OUTPUT_NAME,
+    check_e2e_parity,
+    e2e_spec,
+    example_images,
+    export_onnx_e2e,
+)
+from lightning_cls.inference import load_artifact
+from lightning_cls.inference.runtimes import make_session
+
+
+class _ExportsDifferently(torch.nn.Module):
+    """Eager: ``net``; while torch.export traces it: ``net`` with doubled logits."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        logits = self.net(x)
+        return logits * 2 if torch.compiler.is_exporting() else logits
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    z = np.exp(logits - logits.max(1, keepdims=True))
+    return z / z.sum(1, keepdims=True)
+
+
+def test_e2e_graph_takes_uint8_nhwc_and_matches_normalising_by_hand(trained, tmp_path):
+    """The e2e file equals plain model.onnx fed with pixels normalised by hand in NumPy."""
+    spec = dataclasses.replace(trained.spec, mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3))
+    out = tmp_path / "export"
+    paths = export_model(trained.net, spec, out, ExportConfig(formats=["onnx", "onnx_e2e"])).paths
+    assert paths["onnx_e2e"] == out / "model_e2e.onnx"
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "model.onnx", "model_e2e.onnx"]
+    model = onnx.load(str(paths["onnx_e2e"]))
+    (inp,), (outp,) = model.graph.input, model.graph.output
+    assert (inp.name, outp.name) == (INPUT_NAME, OUTPUT_NAME)
+    assert inp.type.tensor_type.elem_type == onnx.TensorProto.UINT8
+    dims = [d.dim_value or d.dim_param for d in inp.type.tensor_type.shape.dim]
+    assert dims == ["batch", 16, 16, 3]  # NHWC, dynamic batch, fixed image_size
+    stored = read_metadata(paths["onnx_e2e"])
+    assert stored == e2e_spec(spec) and stored.layout == "NHWC"
+    assert (stored.classes, stored.mean, stored.std) == (spec.classes, spec.mean, spec.std)
+
+    e2e, plain = make_session(paths["onnx_e2e"]), make_session(paths["onnx"])
+    for batch_size in (1, 5):
+        images = example_images(spec, batch_size, seed=10 + batch_size).numpy()  # (B, H, W, C)
+        x = (images.astype(np.float32) / 255 - np.float32(spec.mean)) / np.float32(spec.std)
+        (logits,) = plain.run(None, {"input": x.transpose(0, 3, 1, 2).copy()})
+        (probs,) = e2e.run(None, {INPUT_NAME: images})
+        assert probs.shape == (batch_size, spec.num_classes)
+        np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(probs, _softmax(logits), atol=1e-5, rtol=1e-4)
+
+
+def test_e2e_graph_applies_the_specs_tta_like_the_predictor(trained, tmp_path):
+    spec = dataclasses.replace(trained.spec, tta_flip=True, tta_translate=1)
+    path = export_onnx_e2e(trained.net, spec, tmp_path / "e2e.onnx", check_batch_sizes=(1, 7))
+    images = example_images(spec, 6, seed=3)
+    (probs,) = make_session(path).run(None, {INPUT_NAME: images.numpy()})
+    nchw = images.permute(0, 3, 1, 2).contiguous()
+    # The same network from the checkpoint, run by lightning_cls with the TTA spec.
+    expected = load_artifact(trained.ckpt, spec=spec).predict_images(nchw)
+    torch.testing.assert_close(torch.from_numpy(probs), expected, atol=1e-5, rtol=1e-4)
+    without_tta = load_artifact(trained.ckpt).predict_images(nchw)
+    assert not torch.allclose(torch.from_numpy(probs), without_tta, atol=1e-4)
+
+
+def test_e2e_check_fails_loudly_and_leaves_no_file(trained, tmp_path):
+    path = export_onnx_e2e(trained.net, trained.spec, tmp_path / "e2e.onnx", check_batch_sizes=())
+    other = type(trained.net)(
+        in_channels=3, num_classes=4, image_size=16, widths=(8, 16), hidden=32
+    ).eval()
+    with pytest.raises(
+        ExportCheckError, match=r"ONNX e2e\.onnx at batch 1: outputs differ from eager PyTorch"
+    ):
+        check_e2e_parity(path, other, trained.spec, batch_sizes=(1, 7))
+    with pytest.raises(ValueError, match=r"input spec did not survive the round trip"):
+        check_e2e_parity(path, trained.net, dataclasses.replace(trained.spec, mean=(0.1,) * 3))
+    # A graph that differs from eager fails the export and keeps the final name free (the
+    # file was written and checked under a temp name).
+    with pytest.raises(ExportCheckError, match=r"ONNX bad\.onnx at batch 2"):
+        export_onnx_e2e(
+            _ExportsDifferently(trained.net),
+            trained.spec,
+            tmp_path / "bad.onnx",
+            check_batch_sizes=(2,),
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e2e.onnx"]
+
+
+def test_export_onnx_e2e_config_composes(helpers, tmp_path):
+    from hydra.utils import instantiate
+
+    config = instantiate(helpers.compose(["export=onnx_e2e"], tmp_path).export)
+    assert config.formats == ["onnx_e2e"]
+    config = instantiate(helpers.compose(["export=triton_e2e"], tmp_path).export)
+    assert config.formats == ["onnx_e2e", "triton"] and config.triton.source == "onnx_e2e"
