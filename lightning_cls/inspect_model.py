@@ -19,6 +19,7 @@ from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
 from lightning_cls.cli.resolvers import register_resolvers
 from lightning_cls.inference.network import build_network
+from lightning_cls.models import fill_input_options
 from lightning_cls.training.shapes import ShapeMismatchError, format_table, trace
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,9 @@ def inspect_model(cfg: DictConfig) -> str:
     datamodule.setup("fit")
     x, _ = next(iter(datamodule.train_dataloader()))  # (B, C, H, W) float, augmented
     model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
-    net = build_network(model_kwargs.pop("name"), model_kwargs, datamodule.classes)
+    name = model_kwargs.pop("name")
+    spec = datamodule.spec  # null model options follow the data, as in training
+    net = build_network(name, fill_input_options(model_kwargs, spec), spec["classes"])
     net.eval()
     with torch.no_grad():
         records = trace(net, x)

@@ -14,6 +14,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 
 from lightning_cls.inference.network import build_network, class_names
 from lightning_cls.inference.predictor import tta as test_time_augment
+from lightning_cls.models import fill_input_options
 from lightning_cls.training.mixup import BatchMixer
 from lightning_cls.training.optim import apply_group_scales
 
@@ -58,10 +59,21 @@ class ClassificationModule(pl.LightningModule):
         param_groups: Callable[[nn.Module], list[dict]] | None = None,
     ):
         super().__init__()
+        if not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(
+                f"label_smoothing={label_smoothing!r} is not a probability; set label_smoothing "
+                "to a number from 0.0 (off) to 1.0, e.g. label_smoothing=0.1."
+            )
         self.save_hyperparameters(ignore=["net", "optimizer", "scheduler", "param_groups"])
         if net is None:
             if model_name is None:
                 raise ValueError("ClassificationModule needs model_name (a registry name) or net.")
+            # Null input options (data=streaming's image size, imagefolder's class count) take
+            # the data's values; saved filled, so whatever rebuilds the net from these
+            # hyperparameters (checkpoint runtimes, the export callback) gets the same net.
+            spec = {"classes": classes, "num_channels": num_channels, "image_size": image_size}
+            model_kwargs = fill_input_options(model_kwargs or {}, spec)
+            self.hparams["model_kwargs"] = model_kwargs
             net = build_network(model_name, model_kwargs, classes)
         self.net = net
         # The one place the number of classes is derived (metrics, mixup and plots read it).

@@ -4,8 +4,10 @@ Reads top to bottom: compose config → data → module → callbacks/loggers �
 test → results.json. Everything below this file takes plain Python objects.
 
 Data loading happens under the Trainer: ``prepare_data`` (downloads) on one process per
-node, ``setup`` on every rank. The module is built from the DataModule's ``meta`` (classes,
-mean, std, image size, channels), which every DataModule knows without loading images.
+node, ``setup`` on every rank. The module is built from the DataModule's ``spec`` (classes,
+mean, std, image size, channels), which every DataModule knows from its data's metadata
+(folder names, a ``meta.json``) without loading images; model options left null
+(``${data.image_size}`` of ``data=streaming``) are filled from it (``fill_input_options``).
 ``data.batch_size`` is the global batch: each of the trainer's ``world_size`` processes
 loads ``batch_size / world_size`` images per step, so a recipe's learning rate, steps per
 epoch and schedule do not change with the number of devices (docs/scaling.md).
@@ -25,17 +27,21 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
+from pytorch_lightning.callbacks import ProgressBar
 from pytorch_lightning.utilities import rank_zero_only
 
 from lightning_cls import config_dir
 from lightning_cls.callbacks.best_metric import BestMetric
 from lightning_cls.callbacks.optuna_pruning import OptunaPruning
 from lightning_cls.cli import run_cli
+from lightning_cls.cli.checks import check_option_types
 from lightning_cls.cli.printing import print_config, to_floats
 from lightning_cls.cli.resolvers import register_resolvers
 from lightning_cls.export.callback import ExportCallback
+from lightning_cls.fileio import atomic_write_text
 from lightning_cls.models import pretrained_preprocessing
 from lightning_cls.module import ClassificationModule
+from lightning_cls.training.loggers import close_loggers
 from lightning_cls.training.resume import LAST, check_compatible, resolve_ckpt_path
 
 log = logging.getLogger(__name__)
@@ -46,7 +52,7 @@ def apply_pretrained_preprocessing(cfg: DictConfig) -> dict:
     ``data.std`` and ``data.decode_size`` where the config leaves them null (an explicit value
     wins), and warns when ``data.image_size`` differs from the size the weights were trained
     at. Returns what it filled. The values then travel in the checkpoint and export metadata
-    through the DataModule's ``meta``."""
+    through the DataModule's ``spec``."""
     pre = pretrained_preprocessing(OmegaConf.to_container(cfg.model, resolve=True))
     if pre is None:
         return {}
@@ -81,11 +87,17 @@ def train(cfg: DictConfig) -> dict:
     apply_pretrained_preprocessing(cfg)
     datamodule = instantiate(cfg.data)  # loads nothing yet: the Trainer calls prepare/setup
     model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
+    optimizer = instantiate(cfg.optimizer)
+    scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
+    check_option_types(optimizer, "optimizer")
+    check_option_types(scheduler, "scheduler")
+    # The spec holds what the DataModule reads from its data's metadata (class names, stored
+    # image size, channels, mean/std); the module fills the model options left null from it.
     module = ClassificationModule(
         model_name=model_kwargs.pop("name"),
         model_kwargs=model_kwargs,
-        optimizer=instantiate(cfg.optimizer),
-        scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
+        optimizer=optimizer,
+        scheduler=scheduler,
         label_smoothing=cfg.label_smoothing,
         tta_flip=cfg.tta_flip,
         tta_translate=cfg.get("tta_translate", 0),
@@ -97,6 +109,9 @@ def train(cfg: DictConfig) -> dict:
         module = module.to(memory_format=torch.channels_last)  # weights too, not just inputs
 
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    if cfg.trainer.get("enable_progress_bar") is False:  # the user's flag wins over the preset
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    callbacks += [instantiate(c) for c in (cfg.get("tuner") or {}).values()]  # tuner=lr|batch_size
     export_config = instantiate(cfg.export) if cfg.get("export") else None
     if export_config is not None and export_config.enabled:
         callbacks.append(
@@ -152,11 +167,12 @@ def train(cfg: DictConfig) -> dict:
     }
     if trainer.is_global_zero:
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+        atomic_write_text(output_dir / "results.json", json.dumps(summary, indent=2) + "\n")
         OmegaConf.save(cfg, output_dir / "config_resolved.yaml", resolve=True)
         log.info("Run directory: %s", output_dir)
         log.info("Best checkpoint: %s", best or "(none)")
         log.info("Final metrics: %s", json.dumps({**summary["val"], **test_metrics}))
+    close_loggers(trainer.loggers)  # a W&B run stays open until the process exits otherwise
     return summary
 
 

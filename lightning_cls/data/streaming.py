@@ -15,7 +15,7 @@ import json
 import logging
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -23,6 +23,7 @@ import torch
 
 from lightning_cls.data.augment import BatchAugment
 from lightning_cls.data.registry import register_dataset
+from lightning_cls.inference.spec import Split
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,28 @@ def write_streaming(
     return out
 
 
+class _LazySplits(Mapping):
+    """``StreamingDataModule.splits``: each split is read into memory when first indexed."""
+
+    def __init__(self, datamodule: StreamingDataModule):
+        self.datamodule = datamodule
+
+    def _names(self) -> list[str]:
+        counts = self.datamodule.info["counts"]
+        return [s for s in SPLITS if s in counts or (s == "val" and "test" in counts)]
+
+    def __getitem__(self, split: str) -> Split:
+        if split not in self._names():
+            raise KeyError(split)
+        return self.datamodule.read_split(split)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
 def _collate(items: Sequence[dict]) -> tuple[torch.Tensor, torch.Tensor]:
     images = torch.stack([torch.as_tensor(it["image"]) for it in items])  # (B, C, H, W) uint8
     return images, torch.tensor([int(it["label"]) for it in items], dtype=torch.int64)
@@ -117,6 +140,8 @@ class StreamingDataModule(pl.LightningDataModule):
         max_cache_size: str = "2GB",
         storage_options: dict | None = None,
         num_classes: int | None = None,
+        num_channels: int | None = None,
+        max_split_images: int = 10_000,
         name: str = "streaming",
         **unused,
     ):
@@ -130,7 +155,12 @@ class StreamingDataModule(pl.LightningDataModule):
         self.random_resized_crop = random_resized_crop
         self._image_size, self._mean, self._std = image_size, mean, std
         self.max_cache_size, self.storage_options = max_cache_size, storage_options or {}
-        self.expected_classes, self.name = num_classes, name
+        self.expected = {"num_classes": num_classes, "num_channels": num_channels}
+        self.name = name
+        if max_split_images < 1:
+            raise ValueError(f"max_split_images must be >= 1, got {max_split_images}.")
+        self.max_split_images = max_split_images
+        self._splits: dict[str, Split] = {}
         self._own_cache = cache_dir is None
         self.cache_dir = cache_dir
         self._meta: dict | None = None
@@ -219,11 +249,53 @@ class StreamingDataModule(pl.LightningDataModule):
     # -- loaders ------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
         self._meta = self._read_meta()  # fails early on a wrong folder, URL or credentials
-        if self.expected_classes is not None and self.expected_classes != self.num_classes:
-            raise ValueError(
-                f"data.num_classes={self.expected_classes} but {self.input_dir} holds "
-                f"{self.num_classes} classes; set data.num_classes={self.num_classes}."
+        held = {"num_classes": "{} classes", "num_channels": "{}-channel images"}
+        for key, expected in self.expected.items():
+            actual = getattr(self, key)
+            if expected is not None and expected != actual:
+                raise ValueError(
+                    f"data.{key}={expected} but {self.input_dir} holds "
+                    f"{held[key].format(actual)}; set data.{key}={actual} (or null: as stored)."
+                )
+
+    # -- the in-memory contract: what INT8 calibration, export=auto and stats read -------------
+    @property
+    def splits(self) -> Mapping[str, Split]:
+        """``{"train"|"val"|"test": Split}`` like every DataModule's, read on first access of
+        each split: at most ``max_split_images`` images (a seeded, chunk-wise shuffled sample
+        when the split holds more), at the stored size. Without a stored val split, "val" is
+        the test split, as in ``val_dataloader``."""
+        return _LazySplits(self)
+
+    def _split_name(self, split: str) -> str:
+        counts = self.info["counts"]
+        return "test" if split == "val" and "val" not in counts and "test" in counts else split
+
+    def read_split(self, split: str) -> Split:
+        """One split in memory as uint8 ``(N, C, S, S)`` + labels (see ``splits``)."""
+        if split in self._splits:
+            return self._splits[split]
+        stored = self._split_name(split)
+        total = int(self.info["counts"].get(stored, 0))
+        n = min(total, self.max_split_images)
+        dataset = self.dataset(stored, shuffle=n < total)  # names the splits when it is missing
+        if n < total:
+            log.warning(
+                "data=streaming: reading %d of the %d images of split '%s' into memory (a "
+                "shuffled sample; data.max_split_images raises the cap).",
+                n,
+                total,
+                stored,
             )
+        images = torch.empty(
+            (n, self.num_channels, self.stored_size, self.stored_size), dtype=torch.uint8
+        )
+        labels = torch.empty(n, dtype=torch.int64)
+        for i, item in zip(range(n), dataset):
+            images[i] = torch.as_tensor(item["image"])  # (C, S, S) uint8
+            labels[i] = int(item["label"])
+        self._splits[split] = Split(images, labels)
+        return self._splits[split]
 
     def dataset(self, split: str, shuffle: bool):
         """litdata ``StreamingDataset`` of one split (each DDP rank sees its own shard)."""
@@ -260,7 +332,7 @@ class StreamingDataModule(pl.LightningDataModule):
         return loader
 
     def val_dataloader(self):
-        return self._loader("val" if "val" in self.info["counts"] else "test", train=False)
+        return self._loader(self._split_name("val"), train=False)
 
     def test_dataloader(self):
         return self._loader("test", train=False)

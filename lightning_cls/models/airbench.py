@@ -3,8 +3,9 @@
 conv → BN → GELU), a global max-pool and a bias-free linear head whose logits are scaled
 down (airbench's ``Mul(1/9)``), which trains fast with label smoothing and high learning rates.
 
-``widths=(64, 256, 256)`` is airbench94's shape; the CPU recipe (``experiment=cifar10_fast``)
-uses narrower widths, which train several times faster per image on a CPU. ``whiten=True``
+``widths=(64, 256, 256)`` is airbench94's shape and what the CPU recipe
+(``experiment=cifar10_fast``) uses; the default ``(48, 96, 192)`` (``model=airbench``) is a
+narrower net for quick runs. ``whiten=True``
 replaces the stem by airbench's frozen 2x2 whitening conv; ``init_whitening(images)`` with a few
 thousand normalized training images sets it from the data's patch covariance (the
 ``WhiteningInit`` callback does this at fit start). ``dirac=True`` initialises each conv's first

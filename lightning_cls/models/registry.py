@@ -10,13 +10,16 @@ is downloaded).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from torch import nn
 
 from lightning_cls.registry import Registry
 
 MODELS = Registry("model", "lightning_cls.models", returns=nn.Module)
+# A builder's input options and the key of the data's spec each one follows.
+INPUT_OPTIONS = {"num_classes": "classes", "in_channels": "num_channels", "image_size": "image_size"}
 
 
 def register_model(name: str | Callable | None = None):
@@ -58,3 +61,29 @@ def create_model(name: str, source: str | None = None, **kwargs) -> nn.Module:
         also=_torchvision_names(),
         note=" (or any torchvision classification model name, e.g. mobilenet_v3_small)",
     )
+
+
+def fill_input_options(model_kwargs: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``model_kwargs`` with its null input options taken from the data's ``spec``.
+
+    A model config says ``image_size: ${data.image_size}``; where the data config leaves that
+    null (``data=streaming``: as stored; ``data=imagefolder``: one class per folder), the value
+    exists only once the DataModule has read its data, and it reaches the network here:
+    ``num_classes`` from ``len(spec["classes"])``, ``in_channels`` from ``num_channels``,
+    ``image_size`` from ``image_size``. Options the config sets are kept; options a builder
+    does not take (absent keys) stay absent. The module, ``inspect_model`` and everything that
+    rebuilds a network from the module's hyperparameters see the filled values.
+    """
+    kwargs = dict(model_kwargs)
+    for option, key in INPUT_OPTIONS.items():
+        if option not in kwargs or kwargs[option] is not None:
+            continue
+        value = spec.get(key)
+        if value is None:
+            data_option = "num_classes" if option == "num_classes" else key
+            raise ValueError(
+                f"model.{option} is null and the data does not give it; set "
+                f"data.{data_option} or model.{option}."
+            )
+        kwargs[option] = len(value) if option == "num_classes" else int(value)
+    return kwargs

@@ -203,3 +203,97 @@ def test_memory_stays_bounded_streaming_four_times_the_limit(tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["images"] == 5600
     assert result["growth"] < limit, result
+
+
+def test_wrong_channel_count_is_named(tmp_path):
+    out, _ = _write(tmp_path)
+    with pytest.raises(ValueError, match=r"data.num_channels=1 but .* holds 3-channel images"):
+        StreamingDataModule(str(out), num_channels=1).setup()
+
+
+def test_splits_follow_the_in_memory_contract(tmp_path, caplog):
+    """INT8 calibration, export=auto and stats read ``datamodule.splits`` (issue 19: an
+    AttributeError before); without a stored val split, "val" is the test split."""
+    g = torch.Generator().manual_seed(1)
+    images = torch.randint(0, 256, (30, 1, 6, 6), dtype=torch.uint8, generator=g)
+    labels = torch.arange(30) % 2
+    meta = {"classes": ["a", "b"], "mean": [0.5], "std": [0.25], "image_size": 6, "num_channels": 1}
+    splits = {"train": (images, labels), "test": (images[:8], labels[:8])}
+    out = write_streaming(splits, meta, tmp_path / "s", chunk_bytes="1kb", progress=False)
+    dm = StreamingDataModule(str(out))
+    dm.setup()
+    assert list(dm.splits) == ["train", "val", "test"]
+    train = dm.splits["train"]
+    assert train.images.dtype == torch.uint8 and train.images.shape == (30, 1, 6, 6)
+    assert torch.equal(train.images, images) and torch.equal(train.labels, labels)
+    assert torch.equal(dm.splits["val"].images, images[:8])
+    capped = StreamingDataModule(str(out), max_split_images=12)
+    capped.setup()
+    with caplog.at_level("WARNING"):
+        sample = capped.splits["train"]
+    assert len(sample) == 12 and "reading 12 of the 30 images of split 'train'" in caplog.text
+    rows = {tuple(x.flatten().tolist()): int(y) for x, y in zip(images, labels)}
+    assert all(
+        rows[tuple(x.flatten().tolist())] == int(y) for x, y in zip(sample.images, sample.labels)
+    )
+
+
+def test_stats_command_reads_the_streamed_train_split(tmp_path, capsys):
+    from hydra_helpers import compose
+    from lightning_cls.data.stats import channel_stats
+    from lightning_cls.stats import stats
+
+    out, images = _write(tmp_path)
+    result = stats(compose("stats", ["data=streaming", f"data.input_dir={out}"], tmp=tmp_path))
+    assert result == pytest.approx(dict(zip(("mean", "std"), channel_stats(images))))
+    assert "train split (40 images)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_train_with_the_default_model_and_int8_export_from_chunks(tmp_path):
+    """`python -m lightning_cls.train data=streaming data.input_dir=DIR` as documented: the
+    default model takes the stored image size and channels (null in conf/data/streaming.yaml)
+    from meta.json, and INT8 export calibrates on the streamed splits. Before issue 19 this
+    ended in "unsupported operand type(s) for %: 'NoneType' and 'int'"."""
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (48, 1, 12, 12), dtype=torch.uint8, generator=g)
+    labels = torch.arange(48) % 3
+    meta = {
+        "classes": list("abc"),
+        "mean": [0.5],
+        "std": [0.25],
+        "image_size": 12,
+        "num_channels": 1,
+    }
+    splits = {"train": (images, labels), "test": (images[:12], labels[:12])}
+    out = write_streaming(splits, meta, tmp_path / "chunks", chunk_bytes="4kb", progress=False)
+    run = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightning_cls.train",
+        "data=streaming",
+        f"data.input_dir={out}",
+        "data.batch_size=16",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=false",
+        "export=int8",
+        f"hydra.run.dir={run}",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((run / "results.json").read_text())
+    hparams = torch.load(results["best_ckpt"], map_location="cpu", weights_only=True)[
+        "hyper_parameters"
+    ]
+    assert hparams["image_size"] == 12 and hparams["num_channels"] == 1
+    assert {
+        k: hparams["model_kwargs"][k] for k in ("image_size", "in_channels", "num_classes")
+    } == {
+        "image_size": 12,
+        "in_channels": 1,
+        "num_classes": 3,
+    }
+    report = json.loads((run / "export" / "quantization_report.json").read_text())
+    assert report and all(r["accepted"] for r in report)
+    assert (run / "export" / "model_int8.onnx").is_file()

@@ -61,6 +61,24 @@ def test_activation_checkpointing_keeps_state_dict_keys_and_gradients():
     torch.testing.assert_close(ckpt.fc.weight.grad, plain.fc.weight.grad, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["resnet18", "simplecnn"])
+def test_a_deep_copy_of_a_checkpointed_net_runs_its_own_weights(name):
+    """EMA and SWA keep a deepcopy: with activation checkpointing its training-mode output
+    must follow the copy's weights, not the original's (a patched stage.forward did not)."""
+    import copy
+
+    torch.manual_seed(0)
+    net = create_model(name, num_classes=10, checkpoint_activations=True).train()
+    twin = copy.deepcopy(net)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(0.5)
+    x = torch.randn(2, 3, 32, 32, requires_grad=True)
+    plain = create_model(name, num_classes=10).train()  # no checkpointing, the copy's weights
+    plain.load_state_dict(twin.state_dict())
+    torch.testing.assert_close(twin(x), plain(x))
+
+
 def test_torchvision_model_by_name():
     net = create_model("mobilenet_v3_small", num_classes=7)
     assert net(torch.randn(2, 3, 32, 32)).shape == (2, 7)
