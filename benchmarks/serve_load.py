@@ -3,12 +3,13 @@
 Bounded asyncio load on 127.0.0.1 from a minimal keep-alive HTTP/1.1 client
 (``http_client.py``; httpx itself capped every server at ~100 req/s on 2 cores), on servers
 started here and measured in interleaved rounds; the servers not being measured are suspended
-(SIGSTOP), so an idle LitServe worker polling its queue takes no CPU from the measured one.
-Servers: an HTTP-only echo server (the ceiling on this machine), LitServe with a no-op API
-(``litserve_echo.py``: the ceiling of anything built on LitServe here), the FastAPI tutorial
-server (``tutorial_server.py``, batch 1, eager), lightning_cls serve with ONNX Runtime and
-dynamic batching at ``batch_timeout`` 0 / 0.002 / 0.01 s and with LitServe's own batch loop
-(``serve.batch_loop=litserve``), the same with ``max_batch_size=1``, eager
+(SIGSTOP) so they take no CPU. The load generator's own CPU (seconds of CPU per second of
+wall time, in cores) is reported beside each measurement: on 2 cores it shares the machine
+with the server. Servers: an HTTP-only echo server (the ceiling on this machine), LitServe with
+a no-op API (``litserve_echo.py``, only where litserve is installed: why the engine left it),
+the FastAPI tutorial server (``tutorial_server.py``, batch 1, eager), lightning_cls serve
+(the default engine and settings, "dynamic"), the same with ``max_batch_size=1``, with ONNX
+Runtime's thread spinning on, with one intra-op thread, with two worker processes, eager
 PyTorch behind the same server, and ResNet-18 served vs in-process ONNX Runtime at batch 32.
 Then an overload phase at 10x the queue depth. Models have random weights (throughput does not
 depend on them); every 200 is checked against in-process ``Predictor`` output on the same
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import statistics
@@ -75,10 +77,13 @@ async def _load(
         finally:
             await conn.close()
 
+    cpu_before, wall_before = time.process_time(), time.perf_counter()
     await asyncio.gather(*(client_loop(k) for k in range(concurrency)))
+    client_cpu = (time.process_time() - cpu_before) / (time.perf_counter() - wall_before)
     ok = sorted(latencies)
     return {
         "rps": codes.get(200, 0) / seconds,
+        "client_cpu_cores": client_cpu,
         "codes": codes,
         "wrong": wrong,
         "p50_ms": 1e3 * _quantile(ok, 0.5),
@@ -130,17 +135,17 @@ PLAN = [
     ("tutorial_c64", "tutorial", 64),
     ("batch1_c64", "batch1", 64),
     ("dynamic_c64", "dynamic", 64),
-    ("litserve_loop_c64", "litserve_loop", 64),
-    ("wait2_c64", "wait2", 64),
-    ("wait10_c64", "wait10", 64),
+    ("spin_c64", "spin", 64),
+    ("threads1_c64", "threads1", 64),
+    ("workers2_c64", "workers2", 64),
     ("eager_c64", "eager", 64),
     ("dynamic_c16", "dynamic", 16),
-    ("litserve_loop_c16", "litserve_loop", 16),
-    ("wait2_c16", "wait2", 16),
-    ("wait10_c16", "wait10", 16),
+    ("spin_c16", "spin", 16),
+    ("batch1_c16", "batch1", 16),
     ("dynamic_c1", "dynamic", 1),
     ("tutorial_c16", "tutorial", 16),
     ("resnet18_c32", "resnet18", 32),
+    ("resnet18_spin_c32", "resnet18_spin", 32),
 ]
 
 
@@ -153,11 +158,13 @@ def run_rounds(servers: dict, data: dict, rounds: int, seconds: float) -> list[d
     for r in range(rounds):
         row = {}
         for name, server, conc in PLAN:
+            if server not in servers:  # litserve_echo without litserve installed
+                continue
             for other in servers:  # only the measured server runs (see Server.suspend)
                 if other != server:
                     servers[other].suspend()
             servers[server].resume()
-            model = "resnet18" if server == "resnet18" else "simplecnn"
+            model = "resnet18" if server.startswith("resnet18") else "simplecnn"
             kind = "eager" if server in ("eager", "tutorial", "echo") else "onnx"
             expected = None if server == "echo" else data[model]["expected"][kind]
             row[name] = measure(servers[server], data[model]["bodies"], expected, conc, seconds)
@@ -221,14 +228,17 @@ def overload(data: dict, work: Path, queue: int, seconds: float) -> dict:
 def _fmt(m: dict) -> str:
     return (
         f"{m['rps']:.0f} req/s, p50 {m['p50_ms']:.1f} ms, p99 {m['p99_ms']:.1f} ms, "
-        f"batch {m['mean_batch']:.1f}, codes {m['codes']}, wrong {m['wrong']}"
+        f"batch {m['mean_batch']:.1f}, client CPU {m['client_cpu_cores']:.2f} cores, "
+        f"codes {m['codes']}, wrong {m['wrong']}"
     )
 
 
 def summary(results: list[dict], over: dict, args) -> dict:
-    med = {name: statistics.median(r[name]["rps"] for r in results) for name, _, _ in PLAN}
+    names = [name for name, _, _ in PLAN if name in results[0]]
+    med = {n: statistics.median(r[n]["rps"] for r in results) for n in names}
     ratio = lambda a, b: summarize([r[a]["rps"] / r[b]["rps"] for r in results])  # noqa: E731
-    return {
+    p99 = lambda n: statistics.median(r[n]["p99_ms"] for r in results)  # noqa: E731
+    out = {
         "quick": args.quick,
         "rounds": args.rounds,
         "seconds": args.seconds,
@@ -236,39 +246,41 @@ def summary(results: list[dict], over: dict, args) -> dict:
         "cpu_count": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0],
         "echo_rps_c64": med["echo_c64"],
-        "litserve_echo_rps_c64": med["litserve_echo_c64"],
         "tutorial_rps_c64": med["tutorial_c64"],
         "batch1_rps_c64": med["batch1_c64"],
         "dynamic_rps_c64": med["dynamic_c64"],
+        "spin_rps_c64": med["spin_c64"],
+        "threads1_rps_c64": med["threads1_c64"],
+        "workers2_rps_c64": med["workers2_c64"],
         "eager_rps_c64": med["eager_c64"],
         "dynamic_rps_c1": med["dynamic_c1"],
         "tutorial_rps_c16": med["tutorial_c16"],
-        "p99_ms_c16": statistics.median(r["dynamic_c16"]["p99_ms"] for r in results),
+        "p99_ms_c16": p99("dynamic_c16"),
         "p50_ms_c16": statistics.median(r["dynamic_c16"]["p50_ms"] for r in results),
+        "p99_ms_c16_spin": p99("spin_c16"),
+        "p99_ms_c16_batch1": p99("batch1_c16"),
+        "p99_ms_c16_tutorial": p99("tutorial_c16"),
         "mean_batch_c64": statistics.median(r["dynamic_c64"]["mean_batch"] for r in results),
-        # serve.batch_timeout 0 (default, `dynamic`) / 0.002 / 0.01 s, and LitServe's own batch loop,
-        # at c=16 and c=64: rps, p99, mean batch.
-        "batch_timeout_sweep": {
-            name: {
-                "rps": med[name],
-                "p99_ms": statistics.median(r[name]["p99_ms"] for r in results),
-                "mean_batch": statistics.median(r[name]["mean_batch"] for r in results),
-            }
-            for name in ("dynamic_c64", "wait2_c64", "wait10_c64", "litserve_loop_c64")
-            + ("dynamic_c16", "wait2_c16", "wait10_c16", "litserve_loop_c16")
+        # The load generator's CPU (cores busy) while measuring each server at c=64.
+        "client_cpu_cores": {
+            n: statistics.median(r[n]["client_cpu_cores"] for r in results) for n in names
         },
         "resnet18_served_img_s_c32": med["resnet18_c32"],
+        "resnet18_spin_served_img_s_c32": med["resnet18_spin_c32"],
         "resnet18_inprocess_img_s_b32": statistics.median(
             r["resnet18_inprocess_b32"] for r in results
+        ),
+        "resnet18_served_over_inprocess": summarize(
+            [r["resnet18_c32"]["rps"] / r["resnet18_inprocess_b32"] for r in results]
         ),
         "dynamic_over_tutorial_c64": ratio("dynamic_c64", "tutorial_c64"),
         # The most any server here could beat the tutorial one by: the HTTP-only echo server.
         "echo_over_tutorial_c64": ratio("echo_c64", "tutorial_c64"),
-        # ... and anything built on LitServe: LitServe with a no-op API, over the tutorial's.
-        "litserve_echo_over_tutorial_c64": ratio("litserve_echo_c64", "tutorial_c64"),
         "dynamic_over_batch1_c64": ratio("dynamic_c64", "batch1_c64"),
+        "dynamic_over_spin_c64": ratio("dynamic_c64", "spin_c64"),
+        "dynamic_over_threads1_c64": ratio("dynamic_c64", "threads1_c64"),
+        "dynamic_over_workers2_c64": ratio("dynamic_c64", "workers2_c64"),
         "onnx_over_eager_c64": ratio("dynamic_c64", "eager_c64"),
-        "blocking_over_litserve_loop_c64": ratio("dynamic_c64", "litserve_loop_c64"),
         "wrong_answers": sum(
             m["wrong"] for r in results for n, m in r.items() if isinstance(m, dict)
         ),
@@ -276,6 +288,10 @@ def summary(results: list[dict], over: dict, args) -> dict:
         "overload_rss_growth_mb": over["rss_growth_mb"],
         "overload": over,
     }
+    if "litserve_echo_c64" in names:  # LitServe with a no-op API: the ceiling of the old engine
+        out["litserve_echo_rps_c64"] = med["litserve_echo_c64"]
+        out["dynamic_over_litserve_echo_c64"] = ratio("dynamic_c64", "litserve_echo_c64")
+    return out
 
 
 def main() -> None:
@@ -305,21 +321,25 @@ def main() -> None:
 
 def start_servers(data: dict, work: Path) -> dict:
     simple, resnet = data["simplecnn"], data["resnet18"]
+    onnx = simple["onnx"]
     servers = {
         "tutorial": Server.tutorial(simple["weights"], work / "tutorial"),
         "echo": Server.tutorial(simple["weights"], work / "echo", echo=True),
-        "litserve_echo": Server.litserve_echo(work / "litserve_echo"),
-        "dynamic": Server(simple["onnx"], work / "dynamic", *SERVE_BASE),
-        "batch1": Server(simple["onnx"], work / "batch1", "serve.max_batch_size=1", *SERVE_BASE),
-        # batch_timeout choices beside the default (0: take what is queued, no wait).
-        "litserve_loop": Server(
-            simple["onnx"], work / "litserve_loop", "serve.batch_loop=litserve", *SERVE_BASE
+        "dynamic": Server(onnx, work / "dynamic", *SERVE_BASE),
+        "batch1": Server(onnx, work / "batch1", "serve.max_batch_size=1", *SERVE_BASE),
+        "spin": Server(onnx, work / "spin", "serve.ort_spinning=true", *SERVE_BASE),
+        "threads1": Server(onnx, work / "threads1", "serve.threads=1", *SERVE_BASE),
+        "workers2": Server(
+            onnx, work / "workers2", "serve.workers=2", "serve.threads=1", *SERVE_BASE
         ),
-        "wait2": Server(simple["onnx"], work / "wait2", "serve.batch_timeout=0.002", *SERVE_BASE),
-        "wait10": Server(simple["onnx"], work / "wait10", "serve.batch_timeout=0.01", *SERVE_BASE),
         "eager": Server(simple["weights"], work / "eager", *SERVE_BASE),
         "resnet18": Server(resnet["onnx"], work / "resnet18", *SERVE_BASE),
+        "resnet18_spin": Server(
+            resnet["onnx"], work / "resnet18_spin", "serve.ort_spinning=true", *SERVE_BASE
+        ),
     }
+    if importlib.util.find_spec("litserve") is not None:
+        servers["litserve_echo"] = Server.litserve_echo(work / "litserve_echo")
     for server in servers.values():
         server.wait_ready()
     return servers

@@ -15,7 +15,7 @@ PAGE_HTML = """<!doctype html>
          padding: 0 1rem; color: #1d232b; background: #f6f7f9; }
   h1 { font-size: 1.4rem; margin: 0 0 .25rem; }
   #model { color: #5b6573; margin-bottom: 1rem; }
-  #drop { border: 2px dashed #8a94a3; border-radius: 10px; padding: 2rem; text-align: center;
+  #drop { display: block; border: 2px dashed #8a94a3; border-radius: 10px; padding: 2rem; text-align: center;
           background: #fff; cursor: pointer; }
   #drop.over { border-color: #2f6fde; background: #eef4ff; }
   #results { display: grid; grid-template-columns: repeat(auto-fill, minmax(280px, 1fr));

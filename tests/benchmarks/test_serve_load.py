@@ -7,7 +7,6 @@ import pytest
 
 KEYS = (
     "echo_rps_c64",
-    "litserve_echo_rps_c64",
     "tutorial_rps_c64",
     "batch1_rps_c64",
     "dynamic_rps_c64",
@@ -16,6 +15,9 @@ KEYS = (
     "resnet18_inprocess_img_s_b32",
     "overload_bad_5xx",
     "overload_rss_growth_mb",
+    "client_cpu_cores",
+    "workers2_rps_c64",
+    "spin_rps_c64",
 )
 
 
@@ -23,11 +25,12 @@ KEYS = (
 def test_quick_mode_prints_json_with_the_issue_keys(run_quick):
     started = time.time()
     out = run_quick("serve_load.py", timeout=900)
-    # The reference servers it started are gone (bare LitServe's forked HTTP processes too).
+    # The servers it started are gone (bare LitServe's forked HTTP processes, serve workers).
     left = []
     for proc in psutil.process_iter(["cmdline", "create_time", "status"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
         ours = "litserve_echo.py" in cmdline or "tutorial_server.py" in cmdline
+        ours = ours or ("lightning_cls.serve" in cmdline and "serve_load_" in cmdline)
         alive = proc.info["status"] != psutil.STATUS_ZOMBIE
         if ours and alive and proc.info["create_time"] >= started - 1:
             left.append(cmdline)
@@ -38,4 +41,5 @@ def test_quick_mode_prints_json_with_the_issue_keys(run_quick):
     assert out["overload_bad_5xx"] == 0
     assert out["overload"]["healthy_after"] is True
     assert set(out["overload"]["codes"]) <= {"200", "503", "504", "transport_error"}
-    assert out["dynamic_rps_c64"] > 0 and out["resnet18_served_img_s_c32"] > 0
+    assert out["dynamic_rps_c64"] > 0 and out["batch1_rps_c64"] > 0
+    assert 0 < out["client_cpu_cores"]["dynamic_c64"] <= out["cpu_count"]

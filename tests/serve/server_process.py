@@ -12,9 +12,8 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 
-STARTUP_S = 180  # spawning the worker imports torch; generous for a loaded CI machine
+STARTUP_S = 180  # loading torch and the model; generous for a loaded CI machine
 
 
 def free_port() -> int:
@@ -24,7 +23,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, artifact: Path, run_dir: Path, *overrides: str):
+    def __init__(self, artifact: Path, run_dir: Path, *overrides: str, workers: int = 1):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = run_dir / "server.log"
@@ -36,6 +35,7 @@ class ServerProcess:
             f"artifact={artifact}",
             f"serve.port={self.port}",
             f"hydra.run.dir={run_dir}",
+            f"serve.workers={workers}",
             *overrides,
         ]
         self.proc = subprocess.Popen(
@@ -45,9 +45,9 @@ class ServerProcess:
             cwd=run_dir,
             env={**os.environ, "OMP_NUM_THREADS": "1"},
         )
-        self._wait_ready()
+        self._wait_ready(workers)
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, workers: int = 1) -> None:
         deadline = time.monotonic() + STARTUP_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -55,7 +55,8 @@ class ServerProcess:
                     f"server exited ({self.proc.returncode}):\n{self.log.read_text()}"
                 )
             try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                ready = httpx.get(self.url + "/health", timeout=2).status_code == 200
+                if ready and len(self.worker_pids()) >= workers:
                     return
             except httpx.TransportError:
                 pass
@@ -63,13 +64,12 @@ class ServerProcess:
         self.stop()
         raise RuntimeError(f"server not ready after {STARTUP_S} s:\n{self.log.read_text()}")
 
-    def inference_worker(self) -> psutil.Process:
-        """The LitServe inference worker, from ``lightning_cls_worker_info`` in /metrics."""
+    def worker_pids(self) -> list[int]:
+        """The server processes ready to serve, from ``lightning_cls_worker_info`` in /metrics."""
         text = httpx.get(self.url + "/metrics", timeout=10).text
-        pids = re.findall(r'^lightning_cls_worker_info\{pid="(\d+)"\} 1$', text, re.M)
-        if len(pids) != 1:
-            raise RuntimeError(f"expected one inference worker in /metrics, got {pids}")
-        return psutil.Process(int(pids[0]))
+        return [
+            int(p) for p in re.findall(r'^lightning_cls_worker_info\{pid="(\d+)"\} 1$', text, re.M)
+        ]
 
     def stop(self, timeout: float = 60) -> int:
         if self.proc.poll() is None:

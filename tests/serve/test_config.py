@@ -26,7 +26,9 @@ def test_thread_budget_is_cores_over_workers_and_never_oversubscribed():
         ({"port": 80}, r"serve\.port=80 must be in 1024\.\.65535"),
         ({"max_queue": 0}, r"serve\.max_queue=0 must be an integer >= 1"),
         ({"batch_timeout": 20.0}, r"batch_timeout=20\.0 must be >= 0 and below serve\.timeout"),
-        ({"batch_loop": "fast"}, r"serve\.batch_loop='fast'; use one of blocking, litserve"),
+        ({"engine": "litserve"}, r"serve\.engine='litserve'; use one of asgi \(LitServe was"),
+        ({"max_pixels": 0}, r"serve\.max_pixels=0 must be an integer >= 1"),
+        ({"drain_s": 0}, r"serve\.drain_s=0 must be > 0 seconds"),
         ({"workers": 65}, r"serve\.workers=65 exceeds 64"),
     ],
 )
