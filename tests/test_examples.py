@@ -32,6 +32,15 @@ def _png(image) -> bytes:
     return buf.getvalue()
 
 
+def _module_from(path: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _ray_serve_module(name: str, monkeypatch):
     import importlib
 
@@ -121,3 +130,74 @@ def test_ray_serve_app_answers_on_a_local_ray_instance(trained, tmp_path, monkey
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+KSERVE = REPO / "examples" / "kserve"
+
+
+def test_kserve_inference_service_serves_the_triton_repository_export_writes(trained, tmp_path):
+    """examples/kserve: the InferenceService names KServe's Triton runtime and a repository
+    laid out as export=triton_e2e writes it; v2_request.py's body fits the model and gives
+    lightning_cls's own predictions."""
+    import json
+    import re
+    import shutil
+
+    import numpy as np
+    import torch
+    import yaml
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from lightning_cls import config_dir
+    from lightning_cls.export.exporter import export_model
+    from lightning_cls.inference import load_artifact, predict_files
+    from lightning_cls.inference.runtimes import make_session
+
+    text = (KSERVE / "inference_service.yaml").read_text()
+    service = yaml.safe_load(text)
+    assert (service["apiVersion"], service["kind"]) == (
+        "serving.kserve.io/v1beta1",
+        "InferenceService",
+    )
+    model = service["spec"]["predictor"]["model"]
+    assert model["modelFormat"] == {"name": "triton"} and model["protocolVersion"] == "v2"
+    assert model["runtime"] == "kserve-tritonserver" and "://" in model["storageUri"]
+    assert "nvidia.com/gpu" not in json.dumps(model["resources"])  # KIND_CPU instances
+    assert "export=triton_e2e" in text
+    (name,) = set(re.findall(r"/v2/models/(\w+)/infer", text))
+
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose("export", [f"paths.root_dir={tmp_path}", "export=triton_e2e"])
+    paths = export_model(
+        trained.net, trained.spec, tmp_path / "export", instantiate(cfg.export)
+    ).paths
+    # KServe's storage initializer copies storageUri to /mnt/models, Triton's --model-store.
+    models = tmp_path / "mnt" / "models"
+    shutil.copytree(paths["triton"].parent, models)
+    assert sorted(p.name for p in models.iterdir()) == [name]
+    assert (models / name / "config.pbtxt").is_file() and (models / name / "labels.txt").is_file()
+    assert (models / name / "1" / "model.onnx").read_bytes() == paths["onnx_e2e"].read_bytes()
+
+    g = torch.Generator().manual_seed(2)
+    files = []
+    for i in range(2):
+        files.append(tmp_path / f"img{i}.png")
+        files[-1].write_bytes(
+            _png(torch.randint(0, 256, (3, 20, 24), generator=g, dtype=torch.uint8))
+        )
+    v2_request = _module_from(KSERVE / "v2_request.py")
+    body = json.loads(json.dumps(v2_request.v2_request(str(paths["onnx_e2e"]), files, top_k=2)))
+    assert body["outputs"] == [{"name": "probabilities", "parameters": {"classification": 2}}]
+    (tensor,) = body["inputs"]
+    session = make_session(models / name / "1" / "model.onnx")
+    (inp,) = session.get_inputs()
+    assert (tensor["name"], tensor["datatype"], inp.type) == (inp.name, "UINT8", "tensor(uint8)")
+    assert tensor["shape"] == [2, *inp.shape[1:]]
+    pixels = np.asarray(tensor["data"], np.uint8).reshape(tensor["shape"])
+    (probs,) = session.run(None, {inp.name: pixels})
+    rows, failures = predict_files(load_artifact(trained.ckpt), files, top_k=1)
+    assert not failures
+    for row, p in zip(rows, probs):
+        assert trained.spec.classes[int(p.argmax())] == row["labels"][0]
+        assert abs(float(p.max()) - row["probs"][0]) < 1e-5
