@@ -119,3 +119,53 @@ def test_full_error_switches(monkeypatch, inherited, hydra_full, debug, expected
         else:
             monkeypatch.setenv(name, value)
     assert cli._full_error_requested(debug) is expected
+
+
+def _train_cli(overrides: list[str], tmp_path) -> None:
+    """``python -m lightning_cls.train <overrides>`` in-process: the real config, run_cli."""
+    from hydra_helpers import compose
+    from lightning_cls.train import train
+
+    fast = [
+        "trainer.max_epochs=1",
+        "+trainer.limit_train_batches=2",
+        "+trainer.limit_val_batches=1",
+    ]
+    cli.run_cli(lambda: train(compose(overrides=[*fast, *overrides], tmp=tmp_path)))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "label_smoothing=1.5",
+            "error: label_smoothing=1.5 is not a probability; set label_smoothing to a number "
+            "from 0.0 (off) to 1.0, e.g. label_smoothing=0.1.",
+        ),
+        (
+            "optimizer.lr=abc",
+            "error: optimizer.lr='abc' is not a number; set optimizer.lr to a number (its "
+            "default is optimizer.lr=0.001).",
+        ),
+        (
+            "+optimizer.amsgrad=maybe",
+            "error: optimizer.amsgrad='maybe' is not true or false; set optimizer.amsgrad to "
+            "true or false (its default is optimizer.amsgrad=false).",
+        ),
+    ],
+)
+def test_bad_training_settings_end_in_one_line_naming_the_key(
+    override, message, clean_env, tmp_path, capsys
+):
+    """The README's promise for the cases issue 19 found (a traceback, or no key named)."""
+    with pytest.raises(SystemExit) as exit_info:
+        _train_cli([override], tmp_path)
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err == message + "\n"
+
+
+def test_disabling_the_progress_bar_on_the_command_line_is_honoured(clean_env, tmp_path):
+    """trainer.enable_progress_bar=false with the default callbacks (which add a progress
+    bar) trains without a bar instead of failing in Lightning's Trainer."""
+    _train_cli(["trainer.enable_progress_bar=false", "test=false"], tmp_path)
+    assert (tmp_path / "run" / "results.json").is_file()

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from PIL import Image
 
 from hydra_helpers import QUIET_TRAINER, compose
@@ -309,3 +310,38 @@ def test_pretrained_weights_preprocessing_becomes_the_data_default(tmp_path):
     assert "mean" not in apply_pretrained_preprocessing(cfg) and list(cfg.data.mean) == [0.5] * 3
     cfg = compose(overrides=base)
     assert apply_pretrained_preprocessing(cfg) == {} and cfg.data.mean is None
+
+
+def test_final_weights_export_with_classes_read_from_the_folders(tmp_path):
+    """data=imagefolder (num_classes null: one class per folder) without a best checkpoint:
+    the export callback rebuilds the final network from the module's hyperparameters (issue
+    19: a TypeError before, as the rebuild lacked the class count)."""
+    from lightning_cls.inference import load_artifact
+
+    g = torch.Generator().manual_seed(0)
+    for name in ("cat", "dog", "owl"):
+        (tmp_path / "imgs" / "train" / name).mkdir(parents=True)
+        for i in range(6):
+            pixels = torch.randint(0, 256, (12, 12, 3), dtype=torch.uint8, generator=g)
+            Image.fromarray(pixels.numpy()).save(tmp_path / "imgs" / "train" / name / f"{i}.png")
+    cfg = compose(
+        overrides=[
+            "data=imagefolder",
+            f"data.root={tmp_path / 'imgs'}",
+            "data.image_size=12",
+            "data.val_size=3",
+            "data.test_size=3",
+            "data.cache=false",
+            "callbacks=none",
+            "+trainer.enable_checkpointing=false",
+            "trainer.enable_progress_bar=false",
+            "trainer.max_epochs=1",
+            "export=onnx",
+            "test=false",
+        ],
+        tmp=tmp_path,
+    )
+    train(cfg)
+    model = load_artifact(tmp_path / "run" / "export" / "model.onnx")
+    assert model.spec.classes == ("cat", "dog", "owl")
+    assert model.spec.model_kwargs["num_classes"] == 3
