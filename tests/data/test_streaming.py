@@ -297,3 +297,24 @@ def test_train_with_the_default_model_and_int8_export_from_chunks(tmp_path):
     report = json.loads((run / "export" / "quantization_report.json").read_text())
     assert report and all(r["accepted"] for r in report)
     assert (run / "export" / "model_int8.onnx").is_file()
+
+
+@pytest.mark.slow
+def test_export_auto_calibrates_and_scores_on_streamed_splits(trained, tmp_path):
+    """export=auto reads datamodule.splits: the trained fixture's data written as chunks
+    gives the same eager accuracy as the in-memory DataModule (an AttributeError before)."""
+    from lightning_cls.export.auto import AutoConfig, export_auto
+    from lightning_cls.inference import Predictor
+
+    data = trained.data
+    data.setup("fit")
+    splits = {name: (s.images, s.labels) for name, s in data.splits.items()}
+    out = write_streaming(splits, data.spec, tmp_path / "chunks", progress=False)
+    dm = StreamingDataModule(str(out))
+    cfg = AutoConfig(rounds=1, window_s=0.05, calibration_batches=1, threads=1)
+    result = export_auto(trained.net, trained.spec, tmp_path / "auto", dm, cfg)
+    assert result.path.is_file() and result.winner in result.measurements
+    saved = json.loads((tmp_path / "auto" / "auto_selection.json").read_text())
+    val = data.splits["val"]
+    eager = Predictor(trained.net, trained.spec).accuracy(val.images, val.labels)
+    assert saved["eager_val_acc"] == pytest.approx(eager)
