@@ -6,6 +6,10 @@ sweeper's ``optimization_results.yaml`` when there is one (trial states: COMPLET
 FAIL; job number = trial number). Writes ``summary.md``, ``summary.csv`` and ``summary.png``
 (the objective against each swept parameter) into the multirun folder and prints the table.
 A job without ``results.json`` (it crashed, or is still running) is listed as such.
+
+A k-fold sweep (``-m data.folds=5 data.fold='range(0,5)'``) also gets a "mean ± std over folds"
+table: jobs that differ only in ``data.fold`` form one group, whose objective and metrics are
+averaged (std: the sample standard deviation, n - 1; blank with one fold).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import csv
 import json
 import logging
 import math
+import statistics
 from pathlib import Path
 
 import yaml
@@ -24,6 +29,7 @@ from lightning_cls.cli import run_cli
 log = logging.getLogger(__name__)
 _HIDDEN = ("optuna.",)  # overrides every trial job gets; not parameters of the search
 _METRICS = ("val/acc", "val/loss", "test/acc", "test/loss")
+FOLD = "data.fold"
 
 
 def collect(sweep_dir: Path) -> list[dict]:
@@ -96,6 +102,40 @@ def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, cells
 
 
+def over_folds(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of mean ± std per group of jobs that differ only in ``data.fold``;
+    no rows when no job has a ``data.fold`` override."""
+    if not any(FOLD in r["params"] for r in rows):
+        return [], []
+    keys = sorted({k for r in rows for k in r["params"] if k != FOLD})
+    swept = [k for k in keys if len({r["params"].get(k) for r in rows}) > 1]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["objective"] is not None:
+            groups.setdefault(tuple(r["params"].get(k, "") for k in swept), []).append(r)
+    header = [*swept, "folds", "objective", *_METRICS]
+    cells = []
+    for key, members in sorted(groups.items()):
+        folds = ",".join(sorted((m["params"].get(FOLD, "") for m in members), key=str))
+        stats = [_mean_std([m[h] for m in members]) for h in ("objective", *_METRICS)]
+        cells.append([*key, folds, *stats])
+    return header, cells
+
+
+def _mean_std(values: list) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return ""
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+
+
+def _markdown(header: list[str], cells: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in cells]
+
+
 def _fmt(value) -> str:
     if value is None:
         return ""
@@ -147,8 +187,10 @@ def summarize(sweep_dir: Path, mode: str = "max") -> dict[str, Path]:
     rows = rank(collect(sweep_dir), mode)
     header, cells = table(rows)
     out = {k: Path(sweep_dir) / f"summary.{k}" for k in ("md", "csv", "png")}
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in cells]
+    lines = _markdown(header, cells)
+    fold_header, fold_cells = over_folds(rows)
+    if fold_cells:
+        lines += ["", "Mean ± std over folds:", "", *_markdown(fold_header, fold_cells)]
     out["md"].write_text("\n".join(lines) + "\n")
     with out["csv"].open("w", newline="") as f:
         csv.writer(f).writerows([header, *cells])
