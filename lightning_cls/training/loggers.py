@@ -55,3 +55,40 @@ class CSVLogger(pl_loggers.CSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _ResumingWriter(log_dir=self.log_dir)
         return self._experiment
+
+
+class WandbLogger(pl_loggers.WandbLogger):
+    """``pytorch_lightning.loggers.WandbLogger`` with one W&B run per training run, and a
+    one-line error when W&B cannot log in.
+
+    Lightning's logger reuses any W&B run already open in the process. In a Hydra multirun the
+    basic launcher runs the jobs one after another in one process, so every job would log into
+    the first job's run; this logger finishes a run left open by an earlier job (``train()``
+    closes its own with ``close_loggers``, a crashed job may not) and starts its own. Offline
+    (``WANDB_MODE=offline`` or ``offline=True``) it needs no account and no network.
+    """
+
+    @property
+    @rank_zero_experiment
+    def experiment(self):
+        if self._experiment is not None or getattr(self, "_attach_id", None) is not None:
+            return super().experiment
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+        try:
+            return super().experiment
+        except wandb.errors.UsageError as err:  # no API key: online mode without `wandb login`
+            raise ValueError(
+                f"logger=wandb cannot start a W&B run: {err} Log in with `wandb login`, or log "
+                "offline: WANDB_MODE=offline (or logger.wandb.offline=true), then `wandb sync`."
+            ) from err
+
+
+def close_loggers(loggers) -> None:
+    """Finish the W&B runs of these loggers: W&B keeps a run open until the process exits,
+    and until then its folder is incomplete and the next run of the process would join it."""
+    for logger in loggers:
+        if isinstance(logger, pl_loggers.WandbLogger) and logger._experiment is not None:
+            logger._experiment.finish()
