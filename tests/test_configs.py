@@ -34,6 +34,8 @@ def test_config_groups_exist():
         "scheduler",
         "trainer",
         "callbacks",
+        "tuner",
+        "debug",
         "logger",
         "paths",
         "hydra",
@@ -181,15 +183,56 @@ def test_trainer_options(option, tmp_path):
 
 @pytest.mark.parametrize("option", options("callbacks"))
 def test_callback_options(option, tmp_path):
-    cfg = compose(overrides=[f"callbacks={option}"], tmp=tmp_path)
+    # Every callback file is added to the defaults as the docs say: callbacks=[default,<file>].
+    cfg = compose(overrides=[f"callbacks=[default,{option}]"], tmp=tmp_path)
     callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values()]
     assert all(isinstance(c, pl.Callback) for c in callbacks)
 
 
+@pytest.mark.parametrize("option", options("tuner"))
+def test_tuner_options(option, tmp_path):
+    cfg = compose(overrides=[f"tuner={option}"], tmp=tmp_path)
+    assert cfg.tuner and all(isinstance(instantiate(c), pl.Callback) for c in cfg.tuner.values())
+
+
+@pytest.mark.parametrize("option", options("debug"))
+def test_debug_options(option, tmp_path):
+    cfg = compose(overrides=[f"debug={option}"], tmp=tmp_path)
+    assert isinstance(instantiate(cfg.trainer, logger=False), pl.Trainer)
+
+
+def _targets(node) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["_target_"]] if isinstance(node.get("_target_"), str) else []
+        return found + [t for value in node.values() for t in _targets(value)]
+    if isinstance(node, list):
+        return [t for value in node for t in _targets(value)]
+    return []
+
+
+def test_every_target_in_conf_resolves():
+    """A misspelt ``_target_`` in any conf/ file fails here, not on a user's command line."""
+    from hydra._internal.utils import _locate
+
+    targets = {
+        (path.relative_to(CONF).as_posix(), target)
+        for path in sorted(CONF.rglob("*.yaml"))
+        for target in _targets(OmegaConf.to_container(OmegaConf.load(path)))
+    }
+    assert len(targets) > 40
+    unresolved = []
+    for where, target in sorted(targets):
+        try:
+            _locate(target)
+        except ImportError as err:
+            unresolved.append(f"{where}: {target} ({err})")
+    assert not unresolved, unresolved
+
+
 @pytest.mark.parametrize("option", options("logger"))
 def test_logger_options(option, tmp_path):
-    if option == "mlflow":
-        pytest.importorskip("mlflow")
+    if option in ("mlflow", "wandb"):
+        pytest.importorskip(option)
     cfg = compose(overrides=[f"logger={option}"], tmp=tmp_path)
     loggers = [instantiate(c) for c in cfg.logger.values()]
     assert loggers and all(hasattr(lg, "log_metrics") for lg in loggers)
@@ -249,12 +292,12 @@ def test_keys_that_messages_and_docs_suggest_exist(tmp_path):
         ],
         tmp=tmp_path,
     )
-    assert "lr_finder" in cfg.callbacks
+    assert "lr_finder" in cfg.tuner
     dm = instantiate(cfg.data)
     assert dm.pin_memory and dm.persistent_workers and dm.val_size == 0.2
     kwargs = OmegaConf.to_container(cfg.model, resolve=True)
     assert create_model(kwargs.pop("name"), **kwargs).checkpoint_activations
-    assert "batch_size_finder" in compose(overrides=["tuner=batch_size"], tmp=tmp_path).callbacks
+    assert "batch_size_finder" in compose(overrides=["tuner=batch_size"], tmp=tmp_path).tuner
     compose(overrides=["model=resnet18", "model.checkpoint_activations=true"], tmp=tmp_path)
 
 
