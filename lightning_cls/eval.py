@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
 from lightning_cls.cli.printing import to_floats
+from lightning_cls.fileio import atomic_write_text
 from lightning_cls.inference.network import check_same_data
 from lightning_cls.module import ClassificationModule
 
@@ -54,7 +55,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = {"ckpt_path": str(cfg.ckpt_path), "split": split, **tta, split: metrics}
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
     log.info("%s metrics of %s (%s): %s", split, cfg.ckpt_path, tta, json.dumps(metrics))
     return metrics
 

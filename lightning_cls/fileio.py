@@ -2,14 +2,19 @@
 
 ``os.replace`` is atomic on POSIX and Windows, so a reader sees either the previous complete
 file or the new complete one — never a half-written file, even if the process is killed or a
-check on the new file fails. Used for checkpoints, weights, exports, caches and CSVs.
+check on the new file fails. Every file a command writes goes through here: checkpoints,
+weights, exports (``atomic_paths`` for OpenVINO's ``.xml``/``.bin`` pair), ``meta.json``,
+reports, ``results.json``, caches and CSVs (``atomic_write_text`` for small text files).
+
+Temp files are hidden (``.<name>...tmp...``): a kill can leave one behind, but never under a
+final name, and ``is_temp_file`` tells them apart.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 TMP_SUFFIX = ".tmp"
@@ -64,3 +69,53 @@ def atomic_path(filepath: str | os.PathLike, keep_suffix: bool = False) -> Itera
         replace_atomically(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(filepath: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``filepath`` through ``atomic_path``; return the path."""
+    with atomic_path(filepath) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(filepath)
+
+
+def pair_temp_path(filepath: str | os.PathLike) -> Path:
+    """``folder/.<stem>.<pid>.tmp<suffix>``: files of one pair (``model.xml``/``model.bin``)
+    share a temp stem, as writers that derive one name from the other expect."""
+    path = Path(filepath)
+    return path.with_name(f".{path.stem}.{os.getpid()}{TMP_SUFFIX}{path.suffix}")
+
+
+@contextmanager
+def atomic_paths(*filepaths: str | os.PathLike) -> Iterator[list[Path]]:
+    """Temp paths for files that belong together; they land together or not at all.
+
+    On success each is fsynced and renamed in the order given; the LAST one is the entry a
+    reader opens (OpenVINO's ``.xml``): it is removed first and renamed last, so a reader never
+    sees it with a missing or stale companion (between the renames it sees no entry at all).
+    If the block raises, every temp file is deleted and the targets are left as they were.
+    """
+    paths = [Path(p) for p in filepaths]
+    if not paths:
+        raise ValueError("atomic_paths needs at least one file path.")
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    temps = [pair_temp_path(p) for p in paths]
+    with ExitStack() as cleanup:
+        for tmp in temps:
+            cleanup.callback(tmp.unlink, missing_ok=True)
+        yield temps
+        for tmp in temps:
+            if not tmp.is_file():
+                raise FileNotFoundError(f"The writer did not create {tmp.name}; nothing replaced.")
+            fsync_file(tmp)
+        paths[-1].unlink(missing_ok=True)
+        for tmp, path in zip(temps, paths):
+            os.replace(tmp, path)
+        for folder in {os.path.dirname(os.path.abspath(p)) for p in paths}:
+            fsync_dir(folder)
+
+
+def is_temp_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a temp file of this module (hidden, ``.tmp`` in its name)."""
+    name = Path(path).name
+    return name.startswith(".") and f"{TMP_SUFFIX}" in name

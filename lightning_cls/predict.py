@@ -2,16 +2,19 @@
 batched inference to a CSV (file, top-k labels, probabilities), using the preprocessing stored
 with the artifact (flip TTA included when the model was trained with it). ``ckpt_path`` may be
 a ``.ckpt``, a ``model_weights.pt`` (+ ``model_name=`` if nothing beside it says which
-network), a ``.torchscript``, an ``.onnx`` (fp32 or int8) or a ``.pt2``. An artifact without
-lightning_cls metadata (an ONNX file from another tool) takes ``+spec.classes=[...]
-+spec.mean=[...] +spec.std=[...] +spec.image_size=N +spec.num_channels=C``. Files that are not
-readable images are listed with the reason, never silently dropped. A user error (bad path,
-bad batch_size, missing metadata) ends in one line on stderr and exit code 1."""
+network), a ``.torchscript``, an ``.onnx`` (fp32 or int8), an OpenVINO ``.xml`` or a ``.pt2``
+(``.pt2`` and TorchScript can run code when loaded: they need ``trust_artifact=true``). An
+artifact without lightning_cls metadata (an ONNX file from another tool) takes
+``+spec.classes=[...] +spec.mean=[...] +spec.std=[...] +spec.image_size=N
++spec.num_channels=C``; the same overrides fix a wrong value the artifact carries. Files that are not
+readable images (FIFOs and other non-regular files included) are listed with the reason,
+never silently dropped, and never block. A user error (bad path, bad batch_size, missing or
+inconsistent metadata, a corrupt or untrusted artifact) ends in one ``error:`` line on stderr
+and exit code 1."""
 
 from __future__ import annotations
 
 import logging
-import sys
 
 import hydra
 import torch
@@ -32,7 +35,11 @@ def predict(cfg: DictConfig) -> list[dict]:
     device = "cpu" if device == "auto" else device
     spec = OmegaConf.to_container(cfg.spec) if cfg.get("spec") else None
     predictor = load_artifact(
-        cfg.ckpt_path, model_name=cfg.get("model_name"), spec=spec, device=device
+        cfg.ckpt_path,
+        model_name=cfg.get("model_name"),
+        spec=spec,
+        device=device,
+        trust_artifact=bool(cfg.get("trust_artifact", False)),
     )
     log.info("Loaded %s", predictor)
     inputs = OmegaConf.to_container(cfg.inputs) if OmegaConf.is_list(cfg.inputs) else [cfg.inputs]
@@ -47,11 +54,7 @@ def predict(cfg: DictConfig) -> list[dict]:
 
 @hydra.main(config_path=config_dir(), config_name="predict", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    try:
-        predict(cfg)
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        print(f"predict: {err}", file=sys.stderr)
-        sys.exit(1)
+    predict(cfg)  # a user error ends in one `error: ...` line and exit 1 (run_cli)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
-from lightning_cls.fileio import atomic_path, temp_path_for
+from lightning_cls.fileio import (
+    atomic_path,
+    atomic_paths,
+    atomic_write_text,
+    is_temp_file,
+    temp_path_for,
+)
 
 
 def test_atomic_path_replaces_on_success_and_keeps_the_old_file_on_error(tmp_path):
@@ -31,3 +38,54 @@ def test_temp_names_are_hidden_and_can_keep_the_suffix(tmp_path):
     pid = os.getpid()
     assert temp_path_for(tmp_path / "m.ckpt").name == f".m.ckpt.{pid}.tmp"
     assert temp_path_for(tmp_path / "m.pt2", keep_suffix=True).name == f".m.pt2.{pid}.tmp.pt2"
+
+
+def test_atomic_write_text_replaces_whole(tmp_path):
+    target = tmp_path / "results.json"
+    atomic_write_text(target, '{"a": 1}\n')
+    assert target.read_text() == '{"a": 1}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_a_pair_lands_together_or_not_at_all(tmp_path):
+    xml, bin_ = tmp_path / "model.xml", tmp_path / "model.bin"
+    with atomic_paths(bin_, xml) as (tmp_bin, tmp_xml):
+        # one temp stem for both: writers that derive the .bin name from the .xml find it
+        assert tmp_xml.with_suffix(".bin") == tmp_bin and is_temp_file(tmp_xml)
+        tmp_bin.write_text("weights v1")
+        tmp_xml.write_text("graph v1")
+    assert (xml.read_text(), bin_.read_text()) == ("graph v1", "weights v1")
+
+    def half_written():
+        with atomic_paths(bin_, xml) as (tmp_bin, tmp_xml):
+            tmp_bin.write_text("weights v2")
+            raise RuntimeError("converter crashed before the .xml")
+
+    with pytest.raises(RuntimeError, match="converter crashed"):
+        half_written()
+    assert (xml.read_text(), bin_.read_text()) == ("graph v1", "weights v1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.bin", "model.xml"]
+    with pytest.raises(FileNotFoundError, match=r"did not create \.model\.\d+\.tmp\.xml"):
+        with atomic_paths(bin_, xml) as (tmp_bin, _):
+            tmp_bin.write_text("weights v3")  # the .xml never written: nothing replaced
+    assert bin_.read_text() == "weights v1"
+
+
+def test_the_entry_file_goes_first_and_comes_back_last(tmp_path, monkeypatch):
+    """Between the renames a reader finds no .xml, never the old .xml with the new .bin."""
+    xml, bin_ = tmp_path / "model.xml", tmp_path / "model.bin"
+    xml.write_text("graph v1")
+    bin_.write_text("weights v1")
+    seen = []
+    real_replace = os.replace
+
+    def watching_replace(src, dst):
+        seen.append((Path(dst).name, xml.exists() and xml.read_text(), bin_.read_text()))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", watching_replace)
+    with atomic_paths(bin_, xml) as (tmp_bin, tmp_xml):
+        tmp_bin.write_text("weights v2")
+        tmp_xml.write_text("graph v2")
+    assert seen == [("model.bin", False, "weights v1"), ("model.xml", False, "weights v2")]
+    assert (xml.read_text(), bin_.read_text()) == ("graph v2", "weights v2")

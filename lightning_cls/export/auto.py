@@ -4,7 +4,9 @@ the fastest one that passes the accuracy gate.
 Candidates: TorchScript (traced, the PyTorch reference), ONNX Runtime fp32 and static INT8
 (QDQ and QOperator), and, when ``openvino``/``nncf`` are installed, OpenVINO f32, bf16 (on
 CPUs that support it) and NNCF INT8. Each candidate's validation accuracy is compared with
-eager PyTorch's; one that drops more than ``max_acc_drop`` points is not eligible. Speed is
+eager PyTorch's; one that drops more than ``max_acc_drop`` points is not eligible. The INT8
+candidates come from ``export=int8``'s own path (``export.int8.quantize_gated``): one that
+fails the gate is never written. Speed is
 measured in interleaved rounds (order rotated each round), each a window of ``window_s``
 seconds at ``batch_size``; the score is the median img/s over rounds. The winner is copied to
 ``model_auto<suffix>`` with every measurement in its metadata (ONNX ``metadata_props`` /
@@ -26,7 +28,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from lightning_cls.export import int8
+from lightning_cls.export.quantize import QuantizationReport, accuracy_drop_points
+from lightning_cls.fileio import atomic_path, atomic_write_text
 from lightning_cls.inference.network import check_same_data
+from lightning_cls.inference.predictor import Predictor
 from lightning_cls.inference.spec import InputSpec
 
 log = logging.getLogger(__name__)
@@ -67,17 +73,11 @@ def openvino_available() -> bool:
 
 
 def export_candidates(
-    net: nn.Module, spec: InputSpec, out: Path, train, cfg: AutoConfig, check_kwargs: dict
+    net: nn.Module, spec: InputSpec, out: Path, check_kwargs: dict
 ) -> dict[str, Path]:
-    """Write every candidate artifact into ``out``; name -> path (ONNX is always first)."""
+    """Write every fp32 candidate into ``out``; name -> path (ONNX is always first)."""
     from lightning_cls.export.onnx import export_onnx
-    from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
     from lightning_cls.export.torchscript import export_torchscript
-
-    def reader():
-        return SplitCalibrationReader(
-            train, spec, cfg.calibration_batches, cfg.calibration_batch_size
-        )
 
     onnx = export_onnx(net, spec, out / "model.onnx", **check_kwargs)
     paths = {
@@ -85,28 +85,48 @@ def export_candidates(
             net, spec, out / "model_trace.torchscript", "trace", **check_kwargs
         ),
         "ort_fp32": onnx,
-        "ort_int8_qdq": quantize_onnx_static(onnx, out / "model_int8.onnx", reader()),
-        "ort_int8_qoperator": quantize_onnx_static(
-            onnx, out / "model_int8_qop.onnx", reader(), quant_format="qoperator"
-        ),
     }
     if not openvino_available():
         log.info("openvino/nncf not installed: OpenVINO candidates skipped (extra 'openvino').")
         return paths
-    from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
+    from lightning_cls.export.openvino import export_openvino
 
     paths["ov_f32"] = export_openvino(onnx, out / "model.xml", spec, net, **check_kwargs)
     if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
         paths["ov_bf16"] = export_openvino(onnx, out / "model_bf16.xml", spec, precision="bf16")
-    paths["ov_int8"] = quantize_openvino_int8(
-        paths["ov_f32"],
-        out / "model_int8.xml",
-        train,
-        spec,
-        cfg.calibration_batches,
-        cfg.calibration_batch_size,
-    )
     return paths
+
+
+# INT8 candidate -> (method, fp32 candidate it quantizes, ONNX layout, file)
+INT8_CANDIDATES = {
+    "ort_int8_qdq": ("onnx_static_int8", "ort_fp32", "qdq", "model_int8.onnx"),
+    "ort_int8_qoperator": ("onnx_static_int8", "ort_fp32", "qoperator", "model_int8_qop.onnx"),
+    "ov_int8": ("openvino_nncf_int8", "ov_f32", "qdq", "model_int8.xml"),
+}
+
+
+def int8_candidates(
+    paths: dict[str, Path], spec: InputSpec, out: Path, train, val, cfg: AutoConfig, eager_acc
+) -> dict[str, QuantizationReport]:
+    """Each INT8 candidate through ``export=int8``'s own path (calibrate, measure, gate against
+    eager PyTorch); one that fails the gate is reported and never written."""
+    reports = {}
+    for name, (method, source, quant_format, file) in INT8_CANDIDATES.items():
+        if source not in paths:
+            continue
+        write = int8.int8_writer(
+            method,
+            paths[source],
+            spec,
+            train,
+            calibration_batches=cfg.calibration_batches,
+            calibration_batch_size=cfg.calibration_batch_size,
+            quant_format=quant_format,
+        )
+        reports[name] = int8.quantize_gated(
+            name, paths[source], out / file, write, val, cfg.max_acc_drop, False, 0, eager_acc
+        )
+    return reports
 
 
 def _load(path: Path, threads: int | None) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -119,15 +139,9 @@ def _load(path: Path, threads: int | None) -> Callable[[torch.Tensor], torch.Ten
 def measure(fns: dict[str, Callable], spec: InputSpec, val, cfg: AutoConfig) -> dict:
     """Validation accuracy and interleaved img/s rounds for each candidate."""
     results: dict[str, dict] = {}
-    for name, fn in fns.items():
-        with torch.inference_mode():
-            preds = torch.cat(
-                [
-                    fn(spec.preprocess(val.images[i : i + 256])).argmax(1)
-                    for i in range(0, len(val), 256)
-                ]
-            )
-        results[name] = {"val_acc": (preds == val.labels).float().mean().item(), "img_s": []}
+    for name, fn in fns.items():  # accuracy as the INT8 gate measures it (the spec's TTA)
+        results[name] = {"val_acc": Predictor(fn, spec).accuracy(val.images, val.labels)}
+        results[name]["img_s"] = []
     g = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (cfg.batch_size, *spec.input_shape), generator=g)
     x = spec.preprocess(images.to(torch.uint8))
@@ -153,8 +167,8 @@ def _throughput(fn, x: torch.Tensor, seconds: float) -> float:
 def select(results: dict, eager_acc: float, max_acc_drop: float) -> str:
     """The fastest candidate whose accuracy drop (points below eager) is within the gate."""
     for entry in results.values():
-        entry["acc_drop_points"] = 100.0 * (eager_acc - entry["val_acc"])
-        entry["eligible"] = entry["acc_drop_points"] <= max_acc_drop
+        entry["acc_drop_points"] = accuracy_drop_points(eager_acc, entry["val_acc"])
+        entry["eligible"] = entry["acc_drop_points"] <= max_acc_drop and not entry.get("rejected")
     eligible = [n for n, e in results.items() if e["eligible"]]
     if not eligible:
         accs = ", ".join(f"{n} {100 * e['val_acc']:.2f}%" for n, e in results.items())
@@ -183,12 +197,15 @@ def export_auto(
     train, val = datamodule.splits["train"], datamodule.splits["val"]
     threads = cfg.threads or torch.get_num_threads()
     net = net.eval()
-    with torch.inference_mode():
-        eager = net(spec.preprocess(val.images)).argmax(1)
-    eager_acc = (eager == val.labels).float().mean().item()
-    paths = export_candidates(net, spec, out, train, cfg, check_kwargs or {})
+    eager_acc = Predictor(net, spec).accuracy(val.images, val.labels)
+    paths = export_candidates(net, spec, out, check_kwargs or {})
+    reports = int8_candidates(paths, spec, out, train, val, cfg, eager_acc)
+    paths.update({n: Path(r.int8_path) for n, r in reports.items() if r.accepted})
     fns = {name: _load(path, threads) for name, path in paths.items()}
     results = measure(fns, spec, val, cfg)
+    for name, report in reports.items():
+        if not report.accepted:  # failed the gate: measured for accuracy only, not on disk
+            results[name] = {"val_acc": report.acc_after, "img_s": [], "rejected": report.error}
     winner = select(results, eager_acc, cfg.max_acc_drop)
     selection = {
         "winner": winner,
@@ -200,7 +217,7 @@ def export_auto(
         "candidates": results,
     }
     path = write_winner(paths[winner], selection)
-    (out / SELECTION_FILE).write_text(json.dumps(selection, indent=2) + "\n")
+    atomic_write_text(out / SELECTION_FILE, json.dumps(selection, indent=2) + "\n")
     log.info(
         "export=auto: %s wins (%.0f img/s) -> %s", winner, results[winner]["img_s_median"], path
     )
@@ -217,7 +234,8 @@ def write_winner(src: Path, selection: dict) -> Path:
         model = onnx.load(str(src))
         entry = model.metadata_props.add()
         entry.key, entry.value = SELECTION_KEY, text
-        onnx.save_model(model, str(dst), save_as_external_data=False)
+        with atomic_path(dst) as tmp:
+            onnx.save_model(model, str(tmp), save_as_external_data=False)
     elif src.suffix == ".xml":
         import openvino as ov
 
@@ -225,12 +243,13 @@ def write_winner(src: Path, selection: dict) -> Path:
 
         model = ov.Core().read_model(str(src))
         model.set_rt_info(text, ["lightning_cls", SELECTION_KEY])
-        _save(model, dst)
+        _save(model, dst)  # .xml and .bin land together
     else:  # TorchScript: add an extra file next to meta.json
         from lightning_cls.inference.spec import META_FILE
 
         extra = {META_FILE: ""}
         module = torch.jit.load(str(src), _extra_files=extra)
         extra[SELECTION_FILE] = text
-        torch.jit.save(module, str(dst), _extra_files=extra)
+        with atomic_path(dst) as tmp:
+            torch.jit.save(module, str(tmp), _extra_files=extra)
     return dst

@@ -15,6 +15,7 @@ from torch import nn
 
 from lightning_cls.export.errors import AccuracyDropError
 from lightning_cls.export.triton import TritonConfig, export_triton
+from lightning_cls.fileio import atomic_write_text
 from lightning_cls.inference.network import check_same_data
 from lightning_cls.inference.spec import META_FILE, InputSpec
 
@@ -132,7 +133,7 @@ def export_model(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     result = ExportResult()
-    (out / META_FILE).write_text(json.dumps(spec.to_dict(), indent=2) + "\n")
+    atomic_write_text(out / META_FILE, json.dumps(spec.to_dict(), indent=2) + "\n")
     kw = config.check_kwargs
     if "onnx" in config.formats:
         from lightning_cls.export.onnx import export_onnx
@@ -181,9 +182,9 @@ def export_model(
 
 
 def _quantize(net, spec, out: Path, config: ExportConfig, datamodule, result: ExportResult) -> None:
-    from lightning_cls.export import quantize as q
+    """Each requested INT8 model through the one gated path (``export.int8.quantize_gated``)."""
+    from lightning_cls.export.int8 import METHODS, int8_writer, quantize_gated
     from lightning_cls.export.torchscript import export_torchscript
-    from lightning_cls.inference import load_artifact
 
     qc = config.quantize
     if datamodule is None:
@@ -200,59 +201,43 @@ def _quantize(net, spec, out: Path, config: ExportConfig, datamodule, result: Ex
         data_name=f"data={getattr(datamodule, 'name', type(datamodule).__name__)}",
     )
     train, val = datamodule.splits["train"], datamodule.splits["val"]
+    kw = config.check_kwargs
+    todo = []  # (method, result key, fp32 file)
     if qc.static:
-        reader = q.SplitCalibrationReader(
-            train, spec, qc.calibration_batches, qc.calibration_batch_size
-        )
-        int8 = q.quantize_onnx_static(
-            result.paths["onnx"],
-            out / "model_int8.onnx",
-            reader,
-            qc.per_channel,
-            qc.activation_type,
-            qc.format,
-        )
-        result.paths["onnx_int8"] = int8
-        before, after = load_artifact(result.paths["onnx"]), load_artifact(int8)
-        result.reports.append(q.compare("onnx_static_int8", before, after, val, qc.latency_runs))
+        todo.append(("onnx_static_int8", "onnx_int8", result.paths["onnx"]))
     if qc.dynamic:
-        kw = config.check_kwargs
         fp32 = result.paths.get("torchscript_trace") or export_torchscript(
             net, spec, out / "model_trace.torchscript", "trace", **kw
         )
         result.paths["torchscript_trace"] = fp32
-        int8 = export_torchscript(
-            q.quantize_torch_dynamic(net),
-            spec,
-            out / "model_int8_dynamic.torchscript",
-            "trace",
-            **kw,
-        )
-        result.paths["torchscript_int8_dynamic"] = int8
-        before, after = load_artifact(fp32), load_artifact(int8)
-        result.reports.append(q.compare("torch_dynamic_int8", before, after, val, qc.latency_runs))
+        todo.append(("torch_dynamic_int8", "torchscript_int8_dynamic", fp32))
     if qc.openvino:
-        from lightning_cls.export.openvino import quantize_openvino_int8
-
-        int8 = quantize_openvino_int8(
-            result.paths["openvino"],
-            out / "model_int8.xml",
-            train,
+        todo.append(("openvino_nncf_int8", "openvino_int8", result.paths["openvino"]))
+    errors = []
+    for method, key, fp32 in todo:
+        write = int8_writer(
+            method,
+            fp32,
             spec,
+            train,
+            net,
             qc.calibration_batches,
             qc.calibration_batch_size,
+            qc.per_channel,
+            qc.activation_type,
+            qc.format,
+            kw,
         )
-        result.paths["openvino_int8"] = int8
-        before, after = load_artifact(result.paths["openvino"]), load_artifact(int8)
-        result.reports.append(q.compare("openvino_nncf_int8", before, after, val, qc.latency_runs))
+        dst = out / METHODS[method]
+        report = quantize_gated(
+            method, fp32, dst, write, val, qc.max_acc_drop, qc.force, qc.latency_runs
+        )
+        result.reports.append(report)
+        if report.accepted:
+            result.paths[key] = dst
+        else:
+            errors.append(report.error)
     reports = [r.to_dict() for r in result.reports]
-    (out / REPORT_FILE).write_text(json.dumps(reports, indent=2) + "\n")
-    errors = []
-    for report in result.reports:
-        try:
-            q.enforce_max_drop(report, qc.max_acc_drop, qc.force)
-        except AccuracyDropError as err:
-            errors.append(str(err))
-            result.paths = {k: v for k, v in result.paths.items() if str(v) != report.int8_path}
+    atomic_write_text(out / REPORT_FILE, json.dumps(reports, indent=2) + "\n")
     if errors:
         raise AccuracyDropError("\n".join(errors))

@@ -10,8 +10,6 @@ in the model's ``rt_info`` and checks the reloaded IR against eager PyTorch in f
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import torch
 from torch import nn
 
 from lightning_cls.export.checks import check_outputs_close, example_batch
+from lightning_cls.fileio import atomic_paths
 from lightning_cls.inference.openvino import (
     PRECISIONS,
     RT_SECTION,
@@ -34,15 +33,12 @@ PRESETS = ("performance", "mixed")
 
 
 def _save(model, xml_path: Path) -> Path:
-    """Write ``.xml`` + ``.bin`` under temp names, then move both into place (.bin first)."""
+    """Write ``.xml`` + ``.bin`` under temp names; they land together (.bin first, .xml last)."""
     import openvino as ov
 
-    xml_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=xml_path.parent) as tmp:
-        tmp_xml = Path(tmp) / xml_path.name
-        ov.save_model(model, str(tmp_xml), compress_to_fp16=False)
-        shutil.move(str(tmp_xml.with_suffix(".bin")), str(xml_path.with_suffix(".bin")))
-        shutil.move(str(tmp_xml), str(xml_path))
+    xml_path = Path(xml_path)
+    with atomic_paths(xml_path.with_suffix(".bin"), xml_path) as (_, tmp_xml):
+        ov.save_model(model, str(tmp_xml), compress_to_fp16=False)  # + tmp_xml's .bin
     return xml_path
 
 
@@ -120,20 +116,12 @@ def quantize_openvino_int8(
     import nncf
     import openvino as ov
 
+    from lightning_cls.export.quantize import calibration_batches
+
     if preset not in PRESETS:
         raise ValueError(f"Unknown NNCF preset '{preset}'; use one of {PRESETS}.")
-    if num_batches < 1 or batch_size < 1:
-        raise ValueError(
-            f"num_batches and batch_size must be >= 1, got {num_batches}, {batch_size}."
-        )
-    n = min(len(calibration), num_batches * batch_size)
-    if n == 0:
-        raise ValueError("The calibration split is empty; calibrate on the train split.")
-    order = torch.randperm(len(calibration), generator=torch.Generator().manual_seed(seed))[:n]
-    batches = [
-        spec.preprocess(calibration.images[order[i : i + batch_size]]).numpy()  # (B, C, H, W)
-        for i in range(0, n, batch_size)
-    ]
+    batches = calibration_batches(calibration, spec, num_batches, batch_size, seed)
+    n = sum(len(b) for b in batches)
     model = ov.Core().read_model(str(xml_path))
     props = read_rt_props(model)
     quantized = nncf.quantize(

@@ -8,6 +8,8 @@
 
 A report compares validation accuracy, file size and batch-1 latency before and after;
 ``enforce_max_drop`` refuses (deletes) an artifact that loses more than the allowed points.
+``lightning_cls.export.int8.quantize_gated`` strings these together for ``export=int8`` and
+``export=auto`` alike.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from onnxruntime.quantization import (
     CalibrationDataReader,
@@ -29,6 +32,7 @@ from onnxruntime.quantization import (
 )
 
 from lightning_cls.export.errors import AccuracyDropError
+from lightning_cls.fileio import atomic_paths
 from lightning_cls.inference.predictor import Predictor
 from lightning_cls.inference.spec import InputSpec, Split
 
@@ -40,8 +44,27 @@ ACTIVATION_TYPES = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
 QUANT_FORMATS = {"qdq": QuantFormat.QDQ, "qoperator": QuantFormat.QOperator}
 
 
+def calibration_batches(
+    split: Split, spec: InputSpec, num_batches: int = 8, batch_size: int = 32, seed: int = 0
+) -> list[np.ndarray]:
+    """``num_batches`` seeded random batches of a uint8 split, normalized: what every INT8
+    calibrator (ONNX Runtime static, NNCF) sees. Each is float32 (B, C, H, W)."""
+    if num_batches < 1 or batch_size < 1:
+        raise ValueError(
+            f"num_batches and batch_size must be >= 1, got {num_batches}, {batch_size}."
+        )
+    n = min(len(split), num_batches * batch_size)
+    if n == 0:
+        raise ValueError("The calibration split is empty; calibrate on the train split.")
+    order = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:n]
+    return [
+        spec.preprocess(split.images[order[i : i + batch_size]]).numpy()  # (B, C, H, W)
+        for i in range(0, n, batch_size)
+    ]
+
+
 class SplitCalibrationReader(CalibrationDataReader):
-    """Feeds ``num_batches`` seeded random batches of a uint8 split, normalized, to ORT."""
+    """Feeds ``calibration_batches`` of a split to ONNX Runtime's calibrator."""
 
     def __init__(
         self,
@@ -52,18 +75,7 @@ class SplitCalibrationReader(CalibrationDataReader):
         seed: int = 0,
         input_name: str = "input",
     ):
-        if num_batches < 1 or batch_size < 1:
-            raise ValueError(
-                f"num_batches and batch_size must be >= 1, got {num_batches}, {batch_size}."
-            )
-        n = min(len(split), num_batches * batch_size)
-        if n == 0:
-            raise ValueError("The calibration split is empty; calibrate on the train split.")
-        order = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:n]
-        self.batches = [
-            spec.preprocess(split.images[order[i : i + batch_size]]).numpy()  # (B, C, H, W)
-            for i in range(0, n, batch_size)
-        ]
+        self.batches = calibration_batches(split, spec, num_batches, batch_size, seed)
         self.input_name = input_name
         self._next = 0
 
@@ -101,13 +113,17 @@ def quantize_onnx_static(
             f"Unknown quant_format '{quant_format}'; use one of {', '.join(QUANT_FORMATS)}."
         )
     int8_path = Path(int8_path)
-    with tempfile.TemporaryDirectory() as tmp:
+    granularity = "per-channel" if per_channel else "per-tensor"
+    quantization = (
+        f"static int8 {quant_format}, {granularity} weights, {activation_type} activations"
+    )
+    with tempfile.TemporaryDirectory() as tmp, atomic_paths(int8_path) as (tmp_int8,):
         # Shape inference + graph fusion first, as ORT's quantization guide recommends.
         prepared = Path(tmp) / "prepared.onnx"
         quant_pre_process(str(fp32_path), str(prepared))
         quantize_static(
             str(prepared),
-            str(int8_path),
+            str(tmp_int8),
             reader,
             quant_format=QUANT_FORMATS[quant_format],
             per_channel=per_channel,
@@ -115,13 +131,9 @@ def quantize_onnx_static(
             weight_type=QuantType.QInt8,
             calibrate_method=CalibrationMethod.MinMax,
         )
-    model = onnx.load(str(int8_path))
-    granularity = "per-channel" if per_channel else "per-tensor"
-    quantization = (
-        f"static int8 {quant_format}, {granularity} weights, {activation_type} activations"
-    )
-    write_metadata(model, read_metadata(fp32_path), quantization=quantization)
-    onnx.save_model(model, str(int8_path), save_as_external_data=False)
+        model = onnx.load(str(tmp_int8))
+        write_metadata(model, read_metadata(fp32_path), quantization=quantization)
+        onnx.save_model(model, str(tmp_int8), save_as_external_data=False)
     log.info("Wrote %s (%s)", int8_path, quantization)
     return int8_path
 
@@ -140,6 +152,12 @@ def quantize_torch_dynamic(net: torch.nn.Module) -> torch.nn.Module:
         )
 
 
+def accuracy_drop_points(reference: float, accuracy: float) -> float:
+    """Accuracy points (0..100 scale) lost against ``reference`` (both 0..1): what the INT8
+    gate and ``export=auto``'s eligibility compare with the allowed drop."""
+    return 100.0 * (reference - accuracy)
+
+
 @dataclass
 class QuantizationReport:
     method: str
@@ -149,23 +167,30 @@ class QuantizationReport:
     acc_after: float
     size_before: int  # bytes
     size_after: int
-    latency_before_ms: float  # median at batch 1
-    latency_after_ms: float
+    latency_before_ms: float | None  # median at batch 1 (None: not timed)
+    latency_after_ms: float | None
+    accepted: bool = True  # False: failed the accuracy gate, no file at int8_path
+    error: str = ""  # why it was rejected
 
     @property
     def drop_points(self) -> float:
-        return 100.0 * (self.acc_before - self.acc_after)
+        return accuracy_drop_points(self.acc_before, self.acc_after)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "drop_points": round(self.drop_points, 3)}
 
     def summary(self) -> str:
-        return (
+        text = (
             f"{self.method}: val acc {100 * self.acc_before:.2f}% -> {100 * self.acc_after:.2f}% "
             f"(drop {self.drop_points:.2f} points); size {self.size_before / 1e6:.2f} MB -> "
-            f"{self.size_after / 1e6:.2f} MB; batch-1 latency {self.latency_before_ms:.3f} ms -> "
-            f"{self.latency_after_ms:.3f} ms"
+            f"{self.size_after / 1e6:.2f} MB"
         )
+        if self.latency_before_ms is not None and self.latency_after_ms is not None:
+            text += (
+                f"; batch-1 latency {self.latency_before_ms:.3f} ms -> "
+                f"{self.latency_after_ms:.3f} ms"
+            )
+        return text if self.accepted else f"{text}; REJECTED"
 
 
 def median_latency_ms(
@@ -183,23 +208,54 @@ def median_latency_ms(
     return 1000.0 * sorted(times)[len(times) // 2]
 
 
+def artifact_size(path: str | Path) -> int:
+    """Bytes of an artifact, its companion files included (OpenVINO's ``.bin``)."""
+    path = Path(path)
+    extra = path.with_suffix(".bin") if path.suffix == ".xml" else None
+    return path.stat().st_size + (extra.stat().st_size if extra and extra.is_file() else 0)
+
+
 def compare(
-    method: str, before: Predictor, after: Predictor, val: Split, latency_runs: int = 50
+    method: str,
+    before: Predictor,
+    after: Predictor,
+    val: Split,
+    latency_runs: int = 50,
+    reference_acc: float | None = None,
 ) -> QuantizationReport:
-    """Measure ``before`` (fp32) and ``after`` (int8) on the validation split."""
+    """Measure ``before`` (fp32) and ``after`` (int8) on the validation split.
+
+    ``reference_acc`` replaces the fp32 file's measured accuracy as the baseline (``export=auto``
+    gates every runtime against eager PyTorch); ``latency_runs=0`` skips the latency timing.
+    """
+    timed = latency_runs > 0
     report = QuantizationReport(
         method=method,
         fp32_path=str(before.path),
         int8_path=str(after.path),
-        acc_before=before.accuracy(val.images, val.labels),
+        acc_before=(
+            before.accuracy(val.images, val.labels) if reference_acc is None else reference_acc
+        ),
         acc_after=after.accuracy(val.images, val.labels),
-        size_before=Path(before.path).stat().st_size,
-        size_after=Path(after.path).stat().st_size,
-        latency_before_ms=median_latency_ms(before, runs=latency_runs),
-        latency_after_ms=median_latency_ms(after, runs=latency_runs),
+        size_before=artifact_size(before.path),
+        size_after=artifact_size(after.path),
+        latency_before_ms=median_latency_ms(before, runs=latency_runs) if timed else None,
+        latency_after_ms=median_latency_ms(after, runs=latency_runs) if timed else None,
     )
     log.info("%s", report.summary())
     return report
+
+
+def drop_message(report: QuantizationReport, max_drop_points: float) -> str | None:
+    """The gate every INT8 file passes (``export=int8`` and ``export=auto``): None when
+    ``report`` lost at most ``max_drop_points`` accuracy points, else why not."""
+    if report.drop_points <= max_drop_points:
+        return None
+    return (
+        f"{report.method} lost {report.drop_points:.2f} accuracy points on the validation split "
+        f"({100 * report.acc_before:.2f}% -> {100 * report.acc_after:.2f}%), more than the allowed "
+        f"{max_drop_points:g}."
+    )
 
 
 def enforce_max_drop(
@@ -209,17 +265,16 @@ def enforce_max_drop(
 
     With ``force`` the file is kept and the drop is only logged as a warning.
     """
-    if report.drop_points <= max_drop_points:
+    message = drop_message(report, max_drop_points)
+    if message is None:
         return
-    message = (
-        f"{report.method} lost {report.drop_points:.2f} accuracy points on the validation split "
-        f"({100 * report.acc_before:.2f}% -> {100 * report.acc_after:.2f}%), more than the allowed "
-        f"{max_drop_points:g}."
-    )
     if force:
         log.warning("%s Keeping %s because force is set.", message, report.int8_path)
         return
-    Path(report.int8_path).unlink(missing_ok=True)
+    path = Path(report.int8_path)
+    path.unlink(missing_ok=True)
+    if path.suffix == ".xml":  # OpenVINO's weights file goes with it
+        path.with_suffix(".bin").unlink(missing_ok=True)
     raise AccuracyDropError(
         f"{message} Deleted {report.int8_path}. Calibrate on more batches "
         "(export.quantize.calibration_batches), raise export.quantize.max_acc_drop, or set "

@@ -1,8 +1,9 @@
 """Inference without Lightning or Hydra: what a server or a script needs to run a classifier.
 
 - ``InputSpec`` (``spec``): the one description of the input every artifact carries.
-- ``load_artifact`` / ``Predictor`` (``predictor``): any artifact (.onnx, .ckpt,
-  model_weights.pt, .torchscript, .pt2) behind one batched API, flip TTA included.
+- ``load_artifact`` / ``Predictor`` (``predictor``): any artifact (.onnx, .xml, .ckpt,
+  model_weights.pt, .torchscript, .pt2) behind one batched API, flip TTA included; .pt2 and
+  TorchScript only with ``trust_artifact=True`` (they can run code when loaded).
 - ``RUNTIMES`` / ``register_runtime`` (``runtimes``): suffix -> runtime class; a new format is
   one small class.
 - ``decode_image`` (``images``): files or raw bytes -> uint8 (C, H, W), as in training.
@@ -16,6 +17,7 @@ from lightning_cls.inference.images import IMAGE_SUFFIXES, decode_image, find_im
 from lightning_cls.inference.openvino import OpenVINORuntime
 from lightning_cls.inference.predictor import (
     Predictor,
+    UntrustedArtifactError,
     flip_tta,
     load_artifact,
     predict_files,
@@ -42,6 +44,7 @@ __all__ = [
     "InputSpec",
     "Predictor",
     "Runtime",
+    "UntrustedArtifactError",
     "artifact_kind",
     "decode_image",
     "find_images",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -138,12 +139,36 @@ def find_images(inputs: Iterable[str | Path]) -> list[Path]:
     return files
 
 
+def _file_kind(path: Path) -> str:
+    """What a non-regular path is, for the failure reason."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "missing or unreadable"
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
 def load_image_batch(
     paths: Sequence[Path], image_size: int, num_channels: int, resize_size: int | None = None
 ) -> tuple[torch.Tensor, list[Path], list[tuple[Path, str]]]:
-    """Decode ``paths``; return (uint8 batch (B, C, H, W), paths read, [(path, reason)] failed)."""
+    """Decode ``paths``; return (uint8 batch (B, C, H, W), paths read, [(path, reason)] failed).
+
+    Only regular files are opened (a symlink to one counts): a FIFO, socket, device or folder
+    with an image suffix is a failure row, never a read that blocks."""
     arrays, ok, failed = [], [], []
     for path in paths:
+        if not path.is_file():  # a FIFO would block open() forever; a folder is no image
+            failed.append((path, f"not a regular file ({_file_kind(path)}); skipped"))
+            continue
         try:
             arrays.append(decode_image(path, image_size, num_channels, resize_size))
             ok.append(path)

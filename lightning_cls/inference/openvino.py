@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from lightning_cls.inference.checks import check_declared_shapes, unreadable_as
 from lightning_cls.inference.runtimes import Runtime
 from lightning_cls.inference.spec import InputSpec, merge_spec, props_to_dict
 
@@ -63,17 +64,29 @@ class OpenVINORuntime(Runtime):
                 "copy both files of the OpenVINO export."
             )
         self.device = torch.device("cpu")
-        model = ov.Core().read_model(str(path))
+        with unreadable_as(path, "an OpenVINO IR model"):
+            model = ov.Core().read_model(str(path))
         props = read_rt_props(model)
         self.precision = props.pop(PRECISION_KEY, "f32")
-        stored = props_to_dict(props) or None
-        self.spec = merge_spec(stored, spec, f"{path.name} (no lightning_cls rt_info)")
+        stored = props_to_dict(props, f"{path.name} (rt_info)") or None
+        self.spec = merge_spec(stored, spec, f"{path.name} (rt_info)")
+        check_declared_shapes(
+            path,
+            self.spec,
+            _dims(model.input(0).partial_shape),
+            _dims(model.output(0).partial_shape),
+        )
         self.compiled = compile_model(model, threads, self.precision)
         self.request = self.compiled.create_infer_request()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         result = self.request.infer({0: x.detach().cpu().contiguous().numpy()})
         return torch.from_numpy(result[self.compiled.output(0)].copy())
+
+
+def _dims(shape) -> list[int | None]:
+    """An OpenVINO ``PartialShape`` as ints, None where a dimension is dynamic."""
+    return [d.get_length() if d.is_static else None for d in shape]
 
 
 def spec_props(spec: InputSpec, precision: str) -> Mapping[str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from lightning_cls.fileio import atomic_path
+from lightning_cls.inference.checks import check_num_outputs
 from lightning_cls.inference.images import load_image_batch
 from lightning_cls.inference.runtimes import Runtime, runtime_for
-from lightning_cls.inference.spec import InputSpec
+from lightning_cls.inference.spec import InputSpec, SpecError
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +134,10 @@ def _check_batch_size(batch_size: int) -> None:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
 
 
+class UntrustedArtifactError(ValueError):
+    """A file that can run code when loaded (``.pt2``, TorchScript) was not marked trusted."""
+
+
 def load_artifact(
     path: str | Path,
     model_name: str | None = None,
@@ -139,6 +145,7 @@ def load_artifact(
     model_kwargs: Mapping[str, Any] | None = None,
     threads: int | None = None,
     device: str = "cpu",
+    trust_artifact: bool = False,
 ) -> Predictor:
     """A ``Predictor`` for any artifact whose suffix is in ``runtimes.RUNTIMES``.
 
@@ -146,10 +153,25 @@ def load_artifact(
     description, e.g. for an ONNX file written by another tool. ``device`` applies to the
     PyTorch kinds; ONNX files run on ONNX Runtime's CPU provider with ``threads`` intra-op
     threads (default: ORT's choice).
+
+    ``.pt2`` and TorchScript files can run code when loaded; they are refused with an
+    ``UntrustedArtifactError`` unless ``trust_artifact=True`` (ONNX, OpenVINO IR and
+    checkpoints/weights, read with ``weights_only=True``, are data only). The spec is then
+    checked against the model with one dry batch: a model that does not take its
+    ``image_size``/``num_channels`` or outputs another number of logits than it has classes
+    is a ``ValueError`` naming the field, not a runtime crash later.
     """
     path = Path(path)
+    runtime_cls = runtime_for(path)
+    if runtime_cls.runs_code and not trust_artifact:
+        raise UntrustedArtifactError(
+            f"Refusing to load {path}: a {runtime_cls.kind} file can run arbitrary code when it "
+            "is loaded, so only load one from a source you trust. If you do, pass "
+            "trust_artifact=true (Python: trust_artifact=True); otherwise use an ONNX export "
+            "(export=onnx), which is data only."
+        )
     overrides = spec.to_dict() if isinstance(spec, InputSpec) else dict(spec or {})
-    runtime: Runtime = runtime_for(path)(
+    runtime: Runtime = runtime_cls(
         path,
         spec=overrides,
         threads=threads,
@@ -157,7 +179,35 @@ def load_artifact(
         model_name=model_name,
         model_kwargs=model_kwargs,
     )
-    return Predictor(runtime, runtime.spec, runtime.kind, path, runtime.device)
+    predictor = Predictor(runtime, runtime.spec, runtime.kind, path, runtime.device)
+    check_spec_against_model(predictor)
+    return predictor
+
+
+def check_spec_against_model(predictor: Predictor) -> None:
+    """Run one blank image of the spec's shape: the model must take it and give one logit per
+    class. Raises ``SpecError`` naming the field to override."""
+    spec, name = predictor.spec, predictor.path.name
+    x = torch.zeros(1, *spec.input_shape)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logits = predictor.logits(x)
+    except Exception as err:  # every runtime has its own shape errors
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise SpecError(
+            "image_size",
+            f"{name} does not accept a batch of shape {tuple(x.shape)} (spec image_size="
+            f"{spec.image_size}, num_channels={spec.num_channels}): {type(err).__name__}: "
+            f"{first}. Fix the spec with +spec.image_size=... / +spec.num_channels=... (the "
+            "size the model was trained at), or re-export the model.",
+        ) from err
+    if logits.ndim != 2 or len(logits) != 1:
+        raise ValueError(
+            f"{name} returned logits of shape {tuple(logits.shape)} for one image; a classifier "
+            "returns (batch, classes)."
+        )
+    check_num_outputs(predictor.path, spec, logits.shape[1])
 
 
 def predict_files(

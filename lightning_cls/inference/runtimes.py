@@ -11,6 +11,7 @@ line: ``RUNTIMES[".xml"] = OpenVINORuntime`` (or ``register_runtime(".xml", Open
 
 from __future__ import annotations
 
+import json
 import warnings
 import zipfile
 from collections.abc import Iterator, Mapping
@@ -20,6 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from lightning_cls.inference.checks import check_declared_shapes, quiet_logger, unreadable_as
 from lightning_cls.inference.spec import META_FILE, InputSpec, merge_spec, props_to_dict
 from lightning_cls.inference.torch_models import load_torch_model
 
@@ -32,6 +34,9 @@ class Runtime:
     """
 
     kind: ClassVar[str] = ""
+    # True where loading the file can run code from it (pickle, TorchScript): ``load_artifact``
+    # then refuses it unless the caller trusts its source (``trust_artifact``).
+    runs_code: ClassVar[bool] = False
     spec: InputSpec
 
     def __init__(
@@ -68,17 +73,21 @@ class TorchRuntime(Runtime):
 
 
 class TorchScriptRuntime(Runtime):
+    """A TorchScript archive: compiled code, run by ``torch.jit`` (it can run code: trusted only)."""
+
     kind = "torchscript"
+    runs_code = True
 
     def __init__(
         self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
     ):
         self.device = torch.device(device)
         extra = {META_FILE: ""}
-        with quiet_jit():
+        with quiet_jit(), unreadable_as(path, "a TorchScript archive"):
             module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
-        stored = InputSpec.from_json(extra[META_FILE]).to_dict() if extra[META_FILE] else None
-        self.spec = merge_spec(stored, spec, f"{path.name} (no {META_FILE} inside)")
+        self.spec = merge_spec(
+            _stored_json(extra[META_FILE], path), spec, f"{path.name} ({META_FILE} inside)"
+        )
         self.module = module.eval().to(self.device)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -90,15 +99,24 @@ class Pt2Runtime(Runtime):
     """A torch.export program; runs its ``ExportedProgram.module()``."""
 
     kind = "pt2"
+    # torch.export.load unpickles weights and constants with weights_only=False (PyTorch 2.14):
+    # a crafted .pt2 runs code on load, and no public option turns that off.
+    runs_code = True
 
     def __init__(
         self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
     ):
         self.device = torch.device(device)
         extra = {META_FILE: ""}
-        program = torch.export.load(str(path), extra_files=extra)
-        stored = InputSpec.from_json(extra[META_FILE]).to_dict() if extra[META_FILE] else None
-        self.spec = merge_spec(stored, spec, f"{path.name} (no {META_FILE} inside)")
+        with unreadable_as(path, "a torch.export .pt2 program"):
+            if not zipfile.is_zipfile(path):
+                raise ValueError("not a zip archive")
+            # torch logs the first failure with a traceback before trying an older format.
+            with quiet_logger("torch.export"):
+                program = torch.export.load(str(path), extra_files=extra)
+        self.spec = merge_spec(
+            _stored_json(extra[META_FILE], path), spec, f"{path.name} ({META_FILE} inside)"
+        )
         self.module = program.module().to(self.device)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -117,22 +135,45 @@ class OnnxRuntime(Runtime):
         self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
     ):
         self.device = torch.device("cpu")
-        self.session = make_session(path, threads)
+        with unreadable_as(path, "an ONNX model"):
+            self.session = make_session(path, threads)
         props = self.session.get_modelmeta().custom_metadata_map
-        stored = props_to_dict(props) or None
-        self.spec = merge_spec(stored, spec, f"{path.name} (no lightning_cls metadata_props)")
-        self.input_name = self.session.get_inputs()[0].name
+        stored = props_to_dict(props, f"{path.name} (metadata_props)") or None
+        self.spec = merge_spec(stored, spec, f"{path.name} (metadata_props)")
+        first, out = self.session.get_inputs()[0], self.session.get_outputs()[0]
+        self.input_name = first.name
+        check_declared_shapes(path, self.spec, first.shape, out.shape)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         (logits,) = self.session.run(None, {self.input_name: x.detach().cpu().contiguous().numpy()})
         return torch.from_numpy(logits)
 
 
-def make_session(path: str | Path, threads: int | None = None):
-    """An ONNX Runtime CPU session with full graph optimization and one intra-op pool."""
+def _stored_json(text: str, path: Path) -> dict | None:
+    """The spec a TorchScript/.pt2 file stores as ``meta.json`` (None when it has none)."""
+    if not text:
+        return None
+    try:
+        stored = json.loads(text)
+    except json.JSONDecodeError:
+        stored = None
+    if not isinstance(stored, dict):
+        raise ValueError(
+            f"{path.name}: its {META_FILE} is not a JSON object; re-export the model, or pass "
+            "the whole spec (+spec.classes=... +spec.mean=... +spec.std=... +spec.image_size=... "
+            "+spec.num_channels=...)."
+        )
+    return stored
+
+
+def make_session(path: str | Path, threads: int | None = None, spinning: bool | None = None):
+    """An ONNX Runtime CPU session with full graph optimization and one intra-op pool;
+    ``spinning=False`` stops its threads spinning between calls (None: ORT's default)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    if spinning is not None:
+        options.add_session_config_entry("session.intra_op.allow_spinning", str(int(spinning)))
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if threads:
         options.intra_op_num_threads = threads

@@ -10,6 +10,7 @@ value per key), TorchScript and ``.pt2`` as the extra file ``meta.json``.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -46,32 +47,59 @@ class InputSpec:
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the types once, here
-        set_(self, "classes", tuple(str(c) for c in self.classes))
-        set_(self, "mean", tuple(float(v) for v in self.mean))
-        set_(self, "std", tuple(float(v) for v in self.std))
-        set_(self, "image_size", int(self.image_size))
-        set_(self, "num_channels", int(self.num_channels))
-        set_(self, "tta_flip", bool(self.tta_flip))
-        set_(self, "tta_translate", int(self.tta_translate or 0))
-        set_(self, "model_kwargs", dict(self.model_kwargs or {}))
+        conversions = {
+            "classes": lambda v: tuple(str(c) for c in _sequence(v)),
+            "mean": lambda v: tuple(float(x) for x in _sequence(v)),
+            "std": lambda v: tuple(float(x) for x in _sequence(v)),
+            "image_size": _integer,
+            "num_channels": _integer,
+            "tta_flip": bool,
+            "tta_translate": lambda v: _integer(v or 0),
+            "model_kwargs": lambda v: dict(v or {}),
+        }
+        for name, convert in conversions.items():
+            value = getattr(self, name)
+            try:
+                set_(self, name, convert(value))
+            except (TypeError, ValueError):
+                raise SpecError(
+                    name, f"{name}={value!r} is not {_KINDS.get(name, 'valid')}."
+                ) from None
         if not self.channel_order:
             set_(self, "channel_order", CHANNEL_ORDERS.get(self.num_channels, ""))
+        self._validate()
+
+    def _validate(self) -> None:
+        """Values a model can be fed with; a ``SpecError`` names the field and the value."""
         if self.num_channels not in CHANNEL_ORDERS:
-            raise ValueError(
-                f"num_channels={self.num_channels} is not supported; use 1 (grayscale) or 3 (RGB)."
+            raise SpecError(
+                "num_channels",
+                f"num_channels={self.num_channels} is not supported; use 1 (grayscale) or 3 (RGB).",
             )
         for name in ("mean", "std"):
-            if len(getattr(self, name)) != self.num_channels:
-                raise ValueError(
-                    f"{name} has {len(getattr(self, name))} values but num_channels="
-                    f"{self.num_channels}; give one {name} value per channel."
+            values = getattr(self, name)
+            if len(values) != self.num_channels:
+                raise SpecError(
+                    name,
+                    f"{name}={list(values)} has {len(values)} values but num_channels="
+                    f"{self.num_channels}; give one {name} value per channel.",
                 )
+        if not all(math.isfinite(v) for v in self.mean):
+            raise SpecError("mean", f"mean={list(self.mean)} holds a value that is not finite.")
+        if not all(math.isfinite(v) and v > 0 for v in self.std):
+            raise SpecError(
+                "std",
+                f"std={list(self.std)} holds a value that is not a positive number (the "
+                "pixels are divided by it: 0 gives infinite inputs and NaN probabilities).",
+            )
         if not self.classes:
-            raise ValueError("InputSpec needs the class names (classes=[...]), got none.")
+            raise SpecError("classes", "InputSpec needs the class names (classes=[...]), got none.")
         if self.tta_translate < 0:
-            raise ValueError(f"tta_translate must be >= 0 pixels, got {self.tta_translate}.")
+            raise SpecError(
+                "tta_translate", f"tta_translate must be >= 0 pixels, got {self.tta_translate}."
+            )
         if self.image_size < 1:
-            raise ValueError(f"image_size must be >= 1, got {self.image_size}.")
+            raise SpecError("image_size", f"image_size must be >= 1, got {self.image_size}.")
 
     @property
     def num_classes(self) -> int:
@@ -113,7 +141,10 @@ class InputSpec:
                 "with lightning_cls.export so the preprocessing travels with it."
             )
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in known})
+        try:
+            return cls(**{k: v for k, v in d.items() if k in known})
+        except SpecError as err:
+            raise SpecError(err.field, f"{source}: {err} {override_hint(err.field)}") from None
 
     @classmethod
     def from_json(cls, text: str, source: str = "Model metadata") -> InputSpec:
@@ -129,10 +160,61 @@ class InputSpec:
         return cls.from_dict(dict(hparams), "The checkpoint's hyper_parameters")
 
 
-def props_to_dict(props: Mapping[str, str]) -> dict[str, Any]:
+def props_to_dict(props: Mapping[str, str], source: str = "Model metadata") -> dict[str, Any]:
     """ONNX ``metadata_props`` -> the spec's keys (other tools' entries are skipped)."""
     known = InputSpec.__dataclass_fields__
-    return {k: json.loads(v) for k, v in props.items() if k in known}
+    out = {}
+    for key, value in props.items():
+        if key not in known:
+            continue
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            raise SpecError(
+                key,
+                f"{source}: {key}={value[:80]!r} is not JSON. {override_hint(key)}",
+            ) from None
+    return out
+
+
+_KINDS = {
+    "classes": "a list of class names",
+    "mean": "a list of numbers, one per channel",
+    "std": "a list of numbers, one per channel",
+    "image_size": "an integer (pixels)",
+    "num_channels": "an integer (1 or 3)",
+    "tta_translate": "an integer (pixels)",
+    "model_kwargs": "a mapping",
+}
+
+
+def _sequence(value: Any) -> list:
+    """A list of the items of ``value`` (a list, tuple, tensor, ...), not of a string's letters."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"expected a list, got {type(value).__name__}")
+    return list(value)
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool) or int(value) != float(value):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return int(value)
+
+
+def override_hint(field: str) -> str:
+    """How a user replaces a bad value of the spec that came with an artifact."""
+    return (
+        f"Fix it with +spec.{field}=... on the command line (Python: spec={{'{field}': ...}}), "
+        "or re-export the model."
+    )
+
+
+class SpecError(ValueError):
+    """A bad value in an input spec; ``field`` names the key (``std``, ``classes``, ...)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
 
 
 def merge_spec(

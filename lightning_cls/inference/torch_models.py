@@ -17,7 +17,13 @@ import torch
 from torch import nn
 
 from lightning_cls.inference.network import build_network, network_state_dict
-from lightning_cls.inference.spec import META_FILE, REQUIRED_KEYS, InputSpec, merge_spec
+from lightning_cls.inference.spec import (
+    META_FILE,
+    REQUIRED_KEYS,
+    InputSpec,
+    SpecError,
+    merge_spec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +76,25 @@ def load_torch_model(
     try:
         net.load_state_dict(network_state_dict(state), strict=True)
     except RuntimeError as err:
+        for key in ("classes", "image_size", "num_channels"):  # an override changed the network
+            trained = hparams.get(key)
+            if overrides.get(key) is not None and trained is not None:
+                if overrides[key] != trained and not isinstance(trained, str):
+                    size = len(trained) if key == "classes" else trained
+                    raise SpecError(
+                        key,
+                        f"The weights in {path} were trained with {key}={trained!r} and do not "
+                        f"fit a network built for the override {key}={overrides[key]!r}; drop "
+                        f"+spec.{key} or give one that matches "
+                        + (
+                            f"(+spec.classes=[...] with {size} names)."
+                            if key == "classes"
+                            else f"(+spec.{key}={size})."
+                        ),
+                    ) from err
+        details = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
         raise ValueError(
-            f"The weights in {path} do not fit {model_name} built with {kwargs}: {err}\n"
+            f"The weights in {path} do not fit {model_name} built with {kwargs}: {details}. "
             "Pass the model options the weights were trained with (model_kwargs=...)."
         ) from err
     spec = InputSpec.from_dict({**spec.to_dict(), "model_name": model_name, "model_kwargs": kwargs})

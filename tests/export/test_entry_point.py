@@ -44,7 +44,7 @@ def test_export_all_from_a_checkpoint(trained, helpers, tmp_path):
     with torch.no_grad():
         expected = trained.net(x)
     for path in paths.values():
-        predictor = load_artifact(path)
+        predictor = load_artifact(path, trust_artifact=True)
         assert predictor.spec == trained.spec
         torch.testing.assert_close(predictor.logits(x), expected, atol=1e-4, rtol=1e-3)
 
@@ -116,7 +116,9 @@ def test_callback_exports_after_fit(helpers, tmp_path):
     with torch.no_grad():
         expected = module.net.eval()(x)
     for path in callback.result.paths.values():
-        torch.testing.assert_close(load_artifact(path).logits(x), expected, atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(
+            load_artifact(path, trust_artifact=True).logits(x), expected, atol=1e-4, rtol=1e-3
+        )
 
 
 def test_export_from_a_compiled_run(helpers, tmp_path):
@@ -139,4 +141,6 @@ def test_export_from_a_compiled_run(helpers, tmp_path):
     with torch.no_grad():
         expected = module.net.eval()(x)
     for path in paths.values():
-        torch.testing.assert_close(load_artifact(path).logits(x), expected, atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(
+            load_artifact(path, trust_artifact=True).logits(x), expected, atol=1e-4, rtol=1e-3
+        )

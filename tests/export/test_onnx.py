@@ -76,5 +76,5 @@ def test_failed_parity_check_keeps_the_previous_file(trained, tmp_path, monkeypa
 
 
 def test_meta_rejects_wrong_channel_count():
-    with pytest.raises(ValueError, match="mean has 1 values but num_channels=3"):
+    with pytest.raises(ValueError, match=r"mean=\[0\.5\] has 1 values but num_channels=3"):
         InputSpec(classes=["a", "b"], mean=[0.5], std=[0.2, 0.2, 0.2], image_size=8, num_channels=3)

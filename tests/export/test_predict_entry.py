@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 from PIL import Image
 
@@ -41,7 +42,14 @@ def test_predict_cli_same_top1_for_ckpt_onnx_int8_pt2(trained, tmp_path):
         out = tmp_path / f"{name}.csv"
         predict(
             _compose_predict(
-                [f"ckpt_path={artifact}", f"inputs={folder}", f"output={out}", "top_k=2"], tmp_path
+                [
+                    f"ckpt_path={artifact}",
+                    f"inputs={folder}",
+                    f"output={out}",
+                    "top_k=2",
+                    "trust_artifact=true",
+                ],
+                tmp_path,
             )
         )
         rows = list(csv.DictReader(out.open()))
@@ -86,3 +94,104 @@ def test_predict_cli_user_errors_exit_1_with_one_line(trained, tmp_path):
     assert out.returncode == 1
     assert "batch_size=0 must be an integer >= 1" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def _run_predict(args, tmp_path, timeout=120):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lightning_cls.predict",
+            *args,
+            f"paths.root_dir={tmp_path}",
+            f"paths.output_dir={tmp_path}/run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def _image_folder(trained, folder, n=3):
+    folder.mkdir()
+    val = trained.data.splits["val"]
+    for i in range(n):
+        Image.fromarray(val.images[i].permute(1, 2, 0).numpy(), "RGB").save(folder / f"{i}.png")
+    return folder
+
+
+def test_predict_cli_refuses_an_untrusted_pt2_and_loads_it_when_trusted(trained, tmp_path):
+    pt2 = export_model(trained.net, trained.spec, tmp_path, ExportConfig(formats=["pt2"]))
+    folder = _image_folder(trained, tmp_path / "images")
+    args = [f"ckpt_path={pt2.paths['pt2']}", f"inputs={folder}", f"output={tmp_path}/p.csv"]
+    refused = _run_predict(args, tmp_path)
+    assert refused.returncode == 1
+    (line,) = _error_lines(refused.stderr)
+    assert "model.pt2" in line and "can run arbitrary code" in line
+    assert "trust_artifact=true" in line
+    assert "Traceback" not in refused.stderr
+    trusted = _run_predict([*args, "trust_artifact=true"], tmp_path)
+    assert trusted.returncode == 0, trusted.stderr
+    assert len(list(csv.DictReader((tmp_path / "p.csv").open()))) == 3
+
+
+def test_predict_cli_bad_metadata_and_corrupt_files_exit_1_with_one_line(trained, tmp_path):
+    import json
+
+    import onnx
+
+    onnx_path = export_model(trained.net, trained.spec, tmp_path, ExportConfig(formats=["onnx"]))
+    model = onnx.load(str(onnx_path.paths["onnx"]))
+    for entry in model.metadata_props:
+        if entry.key == "std":
+            entry.value = json.dumps([0.25, 0.0, 0.25])
+    onnx.save(model, str(tmp_path / "zero_std.onnx"))
+    (tmp_path / "corrupt.onnx").write_bytes(onnx_path.paths["onnx"].read_bytes()[:500])
+    folder = _image_folder(trained, tmp_path / "images")
+    cases = {
+        "zero_std.onnx": [],
+        "corrupt.onnx": [],
+        "model.onnx": ["+spec.classes=[a,b]"],  # 2 names for 4 outputs
+        "model.onnx ": ["+spec.image_size=20"],
+    }
+    expected = {
+        "zero_std.onnx": r"zero_std\.onnx \(metadata_props\): std=\[0\.25, 0\.0, 0\.25\] .*\+spec\.std=",
+        "corrupt.onnx": r"Cannot read .*corrupt\.onnx as an ONNX model",
+        "model.onnx": r"model\.onnx outputs 4 logits .* 2 classes .*\+spec\.classes=",
+        "model.onnx ": r"model\.onnx takes 16x16 images but its spec says image_size=20",
+    }
+    import re
+
+    for name, extra in cases.items():
+        artifact = tmp_path / name.strip()
+        out = _run_predict(
+            [f"ckpt_path={artifact}", f"inputs={folder}", f"output={tmp_path}/p.csv", *extra],
+            tmp_path,
+        )
+        assert out.returncode == 1, (name, out.stderr[-2000:])
+        (line,) = _error_lines(out.stderr)
+        assert re.search(expected[name], line), line
+        assert "Traceback" not in out.stderr and "[E:onnxruntime" not in out.stderr, out.stderr
+
+
+def test_predict_cli_skips_a_fifo_named_png_instead_of_waiting(trained, tmp_path):
+    import os
+
+    folder = _image_folder(trained, tmp_path / "images")
+    os.mkfifo(folder / "pipe.png")
+    out = _run_predict(
+        [f"ckpt_path={trained.ckpt}", f"inputs={folder}", f"output={tmp_path}/p.csv"],
+        tmp_path,
+        timeout=90,  # the old reader waited on the FIFO forever
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {Path(r["file"]).name: r for r in csv.DictReader((tmp_path / "p.csv").open())}
+    assert rows["pipe.png"]["error"] == "not a regular file (a FIFO); skipped"
+    assert all(rows[f"{i}.png"]["label_1"] for i in range(3))

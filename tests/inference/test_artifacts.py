@@ -53,7 +53,7 @@ def test_same_top1_across_ckpt_onnx_pt2(trained, exported, image_files):
     ]
     top1 = {}
     for path in artifacts:
-        predictor = load_artifact(path, model_name="simplecnn")
+        predictor = load_artifact(path, model_name="simplecnn", trust_artifact=True)
         rows, failures = predict_files(predictor, files, batch_size=5, top_k=3)
         assert [r["file"] for r in rows] == [str(f) for f in files[:12]]
         assert sorted((p.name, reason.split(" ")[0]) for p, reason in failures) == [

@@ -1,0 +1,74 @@
+"""Checks on what an artifact brings: its file (corrupt? one line naming it) and its spec
+against the model's declared shapes and outputs (a wrong field: one line naming it and the fix).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from lightning_cls.inference.spec import InputSpec, SpecError, override_hint
+
+
+@contextmanager
+def unreadable_as(path: Path, what: str) -> Iterator[None]:
+    """Turn a loader's failure on a corrupt, truncated or foreign file into one line naming it."""
+    try:
+        yield
+    except Exception as err:  # each loader raises its own types (protobuf, zip, C++ errors)
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ValueError(
+            f"Cannot read {path} as {what} ({type(err).__name__}: {first}); the file is corrupt, "
+            "truncated or of another kind: export it again or check the path."
+        ) from err
+
+
+@contextmanager
+def quiet_logger(name: str) -> Iterator[None]:
+    """Silence one library logger for a block (torch.export logs a traceback it then handles)."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def check_declared_shapes(
+    path: Path, spec: InputSpec, input_dims: Sequence, output_dims: Sequence
+) -> None:
+    """Compare the spec with the shapes a file declares (ONNX, OpenVINO): fixed input
+    channels/height/width and a fixed number of outputs must match it. Symbolic or dynamic
+    dimensions (``batch``, -1, None) accept anything."""
+    dims = [d if isinstance(d, int) and d > 0 else None for d in input_dims]
+    if len(dims) == 4:
+        channels, height, width = dims[1:]
+        if channels is not None and channels != spec.num_channels:
+            raise SpecError(
+                "num_channels",
+                f"{path.name} takes {channels}-channel images but its spec says num_channels="
+                f"{spec.num_channels}. {override_hint('num_channels')}",
+            )
+        if any(size is not None and size != spec.image_size for size in (height, width)):
+            raise SpecError(
+                "image_size",
+                f"{path.name} takes {height}x{width} images but its spec says image_size="
+                f"{spec.image_size}. {override_hint('image_size')}",
+            )
+    if output_dims and isinstance(output_dims[-1], int) and output_dims[-1] > 0:
+        check_num_outputs(path, spec, output_dims[-1])
+
+
+def check_num_outputs(path: Path, spec: InputSpec, outputs: int) -> None:
+    """One class name per model output, no more, no fewer."""
+    if outputs != spec.num_classes:
+        shown = ", ".join(spec.classes[:5]) + (", ..." if spec.num_classes > 5 else "")
+        raise SpecError(
+            "classes",
+            f"{path.name} outputs {outputs} logits per image but its spec names "
+            f"{spec.num_classes} classes ({shown}); give one name per output: +spec.classes=[...] "
+            f"with {outputs} names (Python: spec={{'classes': [...]}}).",
+        )
