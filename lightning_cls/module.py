@@ -15,6 +15,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 from lightning_cls.inference.network import build_network, class_names
 from lightning_cls.inference.predictor import tta as test_time_augment
 from lightning_cls.models import fill_input_options
+from lightning_cls.training.class_balance import WeightedCrossEntropy, resolve_class_weights
 from lightning_cls.training.mixup import BatchMixer
 from lightning_cls.training.optim import apply_group_scales
 
@@ -57,6 +58,8 @@ class ClassificationModule(pl.LightningModule):
         cutmix_alpha: float = 0.0,
         mix_prob: float = 1.0,
         param_groups: Callable[[nn.Module], list[dict]] | None = None,
+        class_weights: str | Sequence[float] | None = None,  # "auto": from the train counts
+        class_weight_method: str = "inverse",  # or "effective" (training/class_balance.py)
     ):
         super().__init__()
         if not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
@@ -85,6 +88,8 @@ class ClassificationModule(pl.LightningModule):
         # (lightning_cls.training.optim.apply_group_scales); e.g. optim.norm_bias_groups.
         self.param_groups = param_groups
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        if class_weights is not None and not isinstance(class_weights, str):
+            self._weigh_loss(resolve_class_weights(class_weights, None, self.num_classes))
         self.metrics = nn.ModuleDict(
             {f"{stage}_metrics": _accuracy_metrics(self.num_classes, stage) for stage in STAGES}
         )
@@ -97,6 +102,23 @@ class ClassificationModule(pl.LightningModule):
         self.mixer = None
         if mixup_alpha or cutmix_alpha:
             self.mixer = BatchMixer(self.num_classes, mixup_alpha, cutmix_alpha, mix_prob)
+
+    def setup(self, stage: str) -> None:
+        """``class_weights="auto"``: weights from the DataModule's train split, then kept in
+        the hyperparameters (the checkpoint records the weights it was trained with)."""
+        if self.hparams.get("class_weights") != "auto":
+            return
+        datamodule = getattr(self.trainer, "datamodule", None)
+        splits = getattr(datamodule, "splits", {})
+        labels = splits["train"].labels if "train" in splits else None
+        weights = resolve_class_weights(
+            "auto", labels, self.num_classes, self.hparams.get("class_weight_method", "inverse")
+        )
+        self.hparams.class_weights = weights
+        self._weigh_loss(weights)
+
+    def _weigh_loss(self, weights: list[float]) -> None:
+        self.criterion = WeightedCrossEntropy(weights, self.hparams.label_smoothing)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, H, W) -> (B, classes) logits
         return self.net(x)

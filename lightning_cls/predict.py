@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
+from lightning_cls.callbacks.prediction_mosaic import write_files_mosaic
 from lightning_cls.cli import run_cli
 from lightning_cls.inference import find_images, load_artifact, predict_files, write_predictions_csv
 
@@ -46,6 +47,8 @@ def predict(cfg: DictConfig) -> list[dict]:
     files = find_images(inputs)
     rows, failures = predict_files(predictor, files, cfg.batch_size, cfg.top_k)
     write_predictions_csv(cfg.output, rows, failures, cfg.top_k)
+    if cfg.get("mosaic"):  # opt-in picture of the predictions
+        write_files_mosaic(rows, predictor.spec.classes, cfg.mosaic)
     log.info("Wrote %d predictions to %s", len(rows), cfg.output)
     for path, reason in failures:
         log.warning("Skipped %s: %s", path, reason)

@@ -33,6 +33,7 @@ from pytorch_lightning.utilities import rank_zero_only
 from lightning_cls import config_dir
 from lightning_cls.callbacks.best_metric import BestMetric
 from lightning_cls.callbacks.optuna_pruning import OptunaPruning
+from lightning_cls.callbacks.prediction_mosaic import write_split_mosaic
 from lightning_cls.cli import run_cli
 from lightning_cls.cli.checks import check_option_types
 from lightning_cls.cli.printing import print_config, to_floats
@@ -41,6 +42,7 @@ from lightning_cls.export.callback import ExportCallback
 from lightning_cls.fileio import atomic_write_text
 from lightning_cls.models import pretrained_preprocessing
 from lightning_cls.module import ClassificationModule
+from lightning_cls.training.class_balance import per_class_metrics
 from lightning_cls.training.loggers import close_loggers
 from lightning_cls.training.resume import LAST, check_compatible, resolve_ckpt_path
 
@@ -103,6 +105,7 @@ def train(cfg: DictConfig) -> dict:
         tta_translate=cfg.get("tta_translate", 0),
         param_groups=instantiate(cfg.param_groups) if cfg.get("param_groups") else None,
         **OmegaConf.to_container(cfg.mixup),
+        **OmegaConf.to_container(cfg.get("loss") or {}),  # class_weights (auto: train counts)
         **datamodule.spec,
     )
     if cfg.data.get("channels_last"):
@@ -143,10 +146,13 @@ def train(cfg: DictConfig) -> dict:
 
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     test_metrics: dict = {}
+    per_class: dict = {}
     if cfg.test and pruned_epoch is None:  # a pruned trial is not worth testing
         # The best checkpoint of this fit; without a fit (train=false), the given checkpoint.
         results = trainer.test(module, datamodule=datamodule, ckpt_path=best or ckpt_path)
         test_metrics = to_floats(results[0]) if results else {}
+        # Per-class precision/recall of the test run (every rank computes: the metric syncs).
+        per_class = per_class_metrics(module.test_confusion.compute().cpu(), module.classes)
 
     output_dir = Path(cfg.paths.output_dir)
     objective = (
@@ -161,6 +167,7 @@ def train(cfg: DictConfig) -> dict:
         "pruned_at_epoch": pruned_epoch,
         "val": {k: v for k, v in fit_metrics.items() if k.startswith("val/")},
         "test": test_metrics,
+        "per_class_test": per_class,
         "wall_time_s": round(time.time() - started, 2),
         "torch_threads": torch.get_num_threads(),  # a parallel launcher's share of the cores
         "overrides": list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [],
@@ -169,6 +176,8 @@ def train(cfg: DictConfig) -> dict:
         output_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(output_dir / "results.json", json.dumps(summary, indent=2) + "\n")
         OmegaConf.save(cfg, output_dir / "config_resolved.yaml", resolve=True)
+        if cfg.get("prediction_mosaic", True) and "val" in getattr(datamodule, "splits", {}):
+            write_split_mosaic(module, datamodule, "val", output_dir / "predictions_val.png")
         log.info("Run directory: %s", output_dir)
         log.info("Best checkpoint: %s", best or "(none)")
         log.info("Final metrics: %s", json.dumps({**summary["val"], **test_metrics}))

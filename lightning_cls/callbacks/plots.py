@@ -1,5 +1,5 @@
 """``TrainingPlots``: ``curves.png`` at the end of fit, ``confusion_matrix.png`` and a per-class
-accuracy table after testing, all in the run directory.
+accuracy table and ``per_class_accuracy.png`` (bars) after testing, all in the run directory.
 
 The epoch history is kept by the callback itself (so it does not depend on which logger is
 configured) and travels in checkpoints, so a resumed run draws the whole curve. The confusion
@@ -77,6 +77,23 @@ def plot_confusion(matrix: torch.Tensor, classes: list[str], path: Path) -> None
     plt.close(fig)
 
 
+def plot_per_class_accuracy(matrix: torch.Tensor, classes: list[str], path: Path) -> None:
+    """Per-class test accuracy (recall) as horizontal bars, classes under 50% in red."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lightning_cls.callbacks.prediction_mosaic import draw_class_bars
+
+    fig, ax = plt.subplots(figsize=(6, 1.5 + 0.3 * min(len(classes), 60)))
+    total = matrix.diag().sum().item() / max(1, matrix.sum().item())
+    draw_class_bars(ax, matrix, classes, f"per-class accuracy (test, overall {total:.1%})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def per_class_table(matrix: torch.Tensor, classes: list[str]) -> str:
     support = matrix.sum(1)
     accuracy = matrix.diag().float() / support.clamp(min=1)
@@ -147,6 +164,7 @@ class TrainingPlots(pl.Callback):
         classes = list(getattr(pl_module, "classes", None) or [str(i) for i in range(k)])
         path = self._dir(trainer) / "confusion_matrix.png"
         plot_confusion(self.matrix, classes, path)
+        plot_per_class_accuracy(self.matrix, classes, path.with_name("per_class_accuracy.png"))
         log.info("Per-class test accuracy:\n%s", per_class_table(self.matrix, classes))
         log.info("Saved %s", path)
 

@@ -1,0 +1,185 @@
+"""Pictures of predictions: a mosaic of images with their predicted (and true) labels, the wrong
+ones framed in red, beside per-class accuracy bars and the most-confused class pairs.
+
+One drawing function (``draw_mosaic``) serves ``train`` and ``eval`` (validation/test images of
+a DataModule, ``write_split_mosaic``) and ``predict`` (image files, true labels read from their
+parent folder's name when it is a class name).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lightning_cls.fileio import atomic_path
+
+log = logging.getLogger(__name__)
+
+
+def confusion(true: torch.Tensor, pred: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """(K, K) int64 counts, rows true class, columns predicted."""
+    index = true.long() * num_classes + pred.long()
+    return torch.bincount(index, minlength=num_classes**2).view(num_classes, num_classes)
+
+
+def most_confused(
+    matrix: torch.Tensor, classes: Sequence[str], top: int = 5
+) -> list[tuple[str, str, int]]:
+    """The ``top`` (true, predicted, count) off-diagonal cells, largest first."""
+    off = matrix.clone()
+    off.fill_diagonal_(0)
+    counts, cells = off.flatten().sort(descending=True)
+    k = matrix.shape[0]
+    return [
+        (classes[c // k], classes[c % k], n)
+        for n, c in zip(counts.tolist()[:top], cells.tolist()[:top])
+        if n > 0
+    ]
+
+
+def draw_class_bars(ax, matrix: torch.Tensor, classes: Sequence[str], title: str) -> None:
+    """Horizontal bars of per-class accuracy (recall), support in the labels."""
+    support = matrix.sum(1)
+    accuracy = (matrix.diag().double() / support.clamp(min=1)).tolist()
+    labels = [f"{c} (n={int(n)})" for c, n in zip(classes, support.tolist())]
+    colors = ["tab:red" if a < 0.5 else "tab:blue" for a in accuracy]
+    ax.barh(range(len(classes)), accuracy, color=colors)
+    if len(classes) <= 30:  # the value beside each bar (a 0% bar has no width to see)
+        for i, (a, n) in enumerate(zip(accuracy, support.tolist())):
+            ax.text(min(a, 0.85) + 0.01, i, f"{a:.0%}" if n else "-", va="center", fontsize=7)
+    ax.set_yticks(range(len(classes)), labels, fontsize=8 if len(classes) <= 20 else 5)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set(xlabel="accuracy", title=title)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _tile_order(true: torch.Tensor | None, pred: torch.Tensor, tiles: int) -> list[int]:
+    """Up to half the tiles for wrong predictions (they are what one looks for), then the rest
+    in order."""
+    if true is None:
+        return list(range(min(tiles, len(pred))))
+    wrong = (true != pred).nonzero().flatten().tolist()[: tiles // 2]
+    right = [i for i in range(len(pred)) if i not in set(wrong)]
+    return sorted(wrong + right[: tiles - len(wrong)])
+
+
+def draw_mosaic(
+    images: torch.Tensor,  # (N, C, H, W) uint8
+    pred: torch.Tensor,  # (N,) class indices
+    classes: Sequence[str],
+    path: Path,
+    true: torch.Tensor | None = None,  # (N,) or None (unknown: no marks, no side panels)
+    title: str = "predictions",
+    tiles: int = 48,
+) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    order = _tile_order(true, pred, tiles)
+    cols = min(8, max(1, len(order)))
+    rows = max(1, -(-len(order) // cols))
+    side = true is not None
+    fig = plt.figure(figsize=(1.5 * cols + (5 if side else 0), 1.7 * rows + 0.8))
+    grid = fig.add_gridspec(rows, cols + (3 if side else 0))
+    for n, i in enumerate(order):
+        ax = fig.add_subplot(grid[n // cols, n % cols])
+        img = images[i]
+        if img.shape[0] == 1:
+            ax.imshow(img[0].numpy(), cmap="gray", vmin=0, vmax=255)
+        else:
+            ax.imshow(img.permute(1, 2, 0).numpy())
+        wrong = true is not None and int(true[i]) != int(pred[i])
+        label = f"{classes[int(pred[i])]}"
+        if true is not None:
+            label = f"pred {label}\ntrue {classes[int(true[i])]}" + (" ✗" if wrong else "")
+        ax.set_title(label, fontsize=7, color="tab:red" if wrong else "black")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for spine in ax.spines.values():
+            spine.set_edgecolor("tab:red" if wrong else "0.8")
+            spine.set_linewidth(3 if wrong else 0.5)
+    if side:
+        matrix = confusion(true, pred, len(classes))
+        accuracy = matrix.diag().sum().item() / max(1, len(true))
+        half = max(1, rows // 2 + rows % 2)
+        draw_class_bars(
+            fig.add_subplot(grid[:half, cols + 1 :]), matrix, classes, "per-class accuracy"
+        )
+        ax = fig.add_subplot(grid[half:, cols + 1 :] if rows > 1 else grid[:, cols:])
+        ax.axis("off")
+        pairs = most_confused(matrix, classes)
+        lines = [f"{t} → {p}: {n}" for t, p, n in pairs] or ["no confusions"]
+        ax.text(0, 1, "most confused (true → pred)\n\n" + "\n".join(lines), va="top", fontsize=9)
+        title = f"{title}: {accuracy:.1%} of {len(true)} correct"
+    fig.suptitle(title)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+    return path
+
+
+@torch.no_grad()
+def predict_split(module, datamodule, split: str, max_images: int = 2000, batch_size: int = 256):
+    """(images uint8, true, pred) for the first ``max_images`` of ``datamodule.splits[split]``,
+    preprocessed as in evaluation (the DataModule's eval batch transform)."""
+    data = datamodule.splits[split]
+    images, labels = data.images[:max_images], data.labels[:max_images]
+    param = next(module.parameters())
+    augment = datamodule.batch_augment(param.dtype)
+    was_training = module.training
+    module.eval()
+    preds = []
+    for start in range(0, len(images), batch_size):
+        x = augment(images[start : start + batch_size], train=False)  # (B, C, H, W)
+        preds.append(module(x.to(param.device)).argmax(1).cpu())
+    module.train(was_training)
+    return images, labels, torch.cat(preds)
+
+
+def write_split_mosaic(module, datamodule, split: str, path: Path, max_images: int = 2000) -> Path:
+    """The mosaic of ``split`` (``val``/``test``) images as ``module`` predicts them."""
+    images, true, pred = predict_split(module, datamodule, split, max_images)
+    classes = list(getattr(module, "classes", None) or datamodule.spec["classes"])
+    draw_mosaic(images, pred, classes, Path(path), true=true, title=f"{split} images")
+    log.info("Saved %s", path)
+    return Path(path)
+
+
+def write_files_mosaic(
+    rows: list[dict], classes: Sequence[str], path: Path, max_images: int = 256, side: int = 64
+) -> Path:
+    """The mosaic of ``predict``'s rows (``{"file", "labels", ...}``, top label first). A file
+    whose parent folder is named after a class counts as that class (an ImageFolder layout):
+    then wrong predictions are marked and the side panels drawn."""
+    from PIL import Image
+
+    rows = rows[:max_images]
+    index = {c: i for i, c in enumerate(classes)}
+    images, pred, true = [], [], []
+    for row in rows:
+        with Image.open(row["file"]) as img:
+            thumb = img.convert("RGB").resize((side, side))
+        images.append(torch.from_numpy(np.asarray(thumb).copy()).permute(2, 0, 1))  # (3, s, s)
+        pred.append(index[row["labels"][0]])
+        true.append(index.get(Path(row["file"]).parent.name, -1))
+    if not images:
+        raise ValueError("No readable images to draw: the prediction mosaic needs at least one.")
+    known = all(t >= 0 for t in true)
+    draw_mosaic(
+        torch.stack(images),
+        torch.tensor(pred),
+        list(classes),
+        Path(path),
+        true=torch.tensor(true) if known else None,
+        title=f"predictions of {len(rows)} files",
+    )
+    log.info("Saved %s", path)
+    return Path(path)
