@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
 from lightning_cls.serve.config import ServeConfig
-from lightning_cls.serve.server import serve
+from lightning_cls.serve.server import exit_now, serve
 
 
 def make_config(cfg: DictConfig) -> ServeConfig:
@@ -35,6 +35,7 @@ def main(cfg: DictConfig) -> None:
     except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"serve: {err}", file=sys.stderr)
         sys.exit(1)
+    exit_now()  # drained: see exit_now
 
 
 if __name__ == "__main__":

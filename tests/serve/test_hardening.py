@@ -160,11 +160,6 @@ def test_nested_or_oversized_json_gets_400(strict_server, body, reason):
     assert httpx.get(strict_server.url + "/health").status_code == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: after uvicorn cancels the stalled upload's task at the end of the drain, "
-    "the process stays busy in gc_collect_main (py-spy) instead of exiting; not fixed yet",
-)
 def test_sigterm_with_a_stalled_upload_exits_within_drain_s(serve_artifacts, tmp_path):
     server = ServerProcess(serve_artifacts.paths["onnx"], tmp_path / "run", "serve.drain_s=2")
     stalled = _stalled_upload(server.port)
