@@ -1,0 +1,124 @@
+"""logger=wandb offline: no account, no network; the run folder holds the config and metrics."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from hydra_helpers import QUIET_TRAINER, compose
+from lightning_cls.train import train
+from lightning_cls.training.loggers import WandbLogger, close_loggers
+
+wandb = pytest.importorskip("wandb")
+from wandb.proto import wandb_internal_pb2  # noqa: E402  (after the importorskip)
+
+_BLOCK = 32768  # a .wandb file is a LevelDB log: 32 KiB blocks of records with 7-byte headers
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def read_wandb_file(path: Path) -> list[wandb_internal_pb2.Record]:
+    """The records of an offline run's ``run-<id>.wandb`` (what ``wandb sync`` uploads)."""
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", f"{path} is not a W&B transaction log"
+    records, pending, pos = [], b"", 7  # the file header: ":W&B", magic, version
+    while pos + 7 <= len(data):
+        left = _BLOCK - pos % _BLOCK
+        if left < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if kind == 0 and length == 0:  # zero padding up to the block's end
+            pos += left
+            continue
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        pending = chunk if kind in (_FULL, _FIRST) else pending + chunk
+        if kind in (_FULL, _LAST):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+    return records
+
+
+@pytest.fixture
+def wandb_offline(monkeypatch, tmp_path):
+    """Offline mode, with W&B's settings and caches in the test's folder."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb_home"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    yield
+    if wandb.run is not None:  # a failed test must not leave its run to the next one
+        wandb.finish()
+    wandb.teardown()  # W&B caches its settings (the mode too) per process until torn down
+
+
+def _run_folder(output_dir: Path) -> Path:
+    (folder,) = (output_dir / "wandb").glob("offline-run-*")
+    return folder
+
+
+def test_offline_run_holds_the_resolved_config_and_metrics(wandb_offline, tmp_path):
+    overrides = [
+        *QUIET_TRAINER,
+        "logger=[csv,wandb]",
+        "trainer.max_epochs=1",
+        "optimizer.lr=0.0025",
+        "~callbacks.plots",
+    ]
+    summary = train(compose(overrides=overrides, tmp=tmp_path))
+    assert wandb.run is None  # train() finished its run: the folder is complete
+    (log_file,) = _run_folder(tmp_path / "run").glob("run-*.wandb")
+    records = read_wandb_file(log_file)
+
+    config = {
+        item.key: json.loads(item.value_json)
+        for r in records
+        if r.WhichOneof("record_type") == "config"
+        for item in r.config.update
+    }
+    # The whole resolved config, as the CSV/MLflow/TensorBoard loggers get it.
+    assert config["optimizer"]["lr"] == 0.0025
+    assert config["experiment_name"] == "digits_simplecnn"
+    assert config["model"]["name"] == "simplecnn"
+    assert config["paths"]["output_dir"] == str(tmp_path / "run")  # resolved, not ${...}
+
+    history = [
+        {
+            tuple(item.nested_key) or (item.key,): json.loads(item.value_json)
+            for item in r.history.item
+        }
+        for r in records
+        if r.WhichOneof("record_type") == "history"
+    ]
+    val_acc = [row[("val/acc",)] for row in history if ("val/acc",) in row]
+    assert val_acc and val_acc[-1] == pytest.approx(summary["val"]["val/acc"])
+    test_acc = [row[("test/acc",)] for row in history if ("test/acc",) in row]
+    assert test_acc == [pytest.approx(summary["test"]["test/acc"])]
+
+
+def test_a_run_left_open_is_finished_before_the_next_starts(wandb_offline, tmp_path):
+    # A Hydra multirun with the basic launcher runs its jobs one after another in one process;
+    # Lightning's own WandbLogger would log the second job into the first job's run.
+    first = WandbLogger(save_dir=str(tmp_path / "a"), project="lightning-cls")
+    first.log_metrics({"val/acc": 0.5}, step=0)  # left open, as by a crashed job
+    second = WandbLogger(save_dir=str(tmp_path / "b"), project="lightning-cls")
+    second.log_metrics({"val/acc": 0.75}, step=0)
+    assert second.experiment.id != first.experiment.id
+    assert wandb.run is second.experiment
+    close_loggers([second])
+    assert wandb.run is None
+    assert _run_folder(tmp_path / "a") and _run_folder(tmp_path / "b")
+
+
+def test_online_without_a_login_is_a_one_line_error(wandb_offline, monkeypatch, tmp_path):
+    monkeypatch.setenv("WANDB_MODE", "online")
+    logger = WandbLogger(save_dir=str(tmp_path), project="lightning-cls")
+    with pytest.raises(
+        ValueError, match=r"logger=wandb cannot start a W&B run: .*WANDB_MODE=offline"
+    ):
+        logger.log_hyperparams({"seed": 1})
