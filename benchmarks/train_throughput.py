@@ -7,7 +7,7 @@
     (E) fast      lightning_cls, tensor pipeline + channels_last + bf16-mixed (if the CPU has bf16)
     (+) plain     C's tensor loader in the bare loop of D: separates pipeline cost from Lightning's
     (+) pil_cap   B with the opt-in thread cap (data.cap_threads=true: cores - workers threads)
-    (+) fast_compiled  E with callbacks=compile (torch.compile, inductor); opt-in: only when
+    (+) fast_compiled  E with callbacks=[default,compile] (torch.compile, inductor); opt-in: only when
                   named in --variants (each round compiles anew, inside the warmup steps)
 
     python benchmarks/train_throughput.py            # full run; updates docs/benchmarks.md

@@ -1,4 +1,4 @@
-"""Lightning's EMAWeightAveraging (callbacks=ema) with our module, and LRFinderPlot."""
+"""Lightning's EMAWeightAveraging (callbacks=[default,ema]) with our module, and LRFinderPlot."""
 
 from __future__ import annotations
 
