@@ -43,6 +43,12 @@ def check_declared_shapes(
     """Compare the spec with the shapes a file declares (ONNX, OpenVINO): fixed input
     channels/height/width and a fixed number of outputs must match it. Symbolic or dynamic
     dimensions (``batch``, -1, None) accept anything."""
+    if spec.layout != "NCHW":  # export=onnx_e2e: uint8 NHWC in, probabilities out
+        raise ValueError(
+            f"{path} is an end-to-end model ({spec.layout} uint8 images in, probabilities out) "
+            "for servers that run ONNX without lightning_cls (Triton, KServe, onnxruntime); "
+            "predict and serve load the model.onnx exported beside it."
+        )
     dims = [d if isinstance(d, int) and d > 0 else None for d in input_dims]
     if len(dims) == 4:
         channels, height, width = dims[1:]

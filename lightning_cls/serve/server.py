@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import inspect
 import logging
 import multiprocessing as mp
 import os
@@ -42,16 +41,13 @@ def load_predictor(config: ServeConfig, threads: int) -> Predictor:
     import torch
 
     torch.set_num_threads(threads)  # PyTorch's pool is process-wide; ORT's is per session
-    options = {}
-    if "trust_artifact" in inspect.signature(load_artifact).parameters:
-        options["trust_artifact"] = config.trust_artifact
     predictor = load_artifact(
         config.artifact,
         model_name=config.model_name,
         spec=config.spec,
         threads=threads,
         device=config.accelerator,
-        **options,
+        trust_artifact=config.trust_artifact,
     )
     if predictor.kind == "onnx" and threads > 1:
         # ORT's intra-op threads spin after each call by default (burning the cores the event

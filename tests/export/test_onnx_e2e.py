@@ -67,6 +67,11 @@ def test_e2e_graph_takes_uint8_nhwc_and_matches_normalising_by_hand(trained, tmp
         assert probs.shape == (batch_size, spec.num_classes)
         np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
         np.testing.assert_allclose(probs, _softmax(logits), atol=1e-5, rtol=1e-4)
+    # lightning_cls's own loaders take the plain model.onnx; the e2e file is for other servers.
+    with pytest.raises(
+        ValueError, match="model_e2e.onnx is an end-to-end model .* load the model.onnx"
+    ):
+        load_artifact(paths["onnx_e2e"])
 
 
 def test_e2e_graph_applies_the_specs_tta_like_the_predictor(trained, tmp_path):
