@@ -49,7 +49,7 @@ class Batcher:
 
     async def predict(self, images: np.ndarray, top_k: int) -> tuple[list, list, int]:
         """uint8 (N, C, H, W) -> (top-k probabilities per image, their class indices, images
-        in the model call); ``Expired`` after ``timeout`` seconds."""
+        in the largest model call that served it); ``Expired`` after ``timeout`` seconds."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         expiry = loop.call_later(self.timeout, _expire, future)
@@ -106,6 +106,7 @@ class Batcher:
         if error is None:
             probs, indices = done.result()
         start, total = 0, sum(len(item[0]) for item in batch)
+        largest_call = min(total, self.max_batch_size)  # a long batch ran as several calls
         for images, top_k, future in batch:
             end = start + len(images)
             if not future.done():
@@ -113,7 +114,7 @@ class Batcher:
                     future.set_exception(error)
                 else:
                     rows = [p[:top_k] for p in probs[start:end]]
-                    future.set_result((rows, [i[:top_k] for i in indices[start:end]], total))
+                    future.set_result((rows, [i[:top_k] for i in indices[start:end]], largest_call))
             start = end
         self._start(loop)
 
