@@ -60,6 +60,11 @@ COMMON_VALUES = {
     "persistent_workers": True,
     "cap_threads": True,
     "seed": 3,
+    "auto_augment": "randaugment",
+    "random_erasing": 0.5,
+    "folds": 3,
+    "fold": 1,
+    "balanced_sampler": True,
 }
 
 
