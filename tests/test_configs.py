@@ -96,7 +96,8 @@ def test_every_data_config_accepts_every_common_key(option, tmp_path, tiny_datas
     base = [f"data={option}", *required_data_keys(option, tmp_path)]
     if option == "custom":
         base += [f"data.name={tiny_dataset}", "data.num_channels=1", "data.image_size=8"]
-    channels = compose(overrides=base, tmp=tmp_path).data.num_channels
+    # data=streaming reads its channels from the chunks (num_channels: null): any count here.
+    channels = compose(overrides=base, tmp=tmp_path).data.num_channels or 3
     values = {**COMMON_VALUES, "mean": (0.25,) * channels, "std": (0.5,) * channels}
     overrides = [
         f"data.{k}={str(list(v) if isinstance(v, tuple) else v).lower()}" for k, v in values.items()
