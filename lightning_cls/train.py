@@ -152,7 +152,11 @@ def train(cfg: DictConfig) -> dict:
         results = trainer.test(module, datamodule=datamodule, ckpt_path=best or ckpt_path)
         test_metrics = to_floats(results[0]) if results else {}
         # Per-class precision/recall of the test run (every rank computes: the metric syncs).
-        per_class = per_class_metrics(module.test_confusion.compute().cpu(), module.classes)
+        # No `.classes` attribute in this file: run as __main__, its functions are pickled by
+        # value for parallel launchers (hydra/launcher=joblib), and cloudpickle then takes the
+        # name for the module `torch.classes` and fails ("cannot pickle '_Classes' object").
+        names = datamodule.spec["classes"]  # the module was built from them
+        per_class = per_class_metrics(module.test_confusion.compute().cpu(), names)
 
     output_dir = Path(cfg.paths.output_dir)
     objective = (

@@ -169,3 +169,13 @@ def test_disabling_the_progress_bar_on_the_command_line_is_honoured(clean_env, t
     bar) trains without a bar instead of failing in Lightning's Trainer."""
     _train_cli(["trainer.enable_progress_bar=false", "test=false"], tmp_path)
     assert (tmp_path / "run" / "results.json").is_file()
+
+
+def test_a_missing_extra_is_one_line_and_other_import_errors_are_bugs(clean_env, capsys):
+    missing = ImportError("data=streaming needs litdata: pip install 'lightning-cls[streaming]'.")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run_cli(raising(missing))
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err == f"error: {missing}\n"
+    with pytest.raises(ImportError, match="cannot import name 'x'"):
+        cli.run_cli(raising(ImportError("cannot import name 'x' from 'y'")))

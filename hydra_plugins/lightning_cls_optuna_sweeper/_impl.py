@@ -52,7 +52,8 @@ class OptunaSweeperImpl:
             )
         self.direction, self.n_trials, self.n_jobs = direction, n_trials, n_jobs
         self.study_name, self.storage = study_name, storage
-        # Hydra instantiates the sweeper recursively: sampler and pruner arrive as objects.
+        # Configs (the sweeper is built with _recursive_=false), built in _study; objects when
+        # the sweeper is constructed in Python.
         self.sampler, self.pruner = sampler, pruner
         self.params = dict(params or {})
 

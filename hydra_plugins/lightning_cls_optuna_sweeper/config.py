@@ -12,6 +12,8 @@ from hydra.core.config_store import ConfigStore
 @dataclass
 class OptunaSweeperConf:
     _target_: str = "hydra_plugins.lightning_cls_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+    # sampler/pruner are built by the sweeper once it has checked that Optuna is installed.
+    _recursive_: bool = False
     # maximize or minimize the value main() returns (train.py: best `optimized_metric`).
     direction: str = "maximize"
     # Trials this invocation adds to the study (a resumed study keeps its earlier ones).

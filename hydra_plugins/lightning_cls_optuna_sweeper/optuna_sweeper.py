@@ -14,6 +14,13 @@ class OptunaSweeper(Sweeper):
     """Optuna search over Hydra overrides; see ``config.OptunaSweeperConf`` for the settings."""
 
     def __init__(self, **settings: Any) -> None:
+        try:
+            import optuna  # noqa: F401
+        except ImportError as err:
+            raise ImportError(
+                "hydra/sweeper=optuna (hparams_search=...) needs Optuna: "
+                "pip install 'lightning-cls[sweep]'."
+            ) from err
         from hydra_plugins.lightning_cls_optuna_sweeper._impl import OptunaSweeperImpl
 
         self.impl = OptunaSweeperImpl(**settings)

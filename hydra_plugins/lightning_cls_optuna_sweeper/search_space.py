@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep
-from optuna.distributions import (
-    BaseDistribution,
-    CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
-)
+
+if TYPE_CHECKING:  # Optuna is imported when a sweep runs: Hydra imports this module on every start
+    from optuna.distributions import BaseDistribution
 
 _PLAIN = re.compile(r"^[\w./:@+-]+$")  # values that need no quoting in an override
 
 
 def distribution(override: Override) -> BaseDistribution:
     """The Optuna distribution of one sweep override (``choice``, ``range``, ``interval``)."""
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
     value, key = override.value(), override.get_key_element()
     if isinstance(value, ChoiceSweep):
         return CategoricalDistribution(list(value.list))

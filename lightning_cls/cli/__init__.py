@@ -45,7 +45,7 @@ def run_cli(main: Callable[[], Any]) -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         main()
-    except USER_ERRORS as err:
+    except (*USER_ERRORS, ImportError) as err:
         if full:
             raise
         cause = _user_cause(err)
@@ -63,12 +63,18 @@ def _full_error_requested(debug: bool) -> bool:
 
 
 def _user_cause(err: BaseException) -> BaseException | None:
-    """The error to show: through ``instantiate``'s wrapper to the constructor's own error."""
+    """The error to show: through ``instantiate``'s wrapper to the constructor's own error.
+
+    An ``ImportError`` is a user's to fix when its message says what to ``pip install`` (a
+    missing extra: ``data=streaming`` without litdata, the optuna sweeper without Optuna) or
+    when ``instantiate`` could not locate a misspelt ``_target_``; any other is a bug."""
     wrapper = err
     while isinstance(err, InstantiationException) and err.__cause__ is not None:
         err = err.__cause__
     if isinstance(err, ImportError):
-        return wrapper  # "Error locating target ...": a misspelt _target_
+        if "pip install" in str(err):
+            return err
+        return wrapper if wrapper is not err else None  # "Error locating target ..."
     return err if isinstance(err, USER_ERRORS) else None
 
 
