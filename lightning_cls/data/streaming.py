@@ -15,6 +15,7 @@ import json
 import logging
 import shutil
 import tempfile
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -244,6 +245,9 @@ class StreamingDataModule(pl.LightningDataModule):
         # cleaned, so a rewritten dataset could be read from stale chunks: one folder per run.
         if self.cache_dir is None:
             self.cache_dir = tempfile.mkdtemp(prefix="lightning_cls-stream-")
+            # Removed at teardown under a Trainer; also when the DataModule is collected or the
+            # process exits (stats, export and plain loops never call teardown).
+            weakref.finalize(self, shutil.rmtree, self.cache_dir, True)
         return self.cache_dir
 
     # -- loaders ------------------------------------------------------------------------------

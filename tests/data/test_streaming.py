@@ -238,15 +238,23 @@ def test_splits_follow_the_in_memory_contract(tmp_path, caplog):
     )
 
 
-def test_stats_command_reads_the_streamed_train_split(tmp_path, capsys):
+def test_stats_command_reads_the_streamed_train_split(tmp_path, capsys, monkeypatch):
+    import gc
+    import tempfile
+
     from hydra_helpers import compose
     from lightning_cls.data.stats import channel_stats
     from lightning_cls.stats import stats
 
     out, images = _write(tmp_path)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where the per-run cache goes
     result = stats(compose("stats", ["data=streaming", f"data.input_dir={out}"], tmp=tmp_path))
     assert result == pytest.approx(dict(zip(("mean", "std"), channel_stats(images))))
     assert "train split (40 images)" in capsys.readouterr().out
+    gc.collect()
+    assert list(scratch.iterdir()) == []  # no cache folder left behind without a teardown
 
 
 @pytest.mark.slow
