@@ -264,10 +264,10 @@ class ImageFolderDataModule(ImageDataModule):
     # -- input pipeline: crops of the cached squares -------------------------------------------
     @property
     def spec(self) -> dict:
-        meta = super().spec
+        spec = super().spec
         if self.decode_size != self.image_size:
-            meta["resize_size"] = self.decode_size  # predict/serve: Resize(this) + CenterCrop
-        return meta
+            spec["resize_size"] = self.decode_size  # predict/serve: Resize(this) + CenterCrop
+        return spec
 
     def train_transform(self):
         if self._train_transform is not None or not (

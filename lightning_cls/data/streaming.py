@@ -205,7 +205,7 @@ class StreamingDataModule(pl.LightningDataModule):
 
     @property
     def spec(self) -> dict:
-        meta = {
+        spec = {
             "classes": self.classes,
             "mean": list(self.mean),
             "std": list(self.std),
@@ -213,8 +213,8 @@ class StreamingDataModule(pl.LightningDataModule):
             "num_channels": self.num_channels,
         }
         if self.stored_size != self.image_size:
-            meta["resize_size"] = self.stored_size
-        return meta
+            spec["resize_size"] = self.stored_size  # trained on crops of the stored squares
+        return spec
 
     def _read_meta(self) -> dict:
         if not self.remote:
