@@ -333,7 +333,7 @@ def test_final_weights_export_with_classes_read_from_the_folders(tmp_path):
             "data.test_size=3",
             "data.cache=false",
             "callbacks=none",
-            "+trainer.enable_checkpointing=false",
+            "trainer.enable_checkpointing=false",
             "trainer.enable_progress_bar=false",
             "trainer.max_epochs=1",
             "export=onnx",
