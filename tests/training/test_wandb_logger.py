@@ -43,6 +43,30 @@ def read_wandb_file(path: Path) -> list[wandb_internal_pb2.Record]:
     return records
 
 
+def run_config(records: list[wandb_internal_pb2.Record]) -> dict:
+    """The run's config after every update in the log (the run record's own, then each config
+    record's), as a nested dict; an update names its key flat or as a nested path."""
+    config: dict = {}
+    updates = [
+        item
+        for r in records
+        for item in (
+            r.run.config.update
+            if r.WhichOneof("record_type") == "run"
+            else r.config.update
+            if r.WhichOneof("record_type") == "config"
+            else []
+        )
+    ]
+    for item in updates:
+        *parents, leaf = list(item.nested_key) or [item.key]
+        node = config
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = json.loads(item.value_json)
+    return config
+
+
 @pytest.fixture
 def wandb_offline(monkeypatch, tmp_path):
     """Offline mode, with W&B's settings and caches in the test's folder."""
@@ -75,13 +99,10 @@ def test_offline_run_holds_the_resolved_config_and_metrics(wandb_offline, tmp_pa
     (log_file,) = _run_folder(tmp_path / "run").glob("run-*.wandb")
     records = read_wandb_file(log_file)
 
-    config = {
-        item.key: json.loads(item.value_json)
-        for r in records
-        if r.WhichOneof("record_type") == "config"
-        for item in r.config.update
-    }
+    config = run_config(records)
     # The whole resolved config, as the CSV/MLflow/TensorBoard loggers get it.
+    kinds = [r.WhichOneof("record_type") for r in records]
+    assert "optimizer" in config, (sorted(config), kinds)  # what the log held, if not
     assert config["optimizer"]["lr"] == 0.0025
     assert config["experiment_name"] == "digits_simplecnn"
     assert config["model"]["name"] == "simplecnn"
