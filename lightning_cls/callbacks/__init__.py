@@ -2,6 +2,7 @@
 
 from lightning_cls.callbacks.compile import CompileModel
 from lightning_cls.callbacks.data_profiler import DataWaitProfiler
+from lightning_cls.callbacks.early_stopping import EarlyStopping
 from lightning_cls.callbacks.grad_norm import GradNormLogger
 from lightning_cls.callbacks.gradient_clipping import GradientClipping
 from lightning_cls.callbacks.lookahead import Lookahead
@@ -19,6 +20,7 @@ from lightning_cls.callbacks.whitening import WhiteningInit
 __all__ = [
     "CompileModel",
     "DataWaitProfiler",
+    "EarlyStopping",
     "GradNormLogger",
     "GradientClipping",
     "LRFinderPlot",

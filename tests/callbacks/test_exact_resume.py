@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+from pytorch_lightning.callbacks import ModelCheckpoint
 
-from lightning_cls.callbacks import RngState
+from lightning_cls.callbacks import EarlyStopping, RngState
 
 # The train loader's position travels in the DataModule's state (ImageDataModule.state_dict),
 # which Lightning restores even for end-of-epoch checkpoints.
@@ -115,3 +115,19 @@ def test_without_its_state_early_stopping_resumes_late(tiny_data, tiny_module, t
         tiny_data, tiny_module, tmp_path / "c", 20, tmp_path / "no_es.ckpt"
     )
     assert stop_r.stopped_epoch > stop.stopped_epoch
+
+
+def test_a_run_resumed_after_its_stop_stays_stopped(tiny_data, tiny_module, tmp_path):
+    # A requeued job killed while testing resumes from the checkpoint of the epoch it stopped at.
+    straight, trainer, stop = _fit_until_stopped(tiny_data, tiny_module, tmp_path / "a", 20)
+    last = tmp_path / "a" / "ckpt" / "last.ckpt"
+    resumed, trainer_r, stop_r = _fit_until_stopped(
+        tiny_data, tiny_module, tmp_path / "c", 20, last
+    )
+    assert (trainer_r.current_epoch, trainer_r.global_step) == (
+        trainer.current_epoch,
+        trainer.global_step,
+    )  # Lightning's own EarlyStopping trains one more epoch here
+    assert stop_r.state_dict() == stop.state_dict()
+    a, b = straight.net.state_dict(), resumed.net.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
