@@ -52,8 +52,8 @@ class EndToEnd(nn.Module):
         self.net = net
         self.flip, self.translate = spec.tta_flip, spec.tta_translate
         scale, shift = normalize_constants(spec.mean, spec.std, spec.num_channels)
-        self.register_buffer("scale", scale.view(1, 1, 1, -1))  # (1, 1, 1, C)
-        self.register_buffer("shift", shift.view(1, 1, 1, -1))
+        self.register_buffer("scale", scale.view(1, 1, 1, -1).clone())  # (1, 1, 1, C)
+        self.register_buffer("shift", shift.view(1, 1, 1, -1).clone())
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = images.float() * self.scale - self.shift  # (B, H, W, C), = spec.preprocess

@@ -9,6 +9,7 @@ value per key), TorchScript and ``.pt2`` as the extra file ``meta.json``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -251,13 +252,22 @@ def normalize_constants(
     """(scale, shift), each float32 (1, C, 1, 1): ``normalize(x) = x.float() * scale - shift``.
 
     (x/255 - mean)/std folded into one multiply and one subtract, the constants computed in
-    float64 and rounded once. ``channels``: the batch's, checked against mean/std.
+    float64 and rounded once. ``channels``: the batch's, checked against mean/std. Cached per
+    (mean, std, device): building them cost more than the ONNX Runtime call itself in a
+    profile of the server's model thread (docs/serving.md). The tensors are shared: read only.
     """
     if len(mean) != channels or len(std) != channels:
         raise ValueError(
             f"mean/std have {len(mean)}/{len(std)} values but the batch has {channels} "
             "channels; pass one value per channel."
         )
+    return _constants(tuple(map(float, mean)), tuple(map(float, std)), torch.device(device))
+
+
+@functools.lru_cache(maxsize=64)
+def _constants(
+    mean: tuple[float, ...], std: tuple[float, ...], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     mean_t = torch.tensor(mean, dtype=torch.float64)
     std_t = torch.tensor(std, dtype=torch.float64)
     scale = (1.0 / (255.0 * std_t)).to(device, torch.float32).view(1, -1, 1, 1)
