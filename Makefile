@@ -13,7 +13,7 @@ install:
 
 install-dev:
 	$(PYTHON) -c "import torch, torchvision" 2>/dev/null || $(PIP) install $(TORCH)
-	$(PIP) install -e ".[dev,export,serve,sweep,streaming,timm,openvino]"
+	$(PIP) install -e ".[dev,export,serve,sweep,streaming,timm,openvino,ray]"
 
 train: install
 	$(PYTHON) -m lightning_cls.train

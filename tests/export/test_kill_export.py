@@ -96,7 +96,7 @@ def test_an_export_killed_at_random_moments_leaves_only_complete_files(trained, 
     assert set(_check_folder(full)) == FINAL_NAMES  # a finished export writes every file
     out = tmp_path / "killed"
     seen = set()
-    for seed in range(5):
+    for seed in range(3):
         delay = random.Random(seed).uniform(0.25 * duration, 0.95 * duration)
         proc = subprocess.Popen(
             _command(trained.ckpt, out, tmp_path),
