@@ -19,7 +19,11 @@ from lightning_cls.registry import Registry
 
 MODELS = Registry("model", "lightning_cls.models", returns=nn.Module)
 # A builder's input options and the key of the data's spec each one follows.
-INPUT_OPTIONS = {"num_classes": "classes", "in_channels": "num_channels", "image_size": "image_size"}
+INPUT_OPTIONS = {
+    "num_classes": "classes",
+    "in_channels": "num_channels",
+    "image_size": "image_size",
+}
 
 
 def register_model(name: str | Callable | None = None):

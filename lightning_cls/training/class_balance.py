@@ -23,7 +23,9 @@ def class_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     return torch.bincount(labels.cpu().long(), minlength=num_classes)[:num_classes]
 
 
-def class_weights(counts: torch.Tensor, method: str = "inverse", beta: float = 0.999) -> list[float]:
+def class_weights(
+    counts: torch.Tensor, method: str = "inverse", beta: float = 0.999
+) -> list[float]:
     """Per-class loss weights (mean 1); a class without samples gets the largest weight."""
     if method not in METHODS:
         raise ValueError(

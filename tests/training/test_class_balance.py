@@ -57,8 +57,9 @@ def test_balanced_sampler_draws_classes_equally_and_shards_over_ranks():
     assert abs(share - 0.5) < 4 * (0.25 / len(drawn)) ** 0.5
     # Two DDP ranks take interleaved halves of the same global balanced order.
     ranks = [
-        TensorBatchLoader(images, labels, 10, True, seed=0, train=True, balanced=True,
-                          rank=r, world_size=2)  # fmt: skip
+        TensorBatchLoader(
+            images, labels, 10, True, seed=0, train=True, balanced=True, rank=r, world_size=2
+        )  # fmt: skip
         for r in range(2)
     ]
     a, b = (r.indices(3) for r in ranks)
