@@ -41,44 +41,60 @@ def export_onnx(
     The file is written and checked under a temp name and only then renamed to ``path``, so
     a failed check leaves an earlier export at ``path`` untouched.
     """
-    import onnx
 
     path = Path(path)
     was_training = net.training
     net.eval()
     try:
         with atomic_path(path) as tmp:
-            batch = torch.export.Dim("batch", min=1)
-            torch.onnx.export(
-                net,
-                (example_batch(spec, 2),),
-                str(tmp),
-                dynamo=True,
-                dynamic_shapes=({0: batch},),
-                opset_version=opset,
-                input_names=[INPUT_NAME],
-                output_names=[OUTPUT_NAME],
-                external_data=False,
-                verbose=False,
-            )
-            model = onnx.load(str(tmp))
-            write_metadata(model, spec)
-            onnx.save_model(model, str(tmp), save_as_external_data=False)
-            onnx.checker.check_model(str(tmp))
-            side_files = list(tmp.parent.glob(tmp.name + ".*"))
-            if side_files:
-                for side_file in side_files:
-                    side_file.unlink()
-                raise ExportCheckError(
-                    f"ONNX export wrote side files {[p.name for p in side_files]}; expected one "
-                    "self-contained file."
-                )
+            write_onnx(net, example_batch(spec, 2), tmp, spec, opset, INPUT_NAME, OUTPUT_NAME)
             if check_batch_sizes:
                 check_onnx_parity(tmp, net, spec, check_batch_sizes, atol, rtol, path.name)
     finally:
         net.train(was_training)
     log.info("Exported ONNX (opset %d) to %s", opset, path)
     return path
+
+
+def write_onnx(
+    module: nn.Module,
+    example: torch.Tensor,
+    tmp: Path,
+    spec: InputSpec,
+    opset: int,
+    input_name: str,
+    output_name: str,
+) -> None:
+    """``module`` as one self-contained ONNX file at ``tmp`` (dynamo exporter, dynamic batch
+    axis, ``spec`` in ``metadata_props``), checked by ``onnx.checker``. Shared by ``export=onnx``
+    and ``export=onnx_e2e``; the callers verify outputs and rename ``tmp`` into place."""
+    import onnx
+
+    batch = torch.export.Dim("batch", min=1)
+    torch.onnx.export(
+        module,
+        (example,),
+        str(tmp),
+        dynamo=True,
+        dynamic_shapes=({0: batch},),
+        opset_version=opset,
+        input_names=[input_name],
+        output_names=[output_name],
+        external_data=False,
+        verbose=False,
+    )
+    model = onnx.load(str(tmp))
+    write_metadata(model, spec)
+    onnx.save_model(model, str(tmp), save_as_external_data=False)
+    onnx.checker.check_model(str(tmp))
+    side_files = list(tmp.parent.glob(tmp.name + ".*"))
+    if side_files:
+        for side_file in side_files:
+            side_file.unlink()
+        raise ExportCheckError(
+            f"ONNX export wrote side files {[p.name for p in side_files]}; expected one "
+            "self-contained file."
+        )
 
 
 def write_metadata(model, spec: InputSpec, **extra: str) -> None:

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from lightning_cls.export.checks import check_outputs_close
-from lightning_cls.export.onnx import OPSET, PARITY_BATCH_SIZES, read_metadata, write_metadata
+from lightning_cls.export.onnx import OPSET, PARITY_BATCH_SIZES, read_metadata, write_onnx
 from lightning_cls.fileio import atomic_path
 from lightning_cls.inference.predictor import Predictor, tta
 from lightning_cls.inference.runtimes import make_session
@@ -85,30 +85,21 @@ def export_onnx_e2e(
 ) -> Path:
     """Export ``net`` (eval mode) wrapped in ``EndToEnd`` to one self-contained ``.onnx`` file
     with a dynamic batch axis, and verify it in ONNX Runtime against eager PyTorch."""
-    import onnx
 
     path = Path(path)
     was_training = net.training
     net.eval()
     try:
         with atomic_path(path) as tmp:
-            batch = torch.export.Dim("batch", min=1)
-            torch.onnx.export(
+            write_onnx(
                 EndToEnd(net, spec).eval(),
-                (example_images(spec, 2),),
-                str(tmp),
-                dynamo=True,
-                dynamic_shapes=({0: batch},),
-                opset_version=opset,
-                input_names=[INPUT_NAME],
-                output_names=[OUTPUT_NAME],
-                external_data=False,
-                verbose=False,
+                example_images(spec, 2),
+                tmp,
+                e2e_spec(spec),
+                opset,
+                INPUT_NAME,
+                OUTPUT_NAME,
             )
-            model = onnx.load(str(tmp))
-            write_metadata(model, e2e_spec(spec))
-            onnx.save_model(model, str(tmp), save_as_external_data=False)
-            onnx.checker.check_model(str(tmp))
             check_e2e_parity(tmp, net, spec, check_batch_sizes, atol, rtol, path.name)
     finally:
         net.train(was_training)
