@@ -144,9 +144,28 @@ class StreamingDataModule(pl.LightningDataModule):
         num_channels: int | None = None,
         max_split_images: int = 10_000,
         name: str = "streaming",
+        auto_augment: str | None = None,
+        random_erasing: float = 0.0,
+        folds: int | None = None,
+        balanced_sampler: bool = False,
         **unused,
     ):
         super().__init__()
+        # Splits are as written by optimize_data and chunks stream in order: no folds of train,
+        # no class-balanced draws. Say so instead of ignoring the setting.
+        if folds is not None:
+            raise ValueError(
+                f"data.folds={folds} is not supported with data=streaming (its splits are as "
+                "written); write each fold's chunks with optimize_data, or use an in-memory "
+                "dataset."
+            )
+        if balanced_sampler:
+            raise ValueError(
+                "data.balanced_sampler=true is not supported with data=streaming (chunks stream "
+                "in order); use loss.class_weights=auto instead."
+            )
+        # Stronger augmentation runs in BatchAugment on each uint8 batch, as in memory.
+        self.auto_augment, self.random_erasing = auto_augment, random_erasing
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         self.input_dir = str(input_dir).rstrip("/")

@@ -326,3 +326,25 @@ def test_export_auto_calibrates_and_scores_on_streamed_splits(trained, tmp_path)
     val = data.splits["val"]
     eager = Predictor(trained.net, trained.spec).accuracy(val.images, val.labels)
     assert saved["eager_val_acc"] == pytest.approx(eager)
+
+
+def test_stronger_augmentation_applies_and_unsupported_options_are_named(tmp_path):
+    out, _ = _write(tmp_path)
+    plain = StreamingDataModule(str(out), batch_size=8, hflip=False)
+    strong = StreamingDataModule(
+        str(out), batch_size=8, hflip=False, auto_augment="randaugment", random_erasing=1.0
+    )
+    plain.setup()
+    strong.setup()
+    x, _ = next(iter(plain.train_dataloader()))  # (8, 3, 8, 8) uint8
+    g = torch.Generator().manual_seed(0)
+    a = plain.batch_augment()(x, train=True, generator=g)
+    b = strong.batch_augment()(x, train=True, generator=torch.Generator().manual_seed(0))
+    assert strong.batch_augment().auto_augment == "randaugment"
+    assert a.shape == b.shape and not torch.equal(a, b)  # the setting is not ignored
+    with pytest.raises(ValueError, match=r"data.folds=5 is not supported with data=streaming"):
+        StreamingDataModule(str(out), folds=5)
+    with pytest.raises(
+        ValueError, match=r"balanced_sampler=true is not supported .* loss.class_weights=auto"
+    ):
+        StreamingDataModule(str(out), balanced_sampler=True)
