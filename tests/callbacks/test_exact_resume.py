@@ -17,9 +17,16 @@ def _fit(tiny_data, tiny_module, tmp_path, max_epochs, ckpt_path=None):
     # Random crop + flip make the run depend on the global RNG as well as the loader order.
     data = tiny_data(crop_padding=1, hflip=True)
     module = tiny_module(data, dropout=0.2)
-    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0)
-    trainer = pl.Trainer(
-        default_root_dir=tmp_path,
+    trainer = _trainer(tmp_path, max_epochs, [], limit_val_batches=1)
+    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+    return module, trainer
+
+
+def _trainer(root, max_epochs: int, callbacks: list, **options) -> pl.Trainer:
+    """A deterministic CPU trainer that writes last.ckpt every epoch (+ RngState)."""
+    checkpoint = ModelCheckpoint(dirpath=root / "ckpt", save_last=True, save_top_k=0)
+    return pl.Trainer(
+        default_root_dir=root,
         accelerator="cpu",
         devices=1,
         max_epochs=max_epochs,
@@ -28,11 +35,9 @@ def _fit(tiny_data, tiny_module, tmp_path, max_epochs, ckpt_path=None):
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
-        limit_val_batches=1,
-        callbacks=[checkpoint, RngState()],
+        callbacks=[*callbacks, checkpoint, RngState()],
+        **options,
     )
-    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
-    return module, trainer
 
 
 def test_resume_reproduces_the_uninterrupted_run(tiny_data, tiny_module, tmp_path):
@@ -68,19 +73,7 @@ def _fit_until_stopped(tiny_data, tiny_module, root, max_epochs, ckpt_path=None)
     module = tiny_module(data, dropout=0.2)
     # val/acc of 16 images stops improving after a few epochs.
     stop = EarlyStopping(monitor="val/acc", mode="max", patience=3)
-    checkpoint = ModelCheckpoint(dirpath=root / "ckpt", save_last=True, save_top_k=0)
-    trainer = pl.Trainer(
-        default_root_dir=root,
-        accelerator="cpu",
-        devices=1,
-        max_epochs=max_epochs,
-        deterministic=True,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[stop, checkpoint, RngState()],
-    )
+    trainer = _trainer(root, max_epochs, [stop])
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     return module, trainer, stop
 
