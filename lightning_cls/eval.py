@@ -25,7 +25,6 @@ from lightning_cls.cli.printing import to_floats
 from lightning_cls.fileio import atomic_write_text
 from lightning_cls.inference.network import check_same_data
 from lightning_cls.module import ClassificationModule
-from lightning_cls.training.class_balance import per_class_metrics
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +56,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = {"ckpt_path": str(cfg.ckpt_path), "split": split, **tta, split: metrics}
-    if split == "test":  # the module's confusion matrix counts test predictions
-        matrix = module.test_confusion.compute().cpu()
-        results["per_class_test"] = per_class_metrics(matrix, module.classes)
+    results[f"per_class_{split}"] = module.per_class_results(split)
     if cfg.get("prediction_mosaic", True):
         write_split_mosaic(module, datamodule, split, out / f"predictions_{split}.png")
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")

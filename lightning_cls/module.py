@@ -7,16 +7,23 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from lightning_cls.inference.network import build_network, class_names
+from lightning_cls.inference.predictor import probabilities
 from lightning_cls.inference.predictor import tta as test_time_augment
+from lightning_cls.inference.scores import best_threshold, multilabel_report, per_label_report
+from lightning_cls.inference.spec import DEFAULT_THRESHOLD, TASKS
 from lightning_cls.models import fill_input_options
-from lightning_cls.training.class_balance import WeightedCrossEntropy, resolve_class_weights
+from lightning_cls.training.class_balance import (
+    WeightedCrossEntropy,
+    per_class_metrics,
+    resolve_class_weights,
+)
 from lightning_cls.training.mixup import BatchMixer
+from lightning_cls.training.multilabel import EpochOutputs, MultiLabelLoss, resolve_pos_weight
 from lightning_cls.training.optim import apply_group_scales
 
 STAGES = ("train", "val", "test")
@@ -36,6 +43,12 @@ class ClassificationModule(pl.LightningModule):
     ``mixup_alpha``/``cutmix_alpha`` > 0 mix training batches (``lightning_cls.training.mixup``) with
     probability ``mix_prob``. ``classes``/``num_classes`` (attributes) and ``test_confusion``
     (a ``MulticlassConfusionMatrix`` over the last test run) are read by callbacks.
+
+    ``task="multilabel"``: one sigmoid per class on multi-hot targets, binary cross-entropy
+    (``pos_weight``: per label, or ``"auto"`` from the train counts), and mAP, AUROC and F1
+    instead of accuracy. The decision threshold (``hparams.threshold``, what predict and the
+    server use) is ``threshold``, or with ``threshold=None`` the one maximizing micro-F1 on
+    each validation's predictions, saved with that epoch's checkpoint.
     """
 
     def __init__(
@@ -60,8 +73,18 @@ class ClassificationModule(pl.LightningModule):
         param_groups: Callable[[nn.Module], list[dict]] | None = None,
         class_weights: str | Sequence[float] | None = None,  # "auto": from the train counts
         class_weight_method: str = "inverse",  # or "effective" (training/class_balance.py)
+        task: str = "multiclass",  # or "multilabel"
+        threshold: float | None = None,  # multilabel: None = chosen on val (max micro-F1)
+        pos_weight: str | Sequence[float] | None = None,  # multilabel BCE; "auto": train counts
     ):
         super().__init__()
+        if task not in TASKS:
+            raise ValueError(f"task={task!r} is not known; use task=multiclass or task=multilabel.")
+        self.multilabel = task == "multilabel"
+        if self.multilabel:
+            _check_multilabel_options(
+                label_smoothing, class_weights, mixup_alpha or cutmix_alpha, threshold
+            )
         if not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(
                 f"label_smoothing={label_smoothing!r} is not a probability; set label_smoothing "
@@ -87,30 +110,62 @@ class ClassificationModule(pl.LightningModule):
         # net -> torch param-group dicts, optionally with lr_scale/weight_decay_scale
         # (lightning_cls.training.optim.apply_group_scales); e.g. optim.norm_bias_groups.
         self.param_groups = param_groups
+        # val/test loss as sample-weighted sums synced over DDP ranks: exact with uneven shards.
+        # (Lightning's sync_dist mean averages its integer sample count over ranks with
+        # truncation under gloo, e.g. 359 samples on 2 ranks count as 358.)
+        self.eval_losses = nn.ModuleDict({stage: MeanMetric() for stage in ("val", "test")})
+        if self.multilabel:
+            self.choose_threshold = threshold is None
+            self.hparams.threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
+            weights = None if isinstance(pos_weight, str) else pos_weight
+            self.criterion = MultiLabelLoss(resolve_pos_weight(weights, None, self.num_classes))
+            # Each val/test epoch's sigmoid outputs and targets (gathered over ranks).
+            self.outputs = nn.ModuleDict({stage: EpochOutputs() for stage in ("val", "test")})
+            self.mixer = None
+            return
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         if class_weights is not None and not isinstance(class_weights, str):
             self._weigh_loss(resolve_class_weights(class_weights, None, self.num_classes))
         self.metrics = nn.ModuleDict(
             {f"{stage}_metrics": _accuracy_metrics(self.num_classes, stage) for stage in STAGES}
         )
-        # val/test loss as sample-weighted sums synced over DDP ranks: exact with uneven shards.
-        # (Lightning's sync_dist mean averages its integer sample count over ranks with
-        # truncation under gloo, e.g. 359 samples on 2 ranks count as 358.)
-        self.eval_losses = nn.ModuleDict({stage: MeanMetric() for stage in ("val", "test")})
-        # Test predictions per (true, predicted) class; TrainingPlots draws it.
+        # Predictions per (true, predicted) class of the last val and test epochs: per-class
+        # precision/recall in results.json (train, eval split=val|test); TrainingPlots draws
+        # the test one.
+        self.val_confusion = MulticlassConfusionMatrix(self.num_classes)
         self.test_confusion = MulticlassConfusionMatrix(self.num_classes)
         self.mixer = None
         if mixup_alpha or cutmix_alpha:
             self.mixer = BatchMixer(self.num_classes, mixup_alpha, cutmix_alpha, mix_prob)
 
     def setup(self, stage: str) -> None:
-        """``class_weights="auto"``: weights from the DataModule's train split, then kept in
-        the hyperparameters (the checkpoint records the weights it was trained with)."""
-        if self.hparams.get("class_weights") != "auto":
-            return
+        """Checks that the DataModule's task is this module's, then ``class_weights="auto"`` /
+        ``pos_weight="auto"``: weights from the DataModule's train split, kept in the
+        hyperparameters (the checkpoint records the weights it was trained with)."""
         datamodule = getattr(self.trainer, "datamodule", None)
+        task = self.hparams.get("task", "multiclass")
+        data_task = getattr(datamodule, "task", "multiclass")
+        if datamodule is not None and data_task != task:
+            name = getattr(datamodule, "name", type(datamodule).__name__)
+            raise ValueError(
+                f"task={task} but the data ({name}) is {data_task}: "
+                + (
+                    "it has one label per image; for several labels per image use "
+                    "data=multilabel (a CSV/JSON index of file,label1;label2)."
+                    if task == "multilabel"
+                    else "it has several labels per image; set task=multilabel."
+                )
+            )
+        key = "pos_weight" if self.multilabel else "class_weights"
+        if self.hparams.get(key) != "auto":
+            return
         splits = getattr(datamodule, "splits", {})
         labels = splits["train"].labels if "train" in splits else None
+        if self.multilabel:
+            weights = resolve_pos_weight("auto", labels, self.num_classes)
+            self.hparams.pos_weight = weights
+            self.criterion = MultiLabelLoss(weights)
+            return
         weights = resolve_class_weights(
             "auto", labels, self.num_classes, self.hparams.get("class_weight_method", "inverse")
         )
@@ -127,10 +182,14 @@ class ClassificationModule(pl.LightningModule):
         x, y = batch
         logits = self._logits(x, tta=stage != "train")
         loss = self.criterion(logits, y)
-        metrics = self.metrics[f"{stage}_metrics"]
-        metrics.update(logits.detach(), y if y.ndim == 1 else y.argmax(1))
-        if stage == "test":
-            self.test_confusion.update(logits.detach(), y)
+        if self.multilabel:
+            if stage != "train":
+                self.outputs[stage].update(probabilities(logits.detach(), True), y)
+        else:
+            metrics = self.metrics[f"{stage}_metrics"]
+            metrics.update(logits.detach(), y if y.ndim == 1 else y.argmax(1))
+            if stage != "train":
+                getattr(self, f"{stage}_confusion").update(logits.detach(), y)
         training = stage == "train"
         if training:  # sync_dist: the epoch's train/loss averages all ranks (equal, padded shards)
             self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, sync_dist=True)
@@ -143,13 +202,67 @@ class ClassificationModule(pl.LightningModule):
                 on_epoch=True,
                 prog_bar=True,
             )
-            self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True)
+            if not self.multilabel:
+                self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True)
         return loss
 
     def on_train_epoch_end(self) -> None:
+        if self.multilabel:
+            return
         metrics = self.metrics["train_metrics"]
         self.log_dict(metrics.compute())
         metrics.reset()
+
+    def on_validation_epoch_start(self) -> None:
+        self._reset_epoch_state("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._reset_epoch_state("test")
+
+    def _reset_epoch_state(self, stage: str) -> None:
+        if self.multilabel:
+            self.outputs[stage].reset()
+        else:
+            getattr(self, f"{stage}_confusion").reset()
+
+    def on_validation_epoch_end(self) -> None:
+        if self.multilabel:
+            self._log_multilabel("val")
+
+    def on_test_epoch_end(self) -> None:
+        if self.multilabel:
+            self._log_multilabel("test")
+
+    def _log_multilabel(self, stage: str) -> None:
+        """mAP, AUROC and F1 of the epoch; on val, first choose the threshold (auto mode)."""
+        probs, targets = self.outputs[stage].compute()  # every rank: the gathered epoch
+        if not len(probs):
+            return
+        if stage == "val" and self.choose_threshold:
+            self.hparams.threshold = best_threshold(probs, targets)
+        threshold = self.hparams.threshold
+        report = multilabel_report(probs, targets, threshold)
+        self.log(f"{stage}/map", report.pop("map"), prog_bar=True)
+        logged = {f"{stage}/{k}": v for k, v in report.items()}
+        self.log_dict({**logged, f"{stage}/threshold": threshold})
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """A multi-label checkpoint's threshold is the one chosen with its weights: ``test``
+        on the best checkpoint uses its own, not the last validation's."""
+        saved = (checkpoint.get("hyper_parameters") or {}).get("threshold")
+        if self.multilabel and saved is not None:
+            self.hparams.threshold = float(saved)
+
+    def per_class_results(self, stage: str) -> dict[str, dict]:
+        """Per class of the last ``stage`` ("val"/"test") epoch: precision, recall and support
+        (multi-class) or average precision, AUROC, F1 and positives (multi-label)."""
+        if self.multilabel:
+            probs, targets = self.outputs[stage].compute()
+            if not len(probs):
+                return {}
+            return per_label_report(probs, targets, self.hparams.threshold, list(self.classes))
+        matrix = getattr(self, f"{stage}_confusion").compute().cpu()
+        return per_class_metrics(matrix, self.classes)
 
     def _logits(self, x: torch.Tensor, tta: bool) -> torch.Tensor:
         if not tta:
@@ -167,15 +280,12 @@ class ClassificationModule(pl.LightningModule):
     def validation_step(self, batch, batch_idx):
         self._shared_step(batch, "val")
 
-    def on_test_epoch_start(self) -> None:
-        self.test_confusion.reset()
-
     def test_step(self, batch, batch_idx):
         self._shared_step(batch, "test")
 
     def predict_step(self, batch, batch_idx):
         x = batch[0] if isinstance(batch, (list, tuple)) else batch
-        return F.softmax(self._logits(x, tta=True).float(), dim=1)
+        return probabilities(self._logits(x, tta=True), self.multilabel)
 
     def configure_optimizers(self):
         factory = self.optimizer_factory or (lambda p: torch.optim.Adam(p, lr=1e-3))
@@ -189,6 +299,34 @@ class ClassificationModule(pl.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
+
+
+def _check_multilabel_options(label_smoothing, class_weights, mixing, threshold) -> None:
+    """The multi-class options with no multi-label meaning are one-line errors."""
+    if label_smoothing:
+        raise ValueError(
+            f"label_smoothing={label_smoothing} applies to multi-class softmax targets; with "
+            "task=multilabel set label_smoothing=0."
+        )
+    if class_weights is not None:
+        raise ValueError(
+            "loss.class_weights weighs classes of a softmax; with task=multilabel use "
+            "loss.pos_weight (auto, or one weight per label) and loss.class_weights=null."
+        )
+    if mixing:
+        raise ValueError(
+            "MixUp/CutMix (mixup.mixup_alpha/cutmix_alpha) mix one-hot targets; with "
+            "task=multilabel set them to 0."
+        )
+    if threshold is not None and (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, (int, float))
+        or not 0 < threshold < 1
+    ):
+        raise ValueError(
+            f"task.threshold={threshold!r} is not a probability; set a number strictly between "
+            "0 and 1, or auto to choose it on the validation split."
+        )
 
 
 def _accuracy_metrics(num_classes: int, stage: str) -> MetricCollection:

@@ -46,7 +46,7 @@ def predict(cfg: DictConfig) -> list[dict]:
     inputs = OmegaConf.to_container(cfg.inputs) if OmegaConf.is_list(cfg.inputs) else [cfg.inputs]
     files = find_images(inputs)
     rows, failures = predict_files(predictor, files, cfg.batch_size, cfg.top_k)
-    write_predictions_csv(cfg.output, rows, failures, cfg.top_k)
+    write_predictions_csv(cfg.output, rows, failures, cfg.top_k, predictor.spec)
     if cfg.get("mosaic"):  # opt-in picture of the predictions
         write_files_mosaic(rows, predictor.spec.classes, cfg.mosaic)
     log.info("Wrote %d predictions to %s", len(rows), cfg.output)

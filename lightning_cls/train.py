@@ -42,7 +42,6 @@ from lightning_cls.export.callback import ExportCallback
 from lightning_cls.fileio import atomic_write_text
 from lightning_cls.models import pretrained_preprocessing
 from lightning_cls.module import ClassificationModule
-from lightning_cls.training.class_balance import per_class_metrics
 from lightning_cls.training.loggers import close_loggers
 from lightning_cls.training.resume import LAST, check_compatible, resolve_ckpt_path
 
@@ -106,6 +105,7 @@ def train(cfg: DictConfig) -> dict:
         param_groups=instantiate(cfg.param_groups) if cfg.get("param_groups") else None,
         **OmegaConf.to_container(cfg.mixup),
         **OmegaConf.to_container(cfg.get("loss") or {}),  # class_weights (auto: train counts)
+        **task_options(cfg.get("task")),
         **datamodule.spec,
     )
     if cfg.data.get("channels_last"):
@@ -151,12 +151,9 @@ def train(cfg: DictConfig) -> dict:
         # The best checkpoint of this fit; without a fit (train=false), the given checkpoint.
         results = trainer.test(module, datamodule=datamodule, ckpt_path=best or ckpt_path)
         test_metrics = to_floats(results[0]) if results else {}
-        # Per-class precision/recall of the test run (every rank computes: the metric syncs).
-        # No `.classes` attribute in this file: run as __main__, its functions are pickled by
-        # value for parallel launchers (hydra/launcher=joblib), and cloudpickle then takes the
-        # name for the module `torch.classes` and fails ("cannot pickle '_Classes' object").
-        names = datamodule.spec["classes"]  # the module was built from them
-        per_class = per_class_metrics(module.test_confusion.compute().cpu(), names)
+        # Per-class precision/recall (multi-label: AP, AUROC, F1) of the test run (every rank
+        # computes: the metrics sync).
+        per_class = module.per_class_results("test")
 
     output_dir = Path(cfg.paths.output_dir)
     objective = (
@@ -187,6 +184,15 @@ def train(cfg: DictConfig) -> dict:
         log.info("Final metrics: %s", json.dumps({**summary["val"], **test_metrics}))
     close_loggers(trainer.loggers)  # a W&B run stays open until the process exits otherwise
     return summary
+
+
+def task_options(task: DictConfig | None) -> dict:
+    """``cfg.task`` -> the module's ``task``/``threshold`` (``threshold: auto`` -> None: chosen
+    on validation)."""
+    if task is None or task.get("name", "multiclass") == "multiclass":
+        return {"task": "multiclass"}
+    threshold = task.get("threshold", "auto")
+    return {"task": task.name, "threshold": None if threshold == "auto" else threshold}
 
 
 def per_device_batch_size(batch_size: int, world_size: int) -> int:

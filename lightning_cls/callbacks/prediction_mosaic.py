@@ -3,7 +3,9 @@ ones framed in red, beside per-class accuracy bars and the most-confused class p
 
 One drawing function (``draw_mosaic``) serves ``train`` and ``eval`` (validation/test images of
 a DataModule, ``write_split_mosaic``) and ``predict`` (image files, true labels read from their
-parent folder's name when it is a class name).
+parent folder's name when it is a class name). Multi-label predictions ((N, K) multi-hot) show
+every predicted label, are wrong when the predicted set differs from the true one, and the side
+panels become per-label recall and the most missed / most falsely predicted labels.
 """
 
 from __future__ import annotations
@@ -58,22 +60,35 @@ def draw_class_bars(ax, matrix: torch.Tensor, classes: Sequence[str], title: str
     ax.grid(axis="x", alpha=0.3)
 
 
+def _wrong(true: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+    """(N,) bool: the predicted class (multi-label: the predicted set) is not the true one."""
+    mismatch = true.bool() != pred.bool() if pred.ndim == 2 else true != pred
+    return mismatch.any(1) if pred.ndim == 2 else mismatch
+
+
+def _names(row: torch.Tensor, classes: Sequence[str]) -> str:
+    """A class index, or a multi-hot row's labels joined by commas ("-" for none)."""
+    if row.ndim == 0:
+        return classes[int(row)]
+    return ", ".join(classes[i] for i in row.nonzero().flatten().tolist()) or "-"
+
+
 def _tile_order(true: torch.Tensor | None, pred: torch.Tensor, tiles: int) -> list[int]:
     """Up to half the tiles for wrong predictions (they are what one looks for), then the rest
     in order."""
     if true is None:
         return list(range(min(tiles, len(pred))))
-    wrong = (true != pred).nonzero().flatten().tolist()[: tiles // 2]
+    wrong = _wrong(true, pred).nonzero().flatten().tolist()[: tiles // 2]
     right = [i for i in range(len(pred)) if i not in set(wrong)]
     return sorted(wrong + right[: tiles - len(wrong)])
 
 
 def draw_mosaic(
     images: torch.Tensor,  # (N, C, H, W) uint8
-    pred: torch.Tensor,  # (N,) class indices
+    pred: torch.Tensor,  # (N,) class indices, or (N, K) multi-hot (multi-label)
     classes: Sequence[str],
     path: Path,
-    true: torch.Tensor | None = None,  # (N,) or None (unknown: no marks, no side panels)
+    true: torch.Tensor | None = None,  # like pred, or None (unknown: no marks, no side panels)
     title: str = "predictions",
     tiles: int = 48,
 ) -> Path:
@@ -83,6 +98,7 @@ def draw_mosaic(
     import matplotlib.pyplot as plt
 
     order = _tile_order(true, pred, tiles)
+    wrongs = _wrong(true, pred) if true is not None else None
     cols = min(8, max(1, len(order)))
     rows = max(1, -(-len(order) // cols))
     side = true is not None
@@ -95,10 +111,10 @@ def draw_mosaic(
             ax.imshow(img[0].numpy(), cmap="gray", vmin=0, vmax=255)
         else:
             ax.imshow(img.permute(1, 2, 0).numpy())
-        wrong = true is not None and int(true[i]) != int(pred[i])
-        label = f"{classes[int(pred[i])]}"
+        wrong = wrongs is not None and bool(wrongs[i])
+        label = _names(pred[i], classes)
         if true is not None:
-            label = f"pred {label}\ntrue {classes[int(true[i])]}" + (" ✗" if wrong else "")
+            label = f"pred {label}\ntrue {_names(true[i], classes)}" + (" ✗" if wrong else "")
         ax.set_title(label, fontsize=7, color="tab:red" if wrong else "black")
         ax.set_xticks([])
         ax.set_yticks([])
@@ -106,24 +122,40 @@ def draw_mosaic(
             spine.set_edgecolor("tab:red" if wrong else "0.8")
             spine.set_linewidth(3 if wrong else 0.5)
     if side:
-        matrix = confusion(true, pred, len(classes))
-        accuracy = matrix.diag().sum().item() / max(1, len(true))
         half = max(1, rows // 2 + rows % 2)
-        draw_class_bars(
-            fig.add_subplot(grid[:half, cols + 1 :]), matrix, classes, "per-class accuracy"
-        )
+        bars = fig.add_subplot(grid[:half, cols + 1 :])
         ax = fig.add_subplot(grid[half:, cols + 1 :] if rows > 1 else grid[:, cols:])
         ax.axis("off")
-        pairs = most_confused(matrix, classes)
-        lines = [f"{t} → {p}: {n}" for t, p, n in pairs] or ["no confusions"]
-        ax.text(0, 1, "most confused (true → pred)\n\n" + "\n".join(lines), va="top", fontsize=9)
-        title = f"{title}: {accuracy:.1%} of {len(true)} correct"
+        if pred.ndim == 2:
+            heading, lines = _multilabel_panels(bars, true.bool(), pred.bool(), classes)
+        else:
+            matrix = confusion(true, pred, len(classes))
+            draw_class_bars(bars, matrix, classes, "per-class accuracy")
+            pairs = most_confused(matrix, classes)
+            heading = "most confused (true → pred)"
+            lines = [f"{t} → {p}: {n}" for t, p, n in pairs] or ["no confusions"]
+        ax.text(0, 1, heading + "\n\n" + "\n".join(lines), va="top", fontsize=9)
+        correct = len(true) - int(wrongs.sum())
+        title = f"{title}: {correct / max(1, len(true)):.1%} of {len(true)} correct"
     fig.suptitle(title)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
     return path
+
+
+def _multilabel_panels(bars, true: torch.Tensor, pred: torch.Tensor, classes: Sequence[str]):
+    """Per-label recall bars (as a (K, K) diagonal matrix of found / present for
+    ``draw_class_bars``); returns the heading and lines of the missed/false-label counts."""
+    found, present = (true & pred).sum(0), true.sum(0)
+    matrix = torch.diag(found) + torch.diag(present - found).roll(1, dims=1)  # rows sum to present
+    draw_class_bars(bars, matrix, classes, "per-label recall")
+    missed = (true & ~pred).sum(0).tolist()
+    false = (~true & pred).sum(0).tolist()
+    worst = sorted(range(len(classes)), key=lambda i: -(missed[i] + false[i]))[:5]
+    lines = [f"{classes[i]}: {missed[i]} missed, {false[i]} false" for i in worst]
+    return "most wrong labels", lines or ["none"]
 
 
 @torch.no_grad()
@@ -136,10 +168,15 @@ def predict_split(module, datamodule, split: str, max_images: int = 2000, batch_
     augment = datamodule.batch_augment(param.dtype)
     was_training = module.training
     module.eval()
+    multilabel = bool(getattr(module, "multilabel", False))
     preds = []
     for start in range(0, len(images), batch_size):
         x = augment(images[start : start + batch_size], train=False)  # (B, C, H, W)
-        preds.append(module(x.to(param.device)).argmax(1).cpu())
+        logits = module(x.to(param.device)).float().cpu()
+        if multilabel:  # every label at or above the decision threshold, as predict does
+            preds.append(logits.sigmoid() >= module.hparams.threshold)
+        else:
+            preds.append(logits.argmax(1))
     module.train(was_training)
     return images, labels, torch.cat(preds)
 
@@ -163,19 +200,26 @@ def write_files_mosaic(
 
     rows = rows[:max_images]
     index = {c: i for i, c in enumerate(classes)}
+    multilabel = any("all_probs" in row for row in rows)  # predict_files' multi-label rows
     images, pred, true = [], [], []
     for row in rows:
         with Image.open(row["file"]) as img:
             thumb = img.convert("RGB").resize((side, side))
         images.append(torch.from_numpy(np.asarray(thumb).copy()).permute(2, 0, 1))  # (3, s, s)
-        pred.append(index[row["labels"][0]])
-        true.append(index.get(Path(row["file"]).parent.name, -1))
+        if multilabel:  # the labels at or above the threshold; the folder says nothing
+            hot = torch.zeros(len(classes), dtype=torch.bool)
+            hot[[index[name] for name in row["labels"]]] = True
+            pred.append(hot)
+            true.append(-1)
+        else:
+            pred.append(index[row["labels"][0]])
+            true.append(index.get(Path(row["file"]).parent.name, -1))
     if not images:
         raise ValueError("No readable images to draw: the prediction mosaic needs at least one.")
     known = all(t >= 0 for t in true)
     draw_mosaic(
         torch.stack(images),
-        torch.tensor(pred),
+        torch.stack(pred) if multilabel else torch.tensor(pred),
         list(classes),
         Path(path),
         true=torch.tensor(true) if known else None,

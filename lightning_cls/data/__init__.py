@@ -7,6 +7,7 @@ Every built-in DataModule is in the dataset registry under its config's name
 from lightning_cls.data.base import ImageDataModule
 from lightning_cls.data.digits import DigitsDataModule
 from lightning_cls.data.imagefolder import ImageFolderDataModule
+from lightning_cls.data.multilabel import MultiLabelDataModule
 from lightning_cls.data.registry import create_dataset, list_datasets, register_dataset
 from lightning_cls.data.streaming import StreamingDataModule
 from lightning_cls.data.synthetic import SyntheticDataModule
@@ -26,6 +27,7 @@ __all__ = [
     "ImageDataModule",
     "ImageFolderDataModule",
     "MNISTDataModule",
+    "MultiLabelDataModule",
     "Split",
     "StreamingDataModule",
     "SyntheticDataModule",

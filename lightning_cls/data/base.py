@@ -52,10 +52,16 @@ class ArrayDataset(Dataset):
             if img.shape[0] == 1
             else Image.fromarray(img.permute(1, 2, 0).numpy(), "RGB")
         )
-        return (self.transform(pil) if self.transform else pil), int(self.split.labels[i])
+        label = self.split.labels[i]  # a class index, or a multi-hot row (multilabel)
+        return (self.transform(pil) if self.transform else pil), (
+            label if label.ndim else int(label)
+        )
 
 
 class ImageDataModule(pl.LightningDataModule):
+    # One label per image; a multi-label DataModule (data/multilabel.py) says "multilabel"
+    # and gives (N, K) multi-hot float labels.
+    task = "multiclass"
     classes: list[str]
     num_channels: int
     image_size: int

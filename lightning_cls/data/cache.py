@@ -71,10 +71,14 @@ def decode_images(
     return np.concatenate([arr for arr, _ in results]), errors
 
 
-def fingerprint(root: str, files: Sequence[str], image_size: int, num_channels: int) -> str:
-    """Hash of everything that determines the decoded array."""
+def fingerprint(
+    root: str, files: Sequence[str], image_size: int, num_channels: int, extra: str = ""
+) -> str:
+    """Hash of everything that determines the decoded array (and ``extra``: whatever else the
+    cached metadata depends on, e.g. labels read from an index file rather than the paths)."""
     h = hashlib.sha256()
     h.update(json.dumps([CACHE_VERSION, os.path.abspath(root), image_size, num_channels]).encode())
+    h.update(extra.encode())
     for f in files:
         st = os.stat(f)
         h.update(f"{os.path.relpath(f, root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())

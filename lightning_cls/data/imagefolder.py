@@ -16,6 +16,7 @@ that a training crop of a wide photo never reaches beyond the centre square.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -206,10 +207,19 @@ class ImageFolderDataModule(ImageDataModule):
         images, labels = self._decode_cached(split, [str(f) for f in files], labels)
         return Split(torch.from_numpy(images), torch.as_tensor(labels, dtype=torch.int64))
 
-    def _decode_cached(self, split: str, files: list[str], labels: list[int]):
+    def _decode_cached(self, split: str, files: list[str], labels: list, cache_tag: str = ""):
+        """Decoded images of ``files`` (cached) and the labels of those that decoded.
+        ``cache_tag`` names the cache apart and enters its fingerprint: labels that do not
+        follow from the file paths (a multi-label index) must invalidate it when they change."""
         root = str(self.root)
-        name = image_cache.cache_name(root, split, self.decode_size, self.num_channels)
-        key = image_cache.fingerprint(root, files, self.decode_size, self.num_channels)
+        name = image_cache.cache_name(root, split + cache_tag, self.decode_size, self.num_channels)
+        key = image_cache.fingerprint(
+            root,
+            files,
+            self.decode_size,
+            self.num_channels,
+            json.dumps(labels) if cache_tag else "",
+        )
         cache_dir = image_cache.writable_cache_dir(root, self.cache_dir) if self.cache else None
         if cache_dir is not None and (hit := image_cache.load_cache(cache_dir, name, key)):
             images, meta = hit

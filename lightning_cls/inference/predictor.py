@@ -2,8 +2,8 @@
 
 Predictions equal ``ClassificationModule.predict_step`` on the same images: uint8 images are
 normalized with the artifact's mean/std, and the artifact's test-time augmentation (``tta_flip``,
-``tta_translate``; ``tta``) is applied to the logits before the softmax, as in training's
-evaluation.
+``tta_translate``; ``tta``) is applied to the logits before the softmax (a sigmoid per class
+for a multi-label model), as in training's evaluation.
 """
 
 from __future__ import annotations
@@ -57,6 +57,24 @@ def tta(
     return logits
 
 
+def probabilities(logits: torch.Tensor, multilabel: bool) -> torch.Tensor:
+    """(B, K) logits -> probabilities: softmax over classes, or one sigmoid per label."""
+    logits = logits.float()
+    return logits.sigmoid() if multilabel else logits.softmax(1)
+
+
+def labels_above(spec: InputSpec, probs: torch.Tensor) -> tuple[list[list[int]], list[list[float]]]:
+    """Multi-label probabilities (B, K) -> per row the class indices whose probability reaches
+    ``spec.threshold``, most probable first, and those probabilities."""
+    order = probs.argsort(dim=1, descending=True)
+    ranked = probs.gather(1, order)
+    keep = (ranked >= spec.threshold).sum(1).tolist()
+    return (
+        [row[:n] for row, n in zip(order.tolist(), keep)],
+        [row[:n] for row, n in zip(ranked.tolist(), keep)],
+    )
+
+
 class Predictor:
     """Runs one artifact on normalized float batches; ``predict_images`` takes uint8 images.
 
@@ -96,10 +114,12 @@ class Predictor:
             return tta(self.runtime, x, self.spec.tta_flip, self.spec.tta_translate).cpu()
 
     def predict_proba(self, x: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
-        """Normalized float (N, C, H, W) -> softmax probabilities (N, classes), in batches."""
+        """Normalized float (N, C, H, W) -> probabilities (N, classes), in batches: softmax,
+        or a sigmoid per class for a multi-label model (``spec.task``)."""
         _check_batch_size(batch_size)
+        multilabel = self.spec.multilabel
         outs = [
-            self.tta_logits(x[i : i + batch_size]).float().softmax(1)
+            probabilities(self.tta_logits(x[i : i + batch_size]), multilabel)
             for i in range(0, len(x), batch_size)
         ]
         return torch.cat(outs) if outs else torch.empty(0, self.spec.num_classes)
@@ -114,11 +134,17 @@ class Predictor:
         return torch.cat(outs) if outs else torch.empty(0, self.spec.num_classes)
 
     def accuracy(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 256) -> float:
-        """Top-1 accuracy (0..1) on uint8 images (N, C, H, W) with int labels (N,)."""
+        """The model's score (0..1) on uint8 images (N, C, H, W): top-1 accuracy with int
+        labels (N,); for a multi-label model, mAP (macro average precision) with multi-hot
+        labels (N, K), the metric its training selects checkpoints by."""
         if len(images) == 0:
             raise ValueError("Cannot measure accuracy on an empty split.")
-        preds = self.predict_images(images, batch_size).argmax(1)
-        return (preds == labels).float().mean().item()
+        probs = self.predict_images(images, batch_size)
+        if self.spec.multilabel:
+            from lightning_cls.inference.scores import mean_average_precision
+
+            return mean_average_precision(probs, labels)
+        return (probs.argmax(1) == labels).float().mean().item()
 
     def _check_input(self, x: torch.Tensor) -> None:
         expected = self.spec.input_shape
@@ -215,8 +241,9 @@ def predict_files(
 ) -> tuple[list[dict], list[tuple[Path, str]]]:
     """Classify image files in batches.
 
-    Returns ``rows`` ({"file", "labels", "probs"} per readable image, top-k first) and
-    ``failures`` ([(path, reason)] for every file that could not be read as an image), the
+    Returns ``rows`` ({"file", "labels", "probs"} per readable image, top-k first; for a
+    multi-label model every label at or above ``spec.threshold``, most probable first, and
+    ``"all_probs"``, one per class) and ``failures`` ([(path, reason)] for every file that could not be read as an image), the
     shapes ``write_predictions_csv`` takes.
     """
     if not isinstance(top_k, int) or top_k < 1:
@@ -234,10 +261,17 @@ def predict_files(
         failures += bad
         if not ok:
             continue
-        top = predictor.predict_images(images, batch_size).topk(k, dim=1)  # (B, k)
-        for path, probs, idx in zip(ok, top.values.tolist(), top.indices.tolist()):
+        probs = predictor.predict_images(images, batch_size)  # (B, K)
+        if spec.multilabel:
+            indices, values = labels_above(spec, probs)
+            extra = [{"all_probs": row} for row in probs.tolist()]
+        else:
+            top = probs.topk(k, dim=1)  # (B, k)
+            indices, values = top.indices.tolist(), top.values.tolist()
+            extra = [{}] * len(ok)
+        for path, idx, p, more in zip(ok, indices, values, extra):
             rows.append(
-                {"file": str(path), "labels": [spec.classes[i] for i in idx], "probs": probs}
+                {"file": str(path), "labels": [spec.classes[i] for i in idx], "probs": p, **more}
             )
     return rows, failures
 
@@ -252,12 +286,21 @@ def top_k_labels(spec: InputSpec, probs: torch.Tensor, k: int) -> list[list[dict
 
 
 def write_predictions_csv(
-    output: str | Path, rows: list[dict], failures: list[tuple[Path, str]], top_k: int
+    output: str | Path,
+    rows: list[dict],
+    failures: list[tuple[Path, str]],
+    top_k: int,
+    spec: InputSpec | None = None,
 ) -> None:
     """One row per file: file, label_1..k, prob_1..k, error (empty unless it failed).
 
+    For a multi-label ``spec``: file, labels (the predicted ones joined by ``;``, the format a
+    multi-label index reads), one ``prob_<class>`` column per class, error.
     Written to a temp file renamed over ``output``: an earlier CSV is never left half-written.
     """
+    if spec is not None and spec.multilabel:
+        _write_multilabel_csv(output, rows, failures, spec)
+        return
     header = ["file"] + [f"label_{i + 1}" for i in range(top_k)]
     header += [f"prob_{i + 1}" for i in range(top_k)] + ["error"]
     with atomic_path(output) as tmp, tmp.open("w", newline="") as fh:
@@ -269,3 +312,17 @@ def write_predictions_csv(
             writer.writerow([row["file"], *labels, *probs, ""])
         for path, reason in failures:
             writer.writerow([str(path)] + [""] * (2 * top_k) + [reason])
+
+
+def _write_multilabel_csv(
+    output: str | Path, rows: list[dict], failures: list[tuple[Path, str]], spec: InputSpec
+) -> None:
+    header = ["file", "labels", *(f"prob_{name}" for name in spec.classes), "error"]
+    with atomic_path(output) as tmp, tmp.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        for row in rows:
+            probs = [f"{p:.6f}" for p in row["all_probs"]]
+            writer.writerow([row["file"], ";".join(row["labels"]), *probs, ""])
+        for path, reason in failures:
+            writer.writerow([str(path), "", *[""] * spec.num_classes, reason])

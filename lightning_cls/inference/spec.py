@@ -1,8 +1,9 @@
 """``InputSpec``: the one description of a classifier's input, carried by every artifact.
 
-Classes, per-channel mean/std, square input size, channels, channel order and flip TTA, plus
-the registry name/options that rebuild the network from bare weights. Every other form is
-derived from it: a DataModule's ``meta`` and ``ClassificationModule`` hparams hold its keys,
+Classes, per-channel mean/std, square input size, channels, channel order and flip TTA, the
+task (multi-class, or multi-label with its decision threshold), plus the registry
+name/options that rebuild the network from bare weights. Every other form is derived from
+it: a DataModule's ``spec`` and ``ClassificationModule`` hparams hold its keys,
 ``model_weights.json`` is those hparams, ONNX files store it as ``metadata_props`` (one JSON
 value per key), TorchScript and ``.pt2`` as the extra file ``meta.json``.
 """
@@ -23,6 +24,8 @@ PREPROCESSING = "x = (uint8_pixels / 255 - mean) / std, per channel, NCHW float3
 META_FILE = "meta.json"
 # Without these an artifact cannot be fed; the rest have defaults.
 REQUIRED_KEYS = ("classes", "mean", "std", "image_size", "num_channels")
+TASKS = ("multiclass", "multilabel")
+DEFAULT_THRESHOLD = 0.5  # a multilabel model's decision threshold before one is chosen on val
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,11 @@ class InputSpec:
     # Photos: shorter side resized to this (aspect kept), then the centre image_size square
     # (torchvision's Resize + CenterCrop); None: resized to image_size.
     resize_size: int | None = None
+    # multiclass: one label per image, softmax; multilabel: any number of labels, a sigmoid
+    # per class, and every label whose probability reaches ``threshold`` is predicted (the
+    # threshold is chosen on the validation split during training, or set by the user).
+    task: str = "multiclass"
+    threshold: float | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the types once, here
@@ -57,6 +65,8 @@ class InputSpec:
             "tta_flip": bool,
             "tta_translate": lambda v: _integer(v or 0),
             "model_kwargs": lambda v: dict(v or {}),
+            "task": lambda v: str(v or "multiclass"),
+            "threshold": lambda v: None if v is None else float(v),
         }
         for name, convert in conversions.items():
             value = getattr(self, name)
@@ -101,6 +111,23 @@ class InputSpec:
             )
         if self.image_size < 1:
             raise SpecError("image_size", f"image_size must be >= 1, got {self.image_size}.")
+        if self.task not in TASKS:
+            raise SpecError(
+                "task", f"task={self.task!r} is not known; use one of {', '.join(TASKS)}."
+            )
+        if self.multilabel:
+            if self.threshold is None:
+                set_ = object.__setattr__
+                set_(self, "threshold", DEFAULT_THRESHOLD)
+            if not 0.0 < self.threshold < 1.0:
+                raise SpecError(
+                    "threshold",
+                    f"threshold={self.threshold} is not a probability strictly between 0 and 1.",
+                )
+
+    @property
+    def multilabel(self) -> bool:
+        return self.task == "multilabel"
 
     @property
     def num_classes(self) -> int:
@@ -186,6 +213,8 @@ _KINDS = {
     "num_channels": "an integer (1 or 3)",
     "tta_translate": "an integer (pixels)",
     "model_kwargs": "a mapping",
+    "task": "a task name",
+    "threshold": "a probability",
 }
 
 
@@ -281,7 +310,7 @@ class Split:
     calibration, ``export=auto`` and ``stats`` read."""
 
     images: torch.Tensor  # (N, C, H, W) uint8
-    labels: torch.Tensor  # (N,) int64
+    labels: torch.Tensor  # (N,) int64 class indices; multilabel: (N, K) float32 multi-hot
 
     def __len__(self) -> int:
         return len(self.labels)
