@@ -29,6 +29,7 @@ def optimize(cfg: DictConfig) -> dict:
     meta = dict(datamodule.spec)
     meta["image_size"] = int(next(iter(splits.values()))[0].shape[-1])  # the stored size
     meta.pop("resize_size", None)
+    meta["task"] = getattr(datamodule, "task", "multiclass")  # multilabel: multi-hot labels
     out = write_streaming(splits, meta, cfg.out, chunk_bytes=cfg.chunk_bytes)
     result = {
         "task": "optimize",

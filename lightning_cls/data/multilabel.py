@@ -4,7 +4,9 @@ A folder-per-class layout cannot say that a photo shows both a cat and a dog, so
 come from one index per split beside the images, ``root/train.csv`` (required) and optionally
 ``root/val.csv`` and ``root/test.csv`` (without them, test then val are held out of train with
 fixed seeds, as for ImageFolder). CSV rows are ``file,labels`` with the labels joined by
-``;`` (an optional ``file,labels`` header; an empty labels field is an image with no label)::
+``;`` (an optional ``file,labels`` header, after which further columns are ignored, so the CSV
+``predict`` writes for a multi-label model reads back as an index; an empty labels field is an
+image with no label)::
 
     file,labels
     photos/0001.jpg,cat;dog
@@ -50,18 +52,20 @@ def read_index(path: Path) -> list[tuple[str, list[str], str]]:
     if path.suffix == ".json":
         return _read_json(path)
     rows = []
+    width = 2  # fields per row; a header "file,labels[,more...]" allows more (ignored)
     with path.open(newline="", encoding="utf-8") as fh:
         for line, row in enumerate(csv.reader(fh), start=1):
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
-            if line == 1 and [c.strip().lower() for c in row] == ["file", "labels"]:
+            if line == 1 and [c.strip().lower() for c in row[:2]] == ["file", "labels"]:
+                width = len(row)  # e.g. predict's CSV: file,labels,prob_<label>...,error
                 continue
-            if len(row) > 2:
+            if len(row) > width:
                 raise ValueError(
                     f"{path}:{line} has {len(row)} fields {row}; write {INDEX_HELP}, or quote a "
                     "file name that contains a comma."
                 )
-            labels = row[1] if len(row) == 2 else ""
+            labels = row[1] if len(row) >= 2 else ""
             rows.append((row[0].strip(), _split_labels(labels), f"{path}:{line}"))
     return rows
 

@@ -52,6 +52,9 @@ def write_streaming(
 ) -> Path:
     """Write ``{split: (images (N, C, H, W) uint8, labels (N,))}`` as litdata chunks + meta.json.
 
+    Multi-label splits have (N, K) multi-hot labels: each sample's label is then a (K,) uint8
+    tensor (set ``meta["task"] = "multilabel"``; ``optimize_data`` does).
+
     Everything is written into a temporary sibling folder that is renamed to ``out_dir`` at
     the end: an interrupted conversion never leaves a folder that looks complete.
     """
@@ -74,7 +77,11 @@ def write_streaming(
                 )
             writer = BinaryWriter(str(tmp / name), chunk_bytes=chunk_bytes)
             for i in tqdm(range(len(labels)), desc=f"{name} -> chunks", disable=not progress):
-                writer[i] = {"index": i, "image": images[i].contiguous(), "label": int(labels[i])}
+                writer[i] = {
+                    "index": i,
+                    "image": images[i].contiguous(),
+                    "label": _label(labels[i]),
+                }
             writer.done()
             writer.merge()
             counts[name] = len(labels)
@@ -108,9 +115,22 @@ class _LazySplits(Mapping):
         return len(self._names())
 
 
+def _label(label: torch.Tensor) -> int | torch.Tensor:
+    """A stored label: a class index, or a multi-hot (K,) uint8 row (multi-label)."""
+    return label.to(torch.uint8).contiguous() if label.ndim else int(label)
+
+
+def _labels(items: Sequence[dict]) -> torch.Tensor:
+    """(B,) int64 class indices, or (B, K) float32 multi-hot rows (multi-label chunks)."""
+    first = items[0]["label"] if items else 0
+    if isinstance(first, torch.Tensor) and first.ndim:
+        return torch.stack([torch.as_tensor(it["label"]) for it in items]).float()
+    return torch.tensor([int(it["label"]) for it in items], dtype=torch.int64)
+
+
 def _collate(items: Sequence[dict]) -> tuple[torch.Tensor, torch.Tensor]:
     images = torch.stack([torch.as_tensor(it["image"]) for it in items])  # (B, C, H, W) uint8
-    return images, torch.tensor([int(it["label"]) for it in items], dtype=torch.int64)
+    return images, _labels(items)
 
 
 @register_dataset("streaming")
@@ -197,6 +217,11 @@ class StreamingDataModule(pl.LightningDataModule):
     @property
     def classes(self) -> list[str]:
         return list(self.info["classes"])
+
+    @property
+    def task(self) -> str:
+        """``multiclass``, or ``multilabel`` for chunks written from a multi-label DataModule."""
+        return str(self.info.get("task", "multiclass"))
 
     @property
     def num_classes(self) -> int:
@@ -313,10 +338,11 @@ class StreamingDataModule(pl.LightningDataModule):
         images = torch.empty(
             (n, self.num_channels, self.stored_size, self.stored_size), dtype=torch.uint8
         )
-        labels = torch.empty(n, dtype=torch.int64)
+        items = []
         for i, item in zip(range(n), dataset):
             images[i] = torch.as_tensor(item["image"])  # (C, S, S) uint8
-            labels[i] = int(item["label"])
+            items.append({"label": item["label"]})
+        labels = _labels(items) if items else torch.empty(0, dtype=torch.int64)
         self._splits[split] = Split(images, labels)
         return self._splits[split]
 

@@ -4,7 +4,8 @@ Any ONNX server (Triton, KServe, ONNX Runtime in another language) can run it wi
 Python: the graph takes uint8 NHWC images ``(batch, image_size, image_size, channels)`` (what
 an image decoder produces, resized by the client to ``image_size``), and does the /255,
 mean/std normalisation, the NHWC -> NCHW transpose, the artifact's test-time augmentation
-(``tta_flip``/``tta_translate``) and the softmax itself. There is no resize in the graph:
+(``tta_flip``/``tta_translate``) and the softmax itself (a sigmoid per label for a
+multi-label model, whose threshold travels in the metadata). There is no resize in the graph:
 resizing photos stays with the client (``lightning_cls.inference.decode_image`` does it as in
 training).
 
@@ -28,7 +29,7 @@ from torch import nn
 from lightning_cls.export.checks import check_outputs_close
 from lightning_cls.export.onnx import OPSET, PARITY_BATCH_SIZES, read_metadata, write_onnx
 from lightning_cls.fileio import atomic_path
-from lightning_cls.inference.predictor import Predictor, tta
+from lightning_cls.inference.predictor import Predictor, probabilities, tta
 from lightning_cls.inference.runtimes import make_session
 from lightning_cls.inference.spec import InputSpec, normalize_constants
 
@@ -39,7 +40,8 @@ OUTPUT_NAME = "probabilities"
 LAYOUT = "NHWC"
 PREPROCESSING = (
     "inside the graph: uint8 NHWC pixels (batch, image_size, image_size, channels), already "
-    "resized to image_size, in; (x / 255 - mean) / std, NCHW, TTA and softmax done by the model"
+    "resized to image_size, in; (x / 255 - mean) / std, NCHW, TTA and softmax (multilabel: "
+    "sigmoid) done by the model"
 )
 
 
@@ -51,6 +53,7 @@ class EndToEnd(nn.Module):
         super().__init__()
         self.net = net
         self.flip, self.translate = spec.tta_flip, spec.tta_translate
+        self.multilabel = spec.multilabel
         scale, shift = normalize_constants(spec.mean, spec.std, spec.num_channels)
         self.register_buffer("scale", scale.view(1, 1, 1, -1).clone())  # (1, 1, 1, C)
         self.register_buffer("shift", shift.view(1, 1, 1, -1).clone())
@@ -58,7 +61,8 @@ class EndToEnd(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = images.float() * self.scale - self.shift  # (B, H, W, C), = spec.preprocess
         x = x.permute(0, 3, 1, 2)  # (B, C, H, W)
-        return tta(self.net, x, self.flip, self.translate).float().softmax(1)  # (B, K)
+        logits = tta(self.net, x, self.flip, self.translate)
+        return probabilities(logits, self.multilabel)  # (B, K)
 
 
 def e2e_spec(spec: InputSpec) -> InputSpec:

@@ -6,7 +6,8 @@ running, whatever is waiting goes into the next call at once (no wait unless
 grow with the load and exactly one batch is in flight. The call runs in a single thread (ONNX
 Runtime, OpenVINO and PyTorch release the GIL), leaving the event loop free for HTTP.
 ``max_batch_size`` counts images: requests are taken whole while they fit, and a request
-longer than ``max_batch_size`` is split into several model calls.
+longer than ``max_batch_size`` is split into several model calls. A multi-label model answers
+every label whose probability reaches its threshold (most probable first) instead of a top-k.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from lightning_cls.inference.predictor import Predictor
+from lightning_cls.inference.predictor import Predictor, labels_above
 from lightning_cls.serve.metrics import ServeMetrics
 
 
@@ -42,6 +43,7 @@ class Batcher:
             timeout,
         )
         self.k = predictor.spec.num_classes
+        self.multilabel = predictor.spec.multilabel
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="lightning_cls-model")
         self._waiting: deque = deque()  # (images (N, C, H, W) uint8, top_k, future)
         self._busy = False
@@ -97,7 +99,11 @@ class Batcher:
             part = images[start : start + self.max_batch_size]
             chunks.append(self.predictor.predict_images(part, batch_size=len(part)))
             self.metrics.batch_size.observe(len(part))
-        top = torch.cat(chunks).topk(k, dim=1)  # (N, k)
+        probs = torch.cat(chunks)  # (N, K)
+        if self.multilabel:
+            indices, values = labels_above(self.predictor.spec, probs)
+            return values, indices
+        top = probs.topk(k, dim=1)  # (N, k)
         return top.values.tolist(), top.indices.tolist()
 
     def _finish(self, loop, batch: list, done: asyncio.Future) -> None:
@@ -112,6 +118,8 @@ class Batcher:
             if not future.done():
                 if error is not None:
                     future.set_exception(error)
+                elif self.multilabel:  # every label above the threshold, not a top-k
+                    future.set_result((probs[start:end], indices[start:end], largest_call))
                 else:
                     rows = [p[:top_k] for p in probs[start:end]]
                     future.set_result((rows, [i[:top_k] for i in indices[start:end]], largest_call))
