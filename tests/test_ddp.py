@@ -1,4 +1,5 @@
-"""Multi-process training on CPU (gloo): exact distributed evaluation and torchrun's run dir."""
+"""Multi-process training on CPU (gloo): exact distributed evaluation, torchrun's run dir and
+the class-balanced sampler's shards."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import shutil
 import subprocess
 
 import pytest
+import torch
 
 from hydra_helpers import QUIET_TRAINER, compose
+from lightning_cls.data import DigitsDataModule
+from lightning_cls.data.tensor_loader import balanced_order
 from lightning_cls.train import train
 
 QUIET = [*QUIET_TRAINER[2:], "~callbacks.plots", "~callbacks.model_weights", "logger=csv"]
@@ -62,3 +66,82 @@ def test_torchrun_ranks_share_one_run_directory(tmp_path):
     results = json.loads((runs[0] / "results.json").read_text())
     assert results["test"]["test/acc"] > 0.1
     assert (runs[0] / "checkpoints" / "digits_simplecnn" / "last.ckpt").is_file()
+
+
+class ImbalancedDigits(DigitsDataModule):
+    """Digits with every class but 0 cut to a sixth of its train images (class 0 then holds
+    ~40% of them); each rank writes the train samples of each of its batches to
+    ``record_dir/rank<r>.jsonl`` (the uint8 images before any transfer, matched to their
+    index in the train split: the digits images are all distinct)."""
+
+    def __init__(self, record_dir: str, **kwargs):
+        super().__init__(**kwargs)
+        self.record_dir = record_dir
+
+    def load_splits(self):
+        splits = super().load_splits()
+        train = splits["train"]
+        keep = (train.labels == 0) | (torch.arange(len(train.labels)) % 6 == 0)
+        splits["train"] = train.subset(torch.nonzero(keep).squeeze(1))
+        return splits
+
+    def on_before_batch_transfer(self, batch, dataloader_idx: int):
+        if self.trainer.training:
+            x, y, (_, epoch, i, _) = batch
+            train = self.splits["train"]
+            where = {img.numpy().tobytes(): k for k, img in enumerate(train.images)}
+            row = {"epoch": epoch, "batch": i, "idx": [where[img.numpy().tobytes()] for img in x]}
+            row["labels"] = y.tolist()
+            with open(f"{self.record_dir}/rank{self.trainer.global_rank}.jsonl", "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+        return super().on_before_batch_transfer(batch, dataloader_idx)
+
+
+@pytest.mark.slow
+def test_two_ranks_draw_the_shards_of_one_class_balanced_order(tmp_path):
+    overrides = [
+        "trainer=ddp_sim",
+        *QUIET,
+        f"data._target_={__name__}.ImbalancedDigits",
+        f"+data.record_dir={tmp_path}",
+        "data.balanced_sampler=true",
+        "data.batch_size=32",
+        "trainer.max_epochs=2",
+        "+trainer.limit_val_batches=1",
+        "test=false",
+    ]
+    summary = train(compose(overrides=overrides, tmp=tmp_path))
+    assert summary["best_ckpt"] and summary["val"]["val/acc"] > 0  # training finished
+    dm = ImbalancedDigits(str(tmp_path), seed=42)  # the run's split (seed=42 in conf/train.yaml)
+    dm.setup()
+    labels = dm.splits["train"].labels  # (N,)
+    n, counts = len(labels), torch.bincount(labels)
+    assert counts[0] > 3 * counts[1:].max()  # imbalanced
+
+    drawn = {}  # (rank, epoch) -> the indices it trained on, in order
+    for rank in (0, 1):
+        rows = [
+            json.loads(line) for line in (tmp_path / f"rank{rank}.jsonl").read_text().splitlines()
+        ]
+        for epoch in (0, 1):
+            batches = sorted(
+                (r["batch"], r["idx"], r["labels"]) for r in rows if r["epoch"] == epoch
+            )
+            assert [b[0] for b in batches] == list(range(len(batches)))  # batches 0, 1, ... no gaps
+            idx = torch.tensor([k for b in batches for k in b[1]])
+            assert torch.equal(labels[idx], torch.tensor([c for b in batches for c in b[2]]))
+            drawn[rank, epoch] = idx
+    union = []
+    for epoch in (0, 1):
+        a, b = drawn[0, epoch], drawn[1, epoch]
+        assert len(a) == len(b) == -(-n // 2)  # equal shards (padded), so equal step counts
+        assert not torch.equal(a, b)  # not both ranks drawing the same samples
+        # DistributedSampler's interleaved shards of one global order, which is a function of
+        # (train labels, seed, epoch) alone: a rerun draws the same.
+        assert torch.equal(torch.stack([a, b], 1).flatten()[:n], balanced_order(labels, epoch, 42))
+        union.append(torch.cat([a, b]))
+    assert not torch.equal(union[0], union[1])  # each epoch its own draw
+    drawn_counts = torch.bincount(labels[torch.cat(union)], minlength=10).double()  # (10,)
+    total = drawn_counts.sum()
+    expected, sigma = total / 10, (total * 0.1 * 0.9) ** 0.5
+    assert ((drawn_counts - expected).abs() < 4 * sigma).all(), drawn_counts  # ~10% each

@@ -143,3 +143,41 @@ def test_online_without_a_login_is_a_one_line_error(wandb_offline, monkeypatch, 
         ValueError, match=r"logger=wandb cannot start a W&B run: .*WANDB_MODE=offline"
     ):
         logger.log_hyperparams({"seed": 1})
+
+
+@pytest.mark.slow
+def test_two_process_ddp_logs_one_offline_run(wandb_offline, tmp_path):
+    # trainer=ddp_sim spawns fit into two new processes; the parent starts the run and logs
+    # the config, the spawned rank 0 logs the metrics into that same run (test=false: a test
+    # spawn attaches to it the same way).
+    overrides = [
+        "trainer=ddp_sim",
+        *QUIET_TRAINER[2:],
+        "logger=wandb",
+        "trainer.max_epochs=1",
+        "+trainer.limit_train_batches=3",
+        "+trainer.limit_val_batches=2",
+        "optimizer.lr=0.0025",
+        "~callbacks.plots",
+        "~callbacks.model_weights",
+        "test=false",
+    ]
+    summary = train(compose(overrides=overrides, tmp=tmp_path))
+    assert wandb.run is None
+    assert summary["val"]["val/acc"] > 0 and summary["best_ckpt"]  # fit finished
+    runs = sorted(p.name for p in (tmp_path / "run" / "wandb").glob("*run-*"))
+    assert len(runs) == 1, runs  # not one per process (2 if the spawn started its own)
+    (log_file,) = _run_folder(tmp_path / "run").glob("run-*.wandb")
+    records = read_wandb_file(log_file)
+    config = run_config(records)
+    assert config["optimizer"]["lr"] == 0.0025, sorted(config)
+    assert config["trainer"]["strategy"] == "ddp_spawn"
+    assert config["paths"]["output_dir"] == str(tmp_path / "run")
+    history = [
+        {tuple(i.nested_key) or (i.key,): json.loads(i.value_json) for i in r.history.item}
+        for r in records
+        if r.WhichOneof("record_type") == "history"
+    ]
+    assert any(("train/loss_epoch",) in row for row in history)  # logged by the fit spawn
+    val_acc = [row[("val/acc",)] for row in history if ("val/acc",) in row]
+    assert val_acc and val_acc[-1] == pytest.approx(summary["val"]["val/acc"])
