@@ -16,7 +16,8 @@ depend on them); every 200 is checked against in-process ``Predictor`` output on
 image. Last line: one JSON object (medians over rounds).
 
     python benchmarks/serve_load.py                  # 3 rounds, 5 s per measurement, 20 s overload
-    python benchmarks/serve_load.py --quick          # smoke: 1 round, 1 s, 2 s overload
+    python benchmarks/serve_load.py --quick          # smoke: 1 round, 1 s, 2 s overload, and
+                                                     # each server kind and code path once
 """
 
 from __future__ import annotations
@@ -147,9 +148,13 @@ PLAN = [
     ("resnet18_c32", "resnet18", 32),
     ("resnet18_spin_c32", "resnet18_spin", 32),
 ]
+# --quick is a smoke test: it skips the servers that differ from another one by a setting only
+# (threads1 and resnet18_spin, next to workers2's serve.threads=1 and spin's ort_spinning) and
+# the repeat measurements at other concurrencies; every server kind and code path still runs.
+QUICK_SKIP = {"threads1", "resnet18_spin", "spin_c16", "batch1_c16", "dynamic_c1", "tutorial_c16"}
 
 
-def run_rounds(servers: dict, data: dict, rounds: int, seconds: float) -> list[dict]:
+def run_rounds(servers: dict, data: dict, rounds: int, seconds: float, plan: list) -> list[dict]:
     from lightning_cls.inference import load_artifact
 
     threads = max(1, (os.cpu_count() or 1))
@@ -157,7 +162,7 @@ def run_rounds(servers: dict, data: dict, rounds: int, seconds: float) -> list[d
     results = []
     for r in range(rounds):
         row = {}
-        for name, server, conc in PLAN:
+        for name, server, conc in plan:
             if server not in servers:  # litserve_echo without litserve installed
                 continue
             for other in servers:  # only the measured server runs (see Server.suspend)
@@ -233,11 +238,23 @@ def _fmt(m: dict) -> str:
     )
 
 
+_SKIPPED = object()
+
+
+def _unless_skipped(fn, names: list[str]):
+    """``fn(*measurements)``, or ``_SKIPPED`` when one of them was not taken."""
+    return lambda *ns: fn(*ns) if all(n in names for n in ns) else _SKIPPED
+
+
 def summary(results: list[dict], over: dict, args) -> dict:
     names = [name for name, _, _ in PLAN if name in results[0]]
     med = {n: statistics.median(r[n]["rps"] for r in results) for n in names}
     ratio = lambda a, b: summarize([r[a]["rps"] / r[b]["rps"] for r in results])  # noqa: E731
     p99 = lambda n: statistics.median(r[n]["p99_ms"] for r in results)  # noqa: E731
+    if args.quick:  # a measurement --quick skipped (QUICK_SKIP) leaves its keys out
+        med = {n: med.get(n, _SKIPPED) for n, _, _ in PLAN}
+        ratio = _unless_skipped(ratio, names)
+        p99 = _unless_skipped(p99, names)
     out = {
         "quick": args.quick,
         "rounds": args.rounds,
@@ -288,6 +305,7 @@ def summary(results: list[dict], over: dict, args) -> dict:
         "overload_rss_growth_mb": over["rss_growth_mb"],
         "overload": over,
     }
+    out = {key: value for key, value in out.items() if value is not _SKIPPED}
     if "litserve_echo_c64" in names:  # LitServe with a no-op API: the ceiling of the old engine
         out["litserve_echo_rps_c64"] = med["litserve_echo_c64"]
         out["dynamic_over_litserve_echo_c64"] = ratio("dynamic_c64", "litserve_echo_c64")
@@ -308,9 +326,11 @@ def main() -> None:
     data = {name: make_model(name, work / name) for name in ("simplecnn", "resnet18")}
     for name in data:
         data[name]["bodies"] = png_images(data[name]["images"])
-    servers = start_servers(data, work)
+    skip = QUICK_SKIP if args.quick else set()
+    servers = start_servers(data, work, skip)
     try:
-        results = run_rounds(servers, data, args.rounds, args.seconds)
+        plan = [(n, server, c) for n, server, c in PLAN if not {n, server} & skip]
+        results = run_rounds(servers, data, args.rounds, args.seconds, plan)
     finally:
         for server in servers.values():
             server.resume()
@@ -319,27 +339,29 @@ def main() -> None:
     print(json.dumps(summary(results, over, args)))
 
 
-def start_servers(data: dict, work: Path) -> dict:
+def start_servers(data: dict, work: Path, skip: set[str]) -> dict:
+    """Start every server (all at once, so they load in parallel) but those named in ``skip``."""
     simple, resnet = data["simplecnn"], data["resnet18"]
     onnx = simple["onnx"]
-    servers = {
-        "tutorial": Server.tutorial(simple["weights"], work / "tutorial"),
-        "echo": Server.tutorial(simple["weights"], work / "echo", echo=True),
-        "dynamic": Server(onnx, work / "dynamic", *SERVE_BASE),
-        "batch1": Server(onnx, work / "batch1", "serve.max_batch_size=1", *SERVE_BASE),
-        "spin": Server(onnx, work / "spin", "serve.ort_spinning=true", *SERVE_BASE),
-        "threads1": Server(onnx, work / "threads1", "serve.threads=1", *SERVE_BASE),
-        "workers2": Server(
+    starts = {
+        "tutorial": lambda: Server.tutorial(simple["weights"], work / "tutorial"),
+        "echo": lambda: Server.tutorial(simple["weights"], work / "echo", echo=True),
+        "dynamic": lambda: Server(onnx, work / "dynamic", *SERVE_BASE),
+        "batch1": lambda: Server(onnx, work / "batch1", "serve.max_batch_size=1", *SERVE_BASE),
+        "spin": lambda: Server(onnx, work / "spin", "serve.ort_spinning=true", *SERVE_BASE),
+        "threads1": lambda: Server(onnx, work / "threads1", "serve.threads=1", *SERVE_BASE),
+        "workers2": lambda: Server(
             onnx, work / "workers2", "serve.workers=2", "serve.threads=1", *SERVE_BASE
         ),
-        "eager": Server(simple["weights"], work / "eager", *SERVE_BASE),
-        "resnet18": Server(resnet["onnx"], work / "resnet18", *SERVE_BASE),
-        "resnet18_spin": Server(
+        "eager": lambda: Server(simple["weights"], work / "eager", *SERVE_BASE),
+        "resnet18": lambda: Server(resnet["onnx"], work / "resnet18", *SERVE_BASE),
+        "resnet18_spin": lambda: Server(
             resnet["onnx"], work / "resnet18_spin", "serve.ort_spinning=true", *SERVE_BASE
         ),
     }
     if importlib.util.find_spec("litserve") is not None:
-        servers["litserve_echo"] = Server.litserve_echo(work / "litserve_echo")
+        starts["litserve_echo"] = lambda: Server.litserve_echo(work / "litserve_echo")
+    servers = {name: start() for name, start in starts.items() if name not in skip}
     for server in servers.values():
         server.wait_ready()
     return servers

@@ -1,4 +1,8 @@
-"""benchmarks/serve_load.py --quick: runs, every 200 is correct, the JSON carries every key."""
+"""benchmarks/serve_load.py --quick: runs, every 200 is correct, the JSON carries every key.
+
+--quick starts each server kind once (not the settings-only variants threads1 and resnet18_spin)
+and skips the repeat measurements at other concurrencies; the full mode runs them all.
+"""
 
 import time
 
