@@ -56,7 +56,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = {"ckpt_path": str(cfg.ckpt_path), "split": split, **tta, split: metrics}
-    results[f"per_class_{split}"] = module.per_class_results(split)
+    results[f"per_class_{split}"] = module.per_class_results(split, trainer.callback_metrics)
     if cfg.get("prediction_mosaic", True):
         write_split_mosaic(module, datamodule, split, out / f"predictions_{split}.png")
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")

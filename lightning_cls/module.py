@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytorch_lightning as pl
@@ -226,12 +226,26 @@ class ClassificationModule(pl.LightningModule):
             getattr(self, f"{stage}_confusion").reset()
 
     def on_validation_epoch_end(self) -> None:
-        if self.multilabel:
-            self._log_multilabel("val")
+        self._end_eval_epoch("val")
 
     def on_test_epoch_end(self) -> None:
+        self._end_eval_epoch("test")
+
+    def _end_eval_epoch(self, stage: str) -> None:
         if self.multilabel:
-            self._log_multilabel("test")
+            self._log_multilabel(stage)
+        # What per_class_results reads, as tensors in callback_metrics: Lightning hands those
+        # back from spawned processes (trainer=ddp_sim), where this module's own metric states
+        # stay behind. Non-scalar, so no logger or results.json picks them up.
+        if self._trainer is not None:
+            for key, value in self._epoch_tensors(stage).items():
+                self.trainer.callback_metrics[f"{stage}/_{key}"] = value.cpu()
+
+    def _epoch_tensors(self, stage: str) -> dict[str, torch.Tensor]:
+        if self.multilabel:
+            probs, targets = self.outputs[stage].compute()  # every rank: the gathered epoch
+            return {"probs": probs, "targets": targets} if len(probs) else {}
+        return {"confusion": getattr(self, f"{stage}_confusion").compute()}
 
     def _log_multilabel(self, stage: str) -> None:
         """mAP, AUROC and F1 of the epoch; on val, first choose the threshold (auto mode)."""
@@ -253,16 +267,26 @@ class ClassificationModule(pl.LightningModule):
         if self.multilabel and saved is not None:
             self.hparams.threshold = float(saved)
 
-    def per_class_results(self, stage: str) -> dict[str, dict]:
+    def per_class_results(self, stage: str, metrics: Mapping | None = None) -> dict[str, dict]:
         """Per class of the last ``stage`` ("val"/"test") epoch: precision, recall and support
-        (multi-class) or average precision, AUROC, F1 and positives (multi-label)."""
+        (multi-class) or average precision, AUROC, F1 and positives (multi-label). Pass the
+        trainer's ``callback_metrics``: they hold the epoch's tensors also after a spawned DDP
+        run (``trainer=ddp_sim``), whose processes counted in their own copies of this module."""
+        metrics = metrics if metrics is not None else {}
+        names = ("probs", "targets") if self.multilabel else ("confusion",)
+        keys = [f"{stage}/_{name}" for name in names]
+        if all(k in metrics for k in keys):
+            tensors = dict(zip(names, (metrics[k] for k in keys)))
+        else:
+            tensors = self._epoch_tensors(stage)
         if self.multilabel:
-            probs, targets = self.outputs[stage].compute()
-            if not len(probs):
+            if not tensors:
                 return {}
-            return per_label_report(probs, targets, self.hparams.threshold, list(self.classes))
-        matrix = getattr(self, f"{stage}_confusion").compute().cpu()
-        return per_class_metrics(matrix, self.classes)
+            threshold = self.hparams.threshold
+            return per_label_report(
+                tensors["probs"], tensors["targets"], threshold, list(self.classes)
+            )
+        return per_class_metrics(tensors["confusion"].cpu(), self.classes)
 
     def _logits(self, x: torch.Tensor, tta: bool) -> torch.Tensor:
         if not tta:

@@ -151,9 +151,12 @@ def train(cfg: DictConfig) -> dict:
         # The best checkpoint of this fit; without a fit (train=false), the given checkpoint.
         results = trainer.test(module, datamodule=datamodule, ckpt_path=best or ckpt_path)
         test_metrics = to_floats(results[0]) if results else {}
+        if getattr(module, "multilabel", False) and "test/threshold" in test_metrics:
+            # The tested checkpoint's threshold (a spawned DDP test changed only its copy's).
+            module.hparams.threshold = test_metrics["test/threshold"]
         # Per-class precision/recall (multi-label: AP, AUROC, F1) of the test run (every rank
         # computes: the metrics sync).
-        per_class = module.per_class_results("test")
+        per_class = module.per_class_results("test", trainer.callback_metrics)
 
     output_dir = Path(cfg.paths.output_dir)
     objective = (

@@ -70,7 +70,10 @@ COMMON_VALUES = {
 
 # Common keys a data config rejects in one line (with their defaults): streamed splits are
 # as written, and chunks stream in order.
-UNSUPPORTED = {"streaming": {"folds": None, "balanced_sampler": False}}
+UNSUPPORTED = {
+    "streaming": {"folds": None, "balanced_sampler": False},
+    "multilabel": {"folds": None, "balanced_sampler": False},
+}
 
 
 def _overrides(values: dict) -> list[str]:

@@ -39,6 +39,9 @@ def test_two_process_test_metrics_equal_one_process(checkpoint, tmp_path):
     assert 0.2 < acc < 1.0  # not 0% or 100%: a padded duplicate would move it
     assert two["test"]["test/acc"] == acc  # to the last digit
     assert two["test"]["test/loss"] == pytest.approx(one["test"]["test/loss"], rel=1e-6)
+    # Per-class counts come back from the spawned processes (they were all zero before).
+    assert sum(c["support"] for c in two["per_class_test"].values()) == 359
+    assert two["per_class_test"] == one["per_class_test"]
 
 
 @pytest.mark.slow

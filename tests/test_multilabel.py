@@ -270,7 +270,7 @@ def test_a_label_unknown_to_train_is_named_with_its_row(tmp_path):
 def test_missing_index_says_what_to_write(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"has no train.csv or train.json; write one row"):
         _ = MultiLabelDataModule(str(tmp_path)).classes
-    with pytest.raises(ValueError, match=r"data.folds stratifies .* set data.folds=null"):
+    with pytest.raises(ValueError, match=r"data.folds=5 is not supported with data=multilabel.* set data.folds=null"):
         MultiLabelDataModule(str(tmp_path), folds=5)
 
 

@@ -115,11 +115,12 @@ class MultiLabelDataModule(ImageFolderDataModule):
         label of the train index, sorted); an index label outside them is an error. Other
         keyword arguments are ``ImageFolderDataModule``'s (image_size, decode_size, cache,
         on_corrupt, val_size, test_size, ...) and ``ImageDataModule``'s."""
-        for key in ("folds", "balanced_sampler"):
+        for key, off in (("folds", "null"), ("balanced_sampler", "false")):
             if kwargs.get(key):
                 raise ValueError(
-                    f"data.{key} stratifies or samples by one class per image; data=multilabel "
-                    f"has several, so set data.{key}={'null' if key == 'folds' else 'false'}."
+                    f"data.{key}={kwargs[key]} is not supported with data=multilabel: it "
+                    f"stratifies or samples by one class per image, and these images have "
+                    f"several; set data.{key}={off}."
                 )
         super().__init__(root, **kwargs)
         if classes is not None:
