@@ -270,7 +270,10 @@ def test_a_label_unknown_to_train_is_named_with_its_row(tmp_path):
 def test_missing_index_says_what_to_write(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"has no train.csv or train.json; write one row"):
         _ = MultiLabelDataModule(str(tmp_path)).classes
-    with pytest.raises(ValueError, match=r"data.folds=5 is not supported with data=multilabel.* set data.folds=null"):
+    with pytest.raises(
+        ValueError,
+        match=r"data.folds=5 is not supported with data=multilabel.* set data.folds=null",
+    ):
         MultiLabelDataModule(str(tmp_path), folds=5)
 
 
@@ -363,3 +366,22 @@ def test_streaming_chunks_keep_multi_hot_labels(squares, tmp_path):
     _, y = next(iter(streamed.test_dataloader()))
     assert y.shape == (8, 4) and y.dtype == torch.float32
     streamed.teardown()
+
+
+def test_int8_export_gates_a_multilabel_model_on_val_map(run, squares, tmp_path):
+    from lightning_cls.export.__main__ import export
+
+    cfg = compose(
+        "export",
+        [f"ckpt_path={run['best_ckpt']}", "export=int8", "data=multilabel", f"data.root={squares}"],
+        tmp=tmp_path,
+    )
+    result = export(cfg)
+    report = next(r for r in result.reports if r.method == "onnx_static_int8")
+    assert report.metric == "mAP" and report.accepted
+    assert report.acc_before == pytest.approx(run["best_val_acc"], abs=1e-4)  # the best val mAP
+    int8 = load_artifact(result.paths["onnx_int8"])
+    assert (int8.spec.task, int8.spec.threshold) == (
+        "multilabel",
+        load_artifact(run["best_ckpt"]).spec.threshold,
+    )

@@ -163,7 +163,7 @@ class QuantizationReport:
     method: str
     fp32_path: str
     int8_path: str
-    acc_before: float  # top-1 on the validation split, 0..1
+    acc_before: float  # top-1 (multi-label: mAP) on the validation split, 0..1
     acc_after: float
     size_before: int  # bytes
     size_after: int
@@ -171,6 +171,7 @@ class QuantizationReport:
     latency_after_ms: float | None
     accepted: bool = True  # False: failed the accuracy gate, no file at int8_path
     error: str = ""  # why it was rejected
+    metric: str = "accuracy"  # what acc_before/acc_after measure, or "mAP" (multi-label)
 
     @property
     def drop_points(self) -> float:
@@ -181,7 +182,8 @@ class QuantizationReport:
 
     def summary(self) -> str:
         text = (
-            f"{self.method}: val acc {100 * self.acc_before:.2f}% -> {100 * self.acc_after:.2f}% "
+            f"{self.method}: val {self.metric} {100 * self.acc_before:.2f}% -> "
+            f"{100 * self.acc_after:.2f}% "
             f"(drop {self.drop_points:.2f} points); size {self.size_before / 1e6:.2f} MB -> "
             f"{self.size_after / 1e6:.2f} MB"
         )
@@ -241,6 +243,7 @@ def compare(
         size_after=artifact_size(after.path),
         latency_before_ms=median_latency_ms(before, runs=latency_runs) if timed else None,
         latency_after_ms=median_latency_ms(after, runs=latency_runs) if timed else None,
+        metric=before.score_name,
     )
     log.info("%s", report.summary())
     return report
@@ -252,7 +255,8 @@ def drop_message(report: QuantizationReport, max_drop_points: float) -> str | No
     if report.drop_points <= max_drop_points:
         return None
     return (
-        f"{report.method} lost {report.drop_points:.2f} accuracy points on the validation split "
+        f"{report.method} lost {report.drop_points:.2f} {report.metric} points on the validation "
+        "split "
         f"({100 * report.acc_before:.2f}% -> {100 * report.acc_after:.2f}%), more than the allowed "
         f"{max_drop_points:g}."
     )

@@ -133,6 +133,11 @@ class Predictor:
         ]
         return torch.cat(outs) if outs else torch.empty(0, self.spec.num_classes)
 
+    @property
+    def score_name(self) -> str:
+        """What ``accuracy`` measures: "accuracy" (top-1), or "mAP" for a multi-label model."""
+        return "mAP" if self.spec.multilabel else "accuracy"
+
     def accuracy(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 256) -> float:
         """The model's score (0..1) on uint8 images (N, C, H, W): top-1 accuracy with int
         labels (N,); for a multi-label model, mAP (macro average precision) with multi-hot
