@@ -21,7 +21,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
-from lightning_cls.callbacks.prediction_mosaic import write_files_mosaic
 from lightning_cls.cli import run_cli
 from lightning_cls.inference import find_images, load_artifact, predict_files, write_predictions_csv
 
@@ -48,6 +47,9 @@ def predict(cfg: DictConfig) -> list[dict]:
     rows, failures = predict_files(predictor, files, cfg.batch_size, cfg.top_k)
     write_predictions_csv(cfg.output, rows, failures, cfg.top_k, predictor.spec)
     if cfg.get("mosaic"):  # opt-in picture of the predictions
+        # Imported here: the callbacks package loads Lightning, which predict needs only for this.
+        from lightning_cls.callbacks.prediction_mosaic import write_files_mosaic
+
         write_files_mosaic(rows, predictor.spec.classes, cfg.mosaic)
     log.info("Wrote %d predictions to %s", len(rows), cfg.output)
     for path, reason in failures:

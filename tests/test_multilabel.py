@@ -385,3 +385,13 @@ def test_int8_export_gates_a_multilabel_model_on_val_map(run, squares, tmp_path)
         "multilabel",
         load_artifact(run["best_ckpt"]).spec.threshold,
     )
+
+
+def test_per_label_plot_and_curves_draw_the_multilabel_metrics(run, tmp_path):
+    from lightning_cls.callbacks.plots import plot_curves, plot_per_label
+
+    plot_per_label(run["per_class_test"], tmp_path / "per_label_scores.png")
+    history = [{"epoch": 0, "val/map": 0.8, "val/f1_micro": 0.6, "val/loss": 0.5}]
+    plot_curves(history, tmp_path / "curves.png")
+    assert (tmp_path / "per_label_scores.png").stat().st_size > 5_000
+    assert (tmp_path / "curves.png").stat().st_size > 5_000

@@ -1,5 +1,6 @@
 """``TrainingPlots``: ``curves.png`` at the end of fit, ``confusion_matrix.png`` and a per-class
-accuracy table and ``per_class_accuracy.png`` (bars) after testing, all in the run directory.
+accuracy table and ``per_class_accuracy.png`` (bars) after testing, all in the run directory
+(a multi-label run: mAP/F1 curves and ``per_label_scores.png``, average precision per label).
 
 The epoch history is kept by the callback itself (so it does not depend on which logger is
 configured) and travels in checkpoints, so a resumed run draws the whole curve. The confusion
@@ -18,7 +19,11 @@ import torch
 
 log = logging.getLogger(__name__)
 
-CURVES = {"loss": ("train/loss_epoch", "val/loss"), "accuracy": ("train/acc", "val/acc")}
+# Panel -> metrics; a metric the run does not log (val/map of a multi-class run) is not drawn.
+CURVES = {
+    "loss": ("train/loss_epoch", "val/loss"),
+    "accuracy": ("train/acc", "val/acc", "val/map", "val/f1_micro"),
+}
 # Logged by the module's own on_train_epoch_end, which Lightning calls after the callbacks'.
 LATE = ("train/acc",)
 
@@ -33,10 +38,12 @@ def plot_curves(history: list[dict[str, float]], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     epochs = [row["epoch"] for row in history]
     for ax, (title, keys) in zip(axes, CURVES.items()):
-        for key in keys:
+        for key in (k for k in keys if any(k in row for row in history)):
             values = [row.get(key, float("nan")) for row in history]
             ax.plot(epochs, values, marker="o", label=key.replace("_epoch", ""))
-        ax.set(title=title, xlabel="epoch")
+        multilabel = any("val/map" in row for row in history)
+        ax.set(title="mAP and micro-F1" if multilabel and title == "accuracy" else title)
+        ax.set(xlabel="epoch")
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
@@ -89,6 +96,29 @@ def plot_per_class_accuracy(matrix: torch.Tensor, classes: list[str], path: Path
     fig, ax = plt.subplots(figsize=(6, 1.5 + 0.3 * min(len(classes), 60)))
     total = matrix.diag().sum().item() / max(1, matrix.sum().item())
     draw_class_bars(ax, matrix, classes, f"per-class accuracy (test, overall {total:.1%})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_per_label(per_label: dict[str, dict], path: Path) -> None:
+    """Multi-label test scores: average precision per label (and its positive count)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lightning_cls.callbacks.prediction_mosaic import draw_bars
+
+    names = list(per_label)
+    ap = [per_label[n]["average_precision"] for n in names]
+    ap = [float("nan") if v is None else v for v in ap]
+    positives = torch.tensor([per_label[n]["positives"] for n in names])
+    fig, ax = plt.subplots(figsize=(6, 1.5 + 0.3 * min(len(names), 60)))
+    defined = [v for v in ap if v == v]
+    mean = sum(defined) / len(defined) if defined else float("nan")
+    title = f"average precision per label (test, mAP {mean:.3f})"
+    draw_bars(ax, ap, positives, names, title, xlabel="average precision")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -148,6 +178,11 @@ class TrainingPlots(pl.Callback):
             log.info("Saved %s", path)
 
     def on_test_epoch_end(self, trainer, pl_module) -> None:
+        self.per_label = None
+        if getattr(pl_module, "multilabel", False):  # no confusion matrix: per-label scores
+            self.matrix = None
+            self.per_label = pl_module.per_class_results("test")  # every rank: it syncs
+            return
         metric = getattr(pl_module, "test_confusion", None)
         if metric is None:
             log.info(
@@ -158,7 +193,13 @@ class TrainingPlots(pl.Callback):
         self.matrix = metric.compute().cpu()  # (K, K); every rank calls it: it syncs
 
     def on_test_end(self, trainer, pl_module) -> None:
-        if self.matrix is None or not trainer.is_global_zero:
+        if not trainer.is_global_zero:
+            return
+        if getattr(self, "per_label", None):
+            path = self._dir(trainer) / "per_label_scores.png"
+            plot_per_label(self.per_label, path)
+            log.info("Saved %s", path)
+        if self.matrix is None:
             return
         k = self.matrix.shape[0]
         classes = list(getattr(pl_module, "classes", None) or [str(i) for i in range(k)])

@@ -46,17 +46,30 @@ def most_confused(
 def draw_class_bars(ax, matrix: torch.Tensor, classes: Sequence[str], title: str) -> None:
     """Horizontal bars of per-class accuracy (recall), support in the labels."""
     support = matrix.sum(1)
-    accuracy = (matrix.diag().double() / support.clamp(min=1)).tolist()
+    draw_bars(ax, (matrix.diag().double() / support.clamp(min=1)).tolist(), support, classes, title)
+
+
+def draw_bars(
+    ax,
+    values: Sequence[float],
+    support: torch.Tensor,
+    classes: Sequence[str],
+    title: str,
+    xlabel: str = "accuracy",
+) -> None:
+    """One horizontal bar per class (a value in 0..1, NaN drawn as none), support in the
+    labels, values under 0.5 in red."""
+    values = [0.0 if v != v else v for v in values]
     labels = [f"{c} (n={int(n)})" for c, n in zip(classes, support.tolist())]
-    colors = ["tab:red" if a < 0.5 else "tab:blue" for a in accuracy]
-    ax.barh(range(len(classes)), accuracy, color=colors)
+    colors = ["tab:red" if a < 0.5 else "tab:blue" for a in values]
+    ax.barh(range(len(classes)), values, color=colors)
     if len(classes) <= 30:  # the value beside each bar (a 0% bar has no width to see)
-        for i, (a, n) in enumerate(zip(accuracy, support.tolist())):
+        for i, (a, n) in enumerate(zip(values, support.tolist())):
             ax.text(min(a, 0.85) + 0.01, i, f"{a:.0%}" if n else "-", va="center", fontsize=7)
     ax.set_yticks(range(len(classes)), labels, fontsize=8 if len(classes) <= 20 else 5)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
-    ax.set(xlabel="accuracy", title=title)
+    ax.set(xlabel=xlabel, title=title)
     ax.grid(axis="x", alpha=0.3)
 
 
@@ -146,11 +159,11 @@ def draw_mosaic(
 
 
 def _multilabel_panels(bars, true: torch.Tensor, pred: torch.Tensor, classes: Sequence[str]):
-    """Per-label recall bars (as a (K, K) diagonal matrix of found / present for
-    ``draw_class_bars``); returns the heading and lines of the missed/false-label counts."""
+    """Per-label recall bars (found / present); returns the heading and lines of the
+    missed/false-label counts."""
     found, present = (true & pred).sum(0), true.sum(0)
-    matrix = torch.diag(found) + torch.diag(present - found).roll(1, dims=1)  # rows sum to present
-    draw_class_bars(bars, matrix, classes, "per-label recall")
+    recall = (found.double() / present.clamp(min=1)).tolist()
+    draw_bars(bars, recall, present, classes, "per-label recall", xlabel="recall")
     missed = (true & ~pred).sum(0).tolist()
     false = (~true & pred).sum(0).tolist()
     worst = sorted(range(len(classes)), key=lambda i: -(missed[i] + false[i]))[:5]
