@@ -148,3 +148,39 @@ def test_two_ranks_draw_the_shards_of_one_class_balanced_order(tmp_path):
     total = drawn_counts.sum()
     expected, sigma = total / 10, (total * 0.1 * 0.9) ** 0.5
     assert ((drawn_counts - expected).abs() < 4 * sigma).all(), drawn_counts  # ~10% each
+
+
+@pytest.mark.slow
+def test_multilabel_scores_gathered_over_two_processes_equal_one_process(tmp_path):
+    # The epoch's sigmoid outputs are gathered from both ranks (torchmetrics "cat"): mAP,
+    # F1 and the per-label counts must equal a one-process evaluation of the same checkpoint.
+    from lightning_cls.data.multilabel import write_color_squares
+    from lightning_cls.eval import evaluate
+
+    root = write_color_squares(tmp_path / "squares", {"train": 64, "val": 31, "test": 33})
+    data = ["data=multilabel", f"data.root={root}", "data.batch_size=8"]
+    two = train(
+        compose(
+            overrides=[
+                *QUIET,
+                "task=multilabel",
+                *data,
+                "trainer=ddp_sim",
+                "trainer.max_epochs=1",
+                "prediction_mosaic=false",
+            ],
+            tmp=tmp_path / "two",
+        )
+    )
+    one = evaluate(
+        compose(
+            "eval",
+            [*QUIET_TRAINER[:4], *data, f"ckpt_path={two['best_ckpt']}", "prediction_mosaic=false"],
+            tmp=tmp_path / "one",
+        )
+    )
+    for key in ("test/map", "test/f1_micro", "test/threshold"):
+        assert two["test"][key] == pytest.approx(one[key], abs=1e-6), key
+    results = json.loads((tmp_path / "one" / "run" / "results.json").read_text())
+    assert two["per_class_test"] == results["per_class_test"]
+    assert sum(v["positives"] for v in two["per_class_test"].values()) > 0

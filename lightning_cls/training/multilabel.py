@@ -88,6 +88,7 @@ class EpochOutputs(Metric):
         self.targets.append(targets.detach().to(torch.uint8))
 
     def compute(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.probs:
+        # A list of batches on one process; one tensor after torchmetrics' DDP sync ("cat").
+        if isinstance(self.probs, list) and not self.probs:
             return torch.empty(0, 0), torch.empty(0, 0)
         return dim_zero_cat(self.probs), dim_zero_cat(self.targets)
