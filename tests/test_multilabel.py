@@ -257,6 +257,13 @@ def test_bad_index_rows_are_named(tmp_path, rows, error, match):
         dm.setup()
 
 
+def test_a_wrong_label_count_is_named(tmp_path):
+    root = write_color_squares(tmp_path, {"train": 8}, image_size=8)
+    dm = MultiLabelDataModule(str(root), num_classes=3, image_size=8, cache=False)
+    with pytest.raises(ValueError, match=r"data.num_classes=3 but .*train.csv has 4 labels; set"):
+        dm.setup()
+
+
 def test_a_label_unknown_to_train_is_named_with_its_row(tmp_path):
     root = _tiny(tmp_path, ["images/train_0000.png,red", "images/train_0001.png,blue"])
     (root / "test.csv").write_text("images/train_0002.png,red;purple\n")

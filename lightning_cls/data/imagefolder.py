@@ -75,6 +75,8 @@ def scan_split(split_dir: Path) -> tuple[list[str], list[Path], list[int]]:
 
 @register_dataset("imagefolder")
 class ImageFolderDataModule(ImageDataModule):
+    class_source = "class folders"  # what train_dir holds the classes as (error messages)
+
     def __init__(
         self,
         root: str,
@@ -162,8 +164,8 @@ class ImageFolderDataModule(ImageDataModule):
         expected = self.expected.get("num_classes")
         if expected is not None and expected != self.num_classes:
             raise ValueError(
-                f"data.num_classes={expected} but {self.train_dir} has {self.num_classes} class "
-                f"folders; set data.num_classes={self.num_classes}."
+                f"data.num_classes={expected} but {self.train_dir} has {self.num_classes} "
+                f"{self.class_source}; set data.num_classes={self.num_classes}."
             )
         super()._check_config()
 

@@ -108,6 +108,7 @@ def _read_json(path: Path) -> list[tuple[str, list[str], str]]:
 @register_dataset("multilabel")
 class MultiLabelDataModule(ImageFolderDataModule):
     task = "multilabel"
+    class_source = "labels"
 
     def __init__(self, root: str, classes: Sequence[str] | None = None, **kwargs):
         """``root`` holds ``train.csv`` or ``train.json`` (+ optional val/test indexes) and the
@@ -160,14 +161,6 @@ class MultiLabelDataModule(ImageFolderDataModule):
                     f"{self.index_path('train')} lists no labels at all; write {INDEX_HELP}."
                 )
         return self._classes
-
-    def _check_config(self) -> None:
-        expected = self.expected.get("num_classes")
-        if expected is not None and expected != self.num_classes:
-            raise ValueError(
-                f"data.num_classes={expected} but {self.index_path('train')} has "
-                f"{self.num_classes} labels; set data.num_classes={self.num_classes}."
-            )
 
     def prepare_data(self) -> None:
         if self.cache:
