@@ -28,7 +28,7 @@ from lightning_cls.train import train
 # The learnable task of write_color_squares: a square of each present colour on noise.
 # Five epochs of SimpleCNN reach a test mAP above this (0.97-0.99 measured); chance is ~0.4.
 STATED_TEST_MAP = 0.9
-QUIET = [*QUIET_TRAINER, "~callbacks.plots", "~callbacks.model_weights", "logger=csv"]
+QUIET = [*QUIET_TRAINER, "~callbacks.plots", "logger=csv"]
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,8 @@ def test_the_threshold_is_chosen_on_val_and_travels_with_the_best_checkpoint(run
     assert run["test"]["test/threshold"] == pytest.approx(hparams["threshold"])
     predictor = load_artifact(run["best_ckpt"])
     assert predictor.spec.multilabel and predictor.spec.threshold == hparams["threshold"]
+    weights = load_artifact(Path(run["best_ckpt"]).with_name("model_weights.pt"))
+    assert (weights.spec.task, weights.spec.threshold) == ("multilabel", hparams["threshold"])
 
 
 def test_onnx_export_carries_the_task_and_threshold_and_matches_the_checkpoint(run, squares):

@@ -32,16 +32,20 @@ class SaveModelWeights(pl.Callback):
         if best and Path(best).is_file():
             ckpt = torch.load(best, map_location="cpu", weights_only=True)
             state = network_state_dict(ckpt["state_dict"], self.attribute)
+            # The best epoch's hyperparameters: what was chosen with those weights (a
+            # multi-label threshold), not the last epoch's.
+            hparams = ckpt.get("hyper_parameters") or dict(pl_module.hparams)
             folder = Path(best).parent
         else:
             net = getattr(pl_module, self.attribute)
             state = {k: v.detach().cpu() for k, v in net.state_dict().items()}
+            hparams = dict(pl_module.hparams)
             folder = Path(trainer.default_root_dir)
         self.path = folder / self.filename
         if trainer.is_global_zero:
             with atomic_path(self.path) as tmp:
                 torch.save(state, tmp)
-            meta = json.dumps(_plain(dict(pl_module.hparams)), indent=2, sort_keys=True)
+            meta = json.dumps(_plain(dict(hparams)), indent=2, sort_keys=True)
             with atomic_path(self.path.with_suffix(".json")) as tmp:
                 tmp.write_text(meta + "\n")
             log.info("Saved the network weights (%s) to %s", "best" if best else "final", self.path)
