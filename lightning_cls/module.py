@@ -85,6 +85,11 @@ class ClassificationModule(pl.LightningModule):
             _check_multilabel_options(
                 label_smoothing, class_weights, mixup_alpha or cutmix_alpha, threshold
             )
+        elif pos_weight is not None or threshold is not None:
+            raise ValueError(
+                "loss.pos_weight and task.threshold apply to multi-label models; set "
+                "task=multilabel (a multi-label dataset) or leave them null."
+            )
         if not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(
                 f"label_smoothing={label_smoothing!r} is not a probability; set label_smoothing "
@@ -117,14 +122,16 @@ class ClassificationModule(pl.LightningModule):
         if self.multilabel:
             self.choose_threshold = threshold is None
             self.hparams.threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
-            weights = None if isinstance(pos_weight, str) else pos_weight
+            weights = None if pos_weight == "auto" else pos_weight  # "auto": in setup()
             self.criterion = MultiLabelLoss(resolve_pos_weight(weights, None, self.num_classes))
             # Each val/test epoch's sigmoid outputs and targets (gathered over ranks).
-            self.outputs = nn.ModuleDict({stage: EpochOutputs() for stage in ("val", "test")})
+            self.outputs = nn.ModuleDict(
+                {stage: EpochOutputs(self.num_classes) for stage in ("val", "test")}
+            )
             self.mixer = None
             return
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
-        if class_weights is not None and not isinstance(class_weights, str):
+        if class_weights is not None and class_weights != "auto":  # "auto": in setup()
             self._weigh_loss(resolve_class_weights(class_weights, None, self.num_classes))
         self.metrics = nn.ModuleDict(
             {f"{stage}_metrics": _accuracy_metrics(self.num_classes, stage) for stage in STAGES}
@@ -262,10 +269,11 @@ class ClassificationModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """A multi-label checkpoint's threshold is the one chosen with its weights: ``test``
-        on the best checkpoint uses its own, not the last validation's."""
+        on the best checkpoint uses its own, not the last validation's (unless the user fixed
+        one: ``threshold`` given)."""
         saved = (checkpoint.get("hyper_parameters") or {}).get("threshold")
-        if self.multilabel and saved is not None:
-            self.hparams.threshold = float(saved)
+        if self.multilabel and self.choose_threshold and saved is not None:
+            self.hparams.threshold = float(saved)  # a threshold the user fixed stays fixed
 
     def per_class_results(self, stage: str, metrics: Mapping | None = None) -> dict[str, dict]:
         """Per class of the last ``stage`` ("val"/"test") epoch: precision, recall and support

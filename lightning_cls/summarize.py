@@ -28,7 +28,7 @@ from lightning_cls.cli import run_cli
 
 log = logging.getLogger(__name__)
 _HIDDEN = ("optuna.",)  # overrides every trial job gets; not parameters of the search
-_METRICS = ("val/acc", "val/loss", "test/acc", "test/loss")
+_METRICS = ("val/acc", "val/map", "val/loss", "test/acc", "test/map", "test/loss")
 FOLD = "data.fold"
 
 

@@ -153,7 +153,7 @@ def train(cfg: DictConfig) -> dict:
         test_metrics = to_floats(results[0]) if results else {}
         if getattr(module, "multilabel", False) and "test/threshold" in test_metrics:
             # The tested checkpoint's threshold (a spawned DDP test changed only its copy's).
-            module.hparams.threshold = test_metrics["test/threshold"]
+            module.hparams.threshold = round(test_metrics["test/threshold"], 6)  # float32 log
         # Per-class precision/recall (multi-label: AP, AUROC, F1) of the test run (every rank
         # computes: the metrics sync).
         per_class = module.per_class_results("test", trainer.callback_metrics)

@@ -115,7 +115,8 @@ def test_predict_lists_every_label_above_the_threshold(run, squares, tmp_path):
     assert table[0]["labels"] == ";".join(rows[0]["labels"])
     assert table[-1]["error"] == "not an image"
     # the CSV is itself a multi-label index: what predict wrote, the DataModule reads
-    assert [labels for _, labels, _ in read_index(out)][:12] == [r["labels"] for r in rows]
+    index = read_index(out)  # the unreadable file's row is skipped
+    assert [labels for _, labels, _ in index] == [r["labels"] for r in rows]
     # and half or more are exactly the true label sets (chance: ~1 in 16 per image)
     truth = {f: labels for f, labels, _ in read_index(squares / "test.csv")}
     right = sum(set(r["labels"]) == set(truth[f"images/{Path(r['file']).name}"]) for r in rows)
@@ -404,3 +405,106 @@ def test_per_label_plot_and_curves_draw_the_multilabel_metrics(run, tmp_path):
     plot_curves(history, tmp_path / "curves.png")
     assert (tmp_path / "per_label_scores.png").stat().st_size > 5_000
     assert (tmp_path / "curves.png").stat().st_size > 5_000
+
+
+def test_a_fixed_threshold_is_kept_over_the_checkpoints_and_auto_takes_the_checkpoints():
+    options = dict(
+        model_name="mlp",
+        model_kwargs={"num_classes": 2, "in_channels": 1, "image_size": 4},
+        task="multilabel",
+        classes=["a", "b"],
+    )
+    saved = {"hyper_parameters": {"threshold": 0.45}}
+    fixed = ClassificationModule(threshold=0.3, **options)
+    fixed.on_load_checkpoint(saved)
+    auto = ClassificationModule(**options)
+    auto.on_load_checkpoint(saved)
+    assert (fixed.hparams.threshold, auto.hparams.threshold) == (0.3, 0.45)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"task": "multilabel", "pos_weight": "Auto"}, r"loss.pos_weight='Auto' is not known"),
+        ({"threshold": 0.3}, r"task.threshold apply to multi-label models; set task=multilabel"),
+        ({"pos_weight": [1.0, 2.0]}, r"loss.pos_weight and task.threshold apply to multi-label"),
+        ({"task": "multi"}, r"task='multi' is not known; use task=multiclass or task=multilabel"),
+    ],
+)
+def test_misspelt_or_misplaced_multilabel_options_are_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ClassificationModule(
+            model_name="mlp",
+            model_kwargs={"num_classes": 2, "in_channels": 1, "image_size": 4},
+            classes=["a", "b"],
+            **kwargs,
+        )
+
+
+def test_an_excel_csv_with_a_byte_order_mark_reads_like_any_other(tmp_path):
+    root = write_color_squares(tmp_path, {"train": 5}, image_size=8)
+    plain = read_index(root / "train.csv")
+    (root / "train.csv").write_bytes(b"\xef\xbb\xbf" + (root / "train.csv").read_bytes())
+    assert [(f, labels) for f, labels, _ in read_index(root / "train.csv")] == [
+        (f, labels) for f, labels, _ in plain
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("[1, 2", r"is not valid JSON"),
+        ('"a.png"', r"holds a str; write a list of"),
+        ('[{"labels": ["red"]}]', r"\[0\] is .*each entry needs \"file\""),
+        ('[{"file": "a.png", "labels": [1]}]', r"\[0\]: \"labels\" must be a list of label names"),
+    ],
+)
+def test_bad_json_indexes_are_named(tmp_path, text, match):
+    (tmp_path / "train.json").write_text(text)
+    with pytest.raises(ValueError, match=match):
+        read_index(tmp_path / "train.json")
+
+
+def test_two_indexes_for_one_split_are_refused(tmp_path):
+    root = write_color_squares(tmp_path, {"train": 3}, image_size=8)
+    (root / "train.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"has both train.csv and train.json; keep one"):
+        _ = MultiLabelDataModule(str(root)).classes
+
+
+def test_macro_f1_leaves_out_a_label_neither_true_nor_predicted():
+    probs = torch.tensor([[0.9, 0.1], [0.2, 0.1]])
+    targets = torch.tensor([[1, 0], [0, 0]])
+    micro, macro, per_label = f1_at(probs, targets, 0.5)
+    assert per_label[1].isnan() and macro == micro == 1.0
+
+
+def _gather_with_an_empty_rank(rank: int, port: int, out: str) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    from lightning_cls.training.multilabel import EpochOutputs
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    outputs = EpochOutputs(4)
+    if rank == 0:  # rank 1's shard of a 3-image split is empty
+        outputs.update(torch.rand(3, 4), torch.ones(3, 4))
+    probs, targets = outputs.compute()
+    torch.save((probs.shape, targets.shape, targets.dtype), f"{out}/{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_a_rank_without_samples_joins_the_gather(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:  # a free port for the process group
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    mp.spawn(_gather_with_an_empty_rank, args=(port, str(tmp_path)), nprocs=2)
+    for rank in (0, 1):  # before: torchmetrics' empty placeholder aborted the gather (SIGABRT)
+        shapes = torch.load(tmp_path / f"{rank}.pt", weights_only=False)
+        assert shapes == (torch.Size([3, 4]), torch.Size([3, 4]), torch.uint8)

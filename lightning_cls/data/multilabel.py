@@ -53,13 +53,18 @@ def read_index(path: Path) -> list[tuple[str, list[str], str]]:
         return _read_json(path)
     rows = []
     width = 2  # fields per row; a header "file,labels[,more...]" allows more (ignored)
-    with path.open(newline="", encoding="utf-8") as fh:
+    error = None  # predict's CSV: the column saying a file could not be read (row skipped)
+    with path.open(newline="", encoding="utf-8-sig") as fh:  # -sig: Excel's "CSV UTF-8" BOM
         for line, row in enumerate(csv.reader(fh), start=1):
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
             if line == 1 and [c.strip().lower() for c in row[:2]] == ["file", "labels"]:
                 width = len(row)  # e.g. predict's CSV: file,labels,prob_<label>...,error
+                names = [c.strip().lower() for c in row]
+                error = names.index("error") if "error" in names else None
                 continue
+            if error is not None and len(row) > error and row[error].strip():
+                continue  # a file predict could not read: no labels to learn from
             if len(row) > width:
                 raise ValueError(
                     f"{path}:{line} has {len(row)} fields {row}; write {INDEX_HELP}, or quote a "
@@ -76,7 +81,7 @@ def _split_labels(text: str) -> list[str]:
 
 def _read_json(path: Path) -> list[tuple[str, list[str], str]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not valid JSON ({err}).") from None
     entries = (
@@ -127,7 +132,10 @@ class MultiLabelDataModule(ImageFolderDataModule):
         if classes is not None:
             classes = [str(c) for c in classes]
             if len(set(classes)) != len(classes) or not classes:
-                raise ValueError(f"data.classes={classes} must be distinct label names.")
+                raise ValueError(
+                    f"data.classes={classes} must be a non-empty list of distinct label names; "
+                    "fix the list, or set data.classes=null to take the train index's labels."
+                )
         self._classes, self._classes_given = classes, classes is not None
 
     def index_path(self, split: str) -> Path | None:

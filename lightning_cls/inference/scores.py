@@ -66,17 +66,19 @@ def f1_at(
     probs: torch.Tensor, targets: torch.Tensor, threshold: float
 ) -> tuple[float, float, torch.Tensor]:
     """(micro-F1, macro-F1, per-label F1 (K,)) of predicting every label with probability
-    >= ``threshold``. A label never true nor predicted scores F1 = 1 (nothing to get wrong)."""
+    >= ``threshold``. A label never true nor predicted has no F1 (NaN) and is left out of the
+    macro mean, as a label without positives is left out of mAP."""
     probs, targets = _checked(probs, targets)
     predicted = probs >= threshold
     truth = targets.bool()
     tp = (predicted & truth).sum(0).float()
     fp = (predicted & ~truth).sum(0).float()
     fn = (~predicted & truth).sum(0).float()
-    per_label = torch.where(tp + fp + fn > 0, 2 * tp / (2 * tp + fp + fn), torch.ones_like(tp))
+    seen = tp + fp + fn > 0
+    per_label = torch.where(seen, 2 * tp / (2 * tp + fp + fn).clamp(min=1), torch.nan)
     denom = 2 * tp.sum() + fp.sum() + fn.sum()
-    micro = float(2 * tp.sum() / denom) if denom > 0 else 1.0
-    return micro, float(per_label.mean()), per_label
+    micro = float(2 * tp.sum() / denom) if denom > 0 else float("nan")
+    return micro, _nanmean(per_label), per_label
 
 
 def best_threshold(
@@ -84,6 +86,7 @@ def best_threshold(
 ) -> float:
     """The grid threshold with the highest micro-F1 (the lowest such one on ties)."""
     scores = [f1_at(probs, targets, t)[0] for t in grid]
+    scores = [-1.0 if s != s else s for s in scores]  # NaN: nothing true and nothing predicted
     return grid[max(range(len(grid)), key=lambda i: (scores[i], -i))]
 
 

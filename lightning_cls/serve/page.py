@@ -81,6 +81,9 @@ async function classify(file) {
       return;
     }
     const p = answer.predictions[0];
+    if (!p.labels.length) {  // a multi-label model: no label reached its threshold
+      body.append(el("div", "row", "no label above the model's threshold"));
+    }
     p.labels.forEach((label, i) => {
       const row = el("div", "row");
       const track = el("div", "track");

@@ -78,10 +78,22 @@ class EpochOutputs(Metric):
 
     full_state_update = False
 
-    def __init__(self):
+    def __init__(self, num_labels: int):
         super().__init__()
+        self.num_labels = num_labels
         self.add_state("probs", default=[], dist_reduce_fx="cat")
         self.add_state("targets", default=[], dist_reduce_fx="cat")
+
+    def sync(self, *args, **kwargs):
+        # A rank that saw no sample (an eval split shorter than the ranks; eval shards are not
+        # padded) joins the gather with empty (0, K) tensors of the same dtypes: torchmetrics'
+        # own placeholder for an empty list has another shape and dtype, and the gather aborts.
+        if isinstance(self.probs, list) and not self.probs:
+            self.probs.append(torch.empty(0, self.num_labels, device=self.device))
+            self.targets.append(
+                torch.empty(0, self.num_labels, dtype=torch.uint8, device=self.device)
+            )
+        return super().sync(*args, **kwargs)
 
     def update(self, probs: torch.Tensor, targets: torch.Tensor) -> None:
         self.probs.append(probs.detach().float())
