@@ -508,3 +508,10 @@ def test_a_rank_without_samples_joins_the_gather(tmp_path):
     for rank in (0, 1):  # before: torchmetrics' empty placeholder aborted the gather (SIGABRT)
         shapes = torch.load(tmp_path / f"{rank}.pt", weights_only=False)
         assert shapes == (torch.Size([3, 4]), torch.Size([3, 4]), torch.uint8)
+
+
+def test_scoring_a_multilabel_model_on_single_label_data_says_so(run):
+    predictor = load_artifact(run["best_ckpt"])
+    images = torch.zeros(4, 3, 32, 32, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r"is a multilabel model but the labels have shape \(4,\)"):
+        predictor.accuracy(images, torch.zeros(4, dtype=torch.int64))

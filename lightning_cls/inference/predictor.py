@@ -144,6 +144,16 @@ class Predictor:
         labels (N, K), the metric its training selects checkpoints by."""
         if len(images) == 0:
             raise ValueError("Cannot measure accuracy on an empty split.")
+        if self.spec.multilabel != (labels.ndim == 2):
+            raise ValueError(
+                f"{self.path.name} is a {self.spec.task} model but the labels have shape "
+                f"{tuple(labels.shape)}; "
+                + (
+                    "give multi-hot (N, labels) rows: data=multilabel."
+                    if self.spec.multilabel
+                    else "give one class index per image: a single-label dataset."
+                )
+            )
         probs = self.predict_images(images, batch_size)
         if self.spec.multilabel:
             from lightning_cls.inference.scores import mean_average_precision
