@@ -1,0 +1,23 @@
+"""The body of each process of ``test_a_rank_without_samples_joins_the_gather``
+(tests/test_multilabel.py), in a module that imports little: spawned children import it."""
+
+from __future__ import annotations
+
+import torch
+
+
+def gather_with_an_empty_rank(rank: int, port: int, out: str) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    from lightning_cls.training.multilabel import EpochOutputs
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    outputs = EpochOutputs(4)
+    if rank == 0:  # rank 1's shard of a 3-image split is empty
+        outputs.update(torch.rand(3, 4), torch.ones(3, 4))
+    probs, targets = outputs.compute()
+    torch.save((probs.shape, targets.shape, targets.dtype), f"{out}/{rank}.pt")
+    dist.destroy_process_group()
