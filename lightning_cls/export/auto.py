@@ -164,8 +164,11 @@ def _throughput(fn, x: torch.Tensor, seconds: float) -> float:
     return calls * len(x) / (time.perf_counter() - start)
 
 
-def select(results: dict, eager_acc: float, max_acc_drop: float) -> str:
-    """The fastest candidate whose accuracy drop (points below eager) is within the gate."""
+def select(
+    results: dict, eager_acc: float, max_acc_drop: float, score_name: str = "accuracy"
+) -> str:
+    """The fastest candidate whose accuracy drop (points below eager) is within the gate;
+    ``score_name``: what the scores are ("accuracy", or "mAP" for a multi-label model)."""
     for entry in results.values():
         entry["acc_drop_points"] = accuracy_drop_points(eager_acc, entry["val_acc"])
         entry["eligible"] = entry["acc_drop_points"] <= max_acc_drop and not entry.get("rejected")
@@ -173,7 +176,8 @@ def select(results: dict, eager_acc: float, max_acc_drop: float) -> str:
     if not eligible:
         accs = ", ".join(f"{n} {100 * e['val_acc']:.2f}%" for n, e in results.items())
         raise ValueError(
-            f"No exported runtime kept accuracy within {max_acc_drop:g} points of eager PyTorch "
+            f"No exported runtime kept {score_name} within {max_acc_drop:g} points of eager "
+            "PyTorch "
             f"({100 * eager_acc:.2f}%): {accs}. Raise export.auto.max_acc_drop or check the "
             "calibration data."
         )
@@ -197,7 +201,8 @@ def export_auto(
     train, val = datamodule.splits["train"], datamodule.splits["val"]
     threads = cfg.threads or torch.get_num_threads()
     net = net.eval()
-    eager_acc = Predictor(net, spec).accuracy(val.images, val.labels)
+    eager = Predictor(net, spec)
+    eager_acc = eager.accuracy(val.images, val.labels)
     paths = export_candidates(net, spec, out, check_kwargs or {})
     reports = int8_candidates(paths, spec, out, train, val, cfg, eager_acc)
     paths.update({n: Path(r.int8_path) for n, r in reports.items() if r.accepted})
@@ -206,13 +211,14 @@ def export_auto(
     for name, report in reports.items():
         if not report.accepted:  # failed the gate: measured for accuracy only, not on disk
             results[name] = {"val_acc": report.acc_after, "img_s": [], "rejected": report.error}
-    winner = select(results, eager_acc, cfg.max_acc_drop)
+    winner = select(results, eager_acc, cfg.max_acc_drop, eager.score_name)
     selection = {
         "winner": winner,
         "file": paths[winner].name,
         "metric": f"median img/s at batch {cfg.batch_size} over {cfg.rounds} interleaved "
         f"rounds of {cfg.window_s:g} s, {threads} intra-op threads",
         "eager_val_acc": eager_acc,
+        "score": eager.score_name,  # what every val_acc here is: accuracy, or mAP (multi-label)
         "max_acc_drop": cfg.max_acc_drop,
         "candidates": results,
     }
