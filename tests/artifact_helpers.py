@@ -97,6 +97,20 @@ def png_bytes(image: torch.Tensor) -> bytes:
 
 
 # A tiny SimpleCNN trained for a few seconds on synthetic data (the `trained` fixture).
+# The same data as Hydra overrides, for commands that export or evaluate that model (INT8
+# calibrates and validates on what it learned): keep the two in step.
+SYNTHETIC_OVERRIDES = [
+    "data=synthetic",
+    "data.num_classes=4",
+    "data.image_size=16",
+    "data.train_size=384",
+    "data.test_size=64",
+    "data.val_size=128",
+    "+data.noise=0.8",
+    "seed=0",
+]
+
+
 def make_data(**kwargs) -> SyntheticDataModule:
     options = dict(
         num_classes=4,

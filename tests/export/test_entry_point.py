@@ -9,23 +9,13 @@ import sys
 import pytest
 import torch
 
+from artifact_helpers import SYNTHETIC_OVERRIDES as SYNTHETIC  # the `trained` fixture's data
 from lightning_cls.export import ExportConfig
 from lightning_cls.export.__main__ import export
 from lightning_cls.export.callback import ExportCallback
 from lightning_cls.export.checks import example_batch
 from lightning_cls.export.exporter import export_model
 from lightning_cls.inference import InputSpec, load_artifact, load_torch_model
-
-SYNTHETIC = [  # the fixture's data, so INT8 calibrates and validates on what the model learned
-    "data=synthetic",
-    "data.num_classes=4",
-    "data.image_size=16",
-    "data.train_size=384",
-    "data.test_size=64",
-    "data.val_size=128",
-    "+data.noise=0.8",
-    "seed=0",
-]
 
 
 def test_export_all_from_a_checkpoint(trained, helpers, tmp_path):

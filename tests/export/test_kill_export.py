@@ -19,19 +19,10 @@ import time
 
 import pytest
 
+from artifact_helpers import SYNTHETIC_OVERRIDES as SYNTHETIC  # the `trained` fixture's data
 from lightning_cls.fileio import is_temp_file
 from lightning_cls.inference import load_artifact
 
-SYNTHETIC = [  # the `trained` fixture's data (see test_entry_point.py)
-    "data=synthetic",
-    "data.num_classes=4",
-    "data.image_size=16",
-    "data.train_size=384",
-    "data.test_size=64",
-    "data.val_size=128",
-    "+data.noise=0.8",
-    "seed=0",
-]
 FINAL_NAMES = {
     "meta.json",
     "quantization_report.json",

@@ -8,23 +8,13 @@ import torch
 pytest.importorskip("openvino")
 pytest.importorskip("nncf")
 
+from artifact_helpers import SYNTHETIC_OVERRIDES as SYNTHETIC  # the `trained` fixture's data
 from lightning_cls.export.__main__ import export
 from lightning_cls.export.checks import example_batch
 from lightning_cls.export.onnx import export_onnx
 from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
 from lightning_cls.inference import load_artifact
 from lightning_cls.inference.openvino import OpenVINORuntime, compile_model
-
-SYNTHETIC = [
-    "data=synthetic",
-    "data.num_classes=4",
-    "data.image_size=16",
-    "data.train_size=384",
-    "data.test_size=64",
-    "data.val_size=128",
-    "+data.noise=0.8",
-    "seed=0",
-]
 
 
 @pytest.fixture(scope="module")
