@@ -93,11 +93,19 @@ def rank(rows: list[dict], mode: str = "max") -> list[dict]:
     )
 
 
+def _metrics(rows: list[dict]) -> list[str]:
+    """The metric columns some job has: a multi-class sweep has no mAP, a multi-label one no
+    accuracy (a sweep with no results at all keeps every column)."""
+    found = [m for m in _METRICS if any(r.get(m) is not None for r in rows)]
+    return found or list(_METRICS)
+
+
 def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Header and string cells; parameter columns are the overrides that differ across jobs."""
     keys = sorted({k for r in rows for k in r["params"]})
     swept = [k for k in keys if len({r["params"].get(k) for r in rows}) > 1]
-    header = ["job", "status", *swept, "objective", *_METRICS, "wall_time_s", "pruned_at_epoch"]
+    metrics = _metrics(rows)
+    header = ["job", "status", *swept, "objective", *metrics, "wall_time_s", "pruned_at_epoch"]
     cells = [[_fmt(r[h]) if h in r else r["params"].get(h, "") for h in header] for r in rows]
     return header, cells
 
@@ -113,11 +121,12 @@ def over_folds(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     for r in rows:
         if r["objective"] is not None:
             groups.setdefault(tuple(r["params"].get(k, "") for k in swept), []).append(r)
-    header = [*swept, "folds", "objective", *_METRICS]
+    metrics = _metrics(rows)
+    header = [*swept, "folds", "objective", *metrics]
     cells = []
     for key, members in sorted(groups.items()):
         folds = ",".join(sorted((m["params"].get(FOLD, "") for m in members), key=str))
-        stats = [_mean_std([m[h] for m in members]) for h in ("objective", *_METRICS)]
+        stats = [_mean_std([m[h] for m in members]) for h in ("objective", *metrics)]
         cells.append([*key, folds, *stats])
     return header, cells
 
