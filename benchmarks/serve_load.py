@@ -322,20 +322,22 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.seconds, args.overload_seconds, args.queue = 1, 1.0, 2.0, 16
-    work = Path(tempfile.mkdtemp(prefix="serve_load_"))
-    data = {name: make_model(name, work / name) for name in ("simplecnn", "resnet18")}
-    for name in data:
-        data[name]["bodies"] = png_images(data[name]["images"])
-    skip = QUICK_SKIP if args.quick else set()
-    servers = start_servers(data, work, skip)
-    try:
-        plan = [(n, server, c) for n, server, c in PLAN if not {n, server} & skip]
-        results = run_rounds(servers, data, args.rounds, args.seconds, plan)
-    finally:
-        for server in servers.values():
-            server.resume()
-            server.stop()
-    over = overload(data, work, args.queue, args.overload_seconds)
+    # Models, exports and server logs (~100 MB): removed at the end, also after a failure.
+    with tempfile.TemporaryDirectory(prefix="serve_load_") as tmp:
+        work = Path(tmp)
+        data = {name: make_model(name, work / name) for name in ("simplecnn", "resnet18")}
+        for name in data:
+            data[name]["bodies"] = png_images(data[name]["images"])
+        skip = QUICK_SKIP if args.quick else set()
+        servers = start_servers(data, work, skip)
+        try:
+            plan = [(n, server, c) for n, server, c in PLAN if not {n, server} & skip]
+            results = run_rounds(servers, data, args.rounds, args.seconds, plan)
+        finally:
+            for server in servers.values():
+                server.resume()
+                server.stop()
+        over = overload(data, work, args.queue, args.overload_seconds)
     print(json.dumps(summary(results, over, args)))
 
 
