@@ -239,13 +239,14 @@ class ClassificationModule(pl.LightningModule):
         self._end_eval_epoch("test")
 
     def _end_eval_epoch(self, stage: str) -> None:
-        if self.multilabel:
-            self._log_multilabel(stage)
+        tensors = self._epoch_tensors(stage)  # computed (and synced over ranks) once
+        if self.multilabel and tensors:
+            self._log_multilabel(stage, tensors["probs"], tensors["targets"])
         # What per_class_results reads, as tensors in callback_metrics: Lightning hands those
         # back from spawned processes (trainer=ddp_sim), where this module's own metric states
         # stay behind. Non-scalar, so no logger or results.json picks them up.
         if self._trainer is not None:
-            for key, value in self._epoch_tensors(stage).items():
+            for key, value in tensors.items():
                 self.trainer.callback_metrics[f"{stage}/_{key}"] = value.cpu()
 
     def _epoch_tensors(self, stage: str) -> dict[str, torch.Tensor]:
@@ -254,11 +255,9 @@ class ClassificationModule(pl.LightningModule):
             return {"probs": probs, "targets": targets} if len(probs) else {}
         return {"confusion": getattr(self, f"{stage}_confusion").compute()}
 
-    def _log_multilabel(self, stage: str) -> None:
-        """mAP, AUROC and F1 of the epoch; on val, first choose the threshold (auto mode)."""
-        probs, targets = self.outputs[stage].compute()  # every rank: the gathered epoch
-        if not len(probs):
-            return
+    def _log_multilabel(self, stage: str, probs: torch.Tensor, targets: torch.Tensor) -> None:
+        """mAP, AUROC and F1 of the epoch's gathered (N, K) outputs; on val, first choose the
+        threshold (auto mode)."""
         if stage == "val" and self.choose_threshold:
             self.hparams.threshold = best_threshold(probs, targets)
         threshold = self.hparams.threshold
