@@ -35,7 +35,7 @@ from lightning_cls.callbacks.best_metric import BestMetric
 from lightning_cls.callbacks.optuna_pruning import OptunaPruning
 from lightning_cls.callbacks.prediction_mosaic import write_split_mosaic
 from lightning_cls.cli import run_cli
-from lightning_cls.cli.checks import check_option_types
+from lightning_cls.cli.option_types import check_option_types
 from lightning_cls.cli.printing import print_config, to_floats
 from lightning_cls.cli.resolvers import register_resolvers
 from lightning_cls.export.callback import ExportCallback

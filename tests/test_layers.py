@@ -170,7 +170,7 @@ LIGHT_IMPORTS = {
     "lightning_cls.export.quantize": ("pytorch_lightning", "hydra", "omegaconf"),
     "lightning_cls.export.openvino": ("pytorch_lightning", "hydra", "omegaconf"),
     "lightning_cls.export.exporter": ("pytorch_lightning", "hydra", "omegaconf"),
-    "lightning_cls.training.optuna": ("pytorch_lightning", "torch"),
+    "lightning_cls.training.trials": ("pytorch_lightning", "torch"),
     "hydra_plugins.lightning_cls_optuna_sweeper.optuna_sweeper": ("pytorch_lightning", "optuna"),
 }
 

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 
 from hydra_plugins.lightning_cls_optuna_sweeper.search_space import as_override, parse
-from lightning_cls.training.optuna import PRUNED_ATTR, PRUNER_ATTR
+from lightning_cls.training.trials import PRUNED_ATTR, PRUNER_ATTR
 
 log = logging.getLogger(__name__)
 DIRECTIONS = ("maximize", "minimize")

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from lightning_cls.training.optuna import PRUNED_ATTR, PRUNER_ATTR
+from lightning_cls.training.trials import PRUNED_ATTR, PRUNER_ATTR
 
 log = logging.getLogger(__name__)
 

@@ -39,9 +39,16 @@ def list_callbacks(pattern: str | None = None) -> list[str]:
 
 def _register_builtins() -> None:
     """Each built-in callback lives in its own module (one per file) and is registered under
-    that module's name: ``NanGuard`` in ``callbacks/nan_guard.py`` is ``nan_guard``."""
-    for attribute in builtin.__all__:
-        obj = getattr(builtin, attribute)
+    that module's name: ``NanGuard`` in ``callbacks/nan_guard.py`` is ``nan_guard``.
+
+    ``BestMetric``, ``OptunaPruning`` (both added by train.py itself) and
+    ``BackboneFinetuning`` are not re-exported by the package, so they are listed here."""
+    from lightning_cls.callbacks.best_metric import BestMetric
+    from lightning_cls.callbacks.finetune import BackboneFinetuning
+    from lightning_cls.callbacks.optuna_pruning import OptunaPruning
+
+    extra = [BestMetric, OptunaPruning, BackboneFinetuning]
+    for obj in [getattr(builtin, attribute) for attribute in builtin.__all__] + extra:
         if isinstance(obj, type) and issubclass(obj, pl.Callback):
             register_callback(obj.__module__.rsplit(".", 1)[-1])(obj)
 

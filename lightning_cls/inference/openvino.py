@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from lightning_cls.inference.checks import check_declared_shapes, unreadable_as
+from lightning_cls.inference.artifact_checks import check_declared_shapes, unreadable_as
 from lightning_cls.inference.runtimes import Runtime
 from lightning_cls.inference.spec import InputSpec, merge_spec, props_to_dict
 

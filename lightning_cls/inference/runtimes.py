@@ -21,7 +21,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from lightning_cls.inference.checks import check_declared_shapes, quiet_logger, unreadable_as
+from lightning_cls.inference.artifact_checks import (
+    check_declared_shapes,
+    quiet_logger,
+    unreadable_as,
+)
 from lightning_cls.inference.spec import META_FILE, InputSpec, merge_spec, props_to_dict
 from lightning_cls.inference.torch_models import load_torch_model
 

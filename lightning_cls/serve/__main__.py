@@ -7,8 +7,6 @@ SIGTERM/Ctrl+C). A user error ends in one line on stderr and exit code 1.
 
 from __future__ import annotations
 
-import sys
-
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
@@ -29,12 +27,7 @@ def make_config(cfg: DictConfig) -> ServeConfig:
 
 @hydra.main(config_path=config_dir(), config_name="serve", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    try:
-        config = make_config(cfg)
-        serve(config)
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        print(f"serve: {err}", file=sys.stderr)
-        sys.exit(1)
+    serve(make_config(cfg))  # a user error ends in one `error: ...` line and exit 1 (run_cli)
     exit_now()  # drained: see exit_now
 
 

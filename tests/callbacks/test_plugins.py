@@ -66,3 +66,22 @@ def test_installed_example_plugin_is_found_by_name_and_trains(
     trainer = tiny_trainer([timer], max_epochs=2, limit_val_batches=0)
     trainer.fit(tiny_module(data), datamodule=data)
     assert len(timer.durations) == 2 and "perf/epoch_seconds" in trainer.logged_metrics
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "cls_name"),
+    [
+        ("best_metric", {"monitor": "val/loss", "mode": "min"}, "BestMetric"),
+        ("finetune", {"unfreeze_at_epoch": 2}, "BackboneFinetuning"),
+        (
+            "optuna_pruning",
+            {"storage": "sqlite:///x.db", "study_name": "s", "trial_number": 0},
+            "OptunaPruning",
+        ),
+    ],
+)
+def test_callbacks_outside_the_package_all_are_registered_too(name, kwargs, cls_name):
+    callback = registry.create_callback(name, **kwargs)
+    assert type(callback).__name__ == cls_name
+    assert type(callback).__module__ == f"lightning_cls.callbacks.{name}"
+    assert name in registry.list_callbacks()

@@ -22,7 +22,7 @@ from hydra_plugins.lightning_cls_optuna_sweeper._impl import _tell, write_result
 from hydra_plugins.lightning_cls_optuna_sweeper.search_space import as_override, parse  # noqa: E402
 from lightning_cls.callbacks.optuna_pruning import OptunaPruning, build_pruner  # noqa: E402
 from lightning_cls.summarize import summarize  # noqa: E402
-from lightning_cls.training.optuna import PRUNED_ATTR  # noqa: E402
+from lightning_cls.training.trials import PRUNED_ATTR  # noqa: E402
 
 FAST = [
     "trainer.enable_progress_bar=false",
