@@ -1,17 +1,15 @@
-"""Export-side checks: example batches and the round trip every writer runs on its file.
+"""What the export skeleton (``export.writer.write_verified``) checks a file with: example
+batches and the output comparison with eager PyTorch.
 
 The spec itself (``InputSpec``) lives in ``lightning_cls.inference.spec``;
 each artifact carries the same keys: ONNX as ``metadata_props`` (one JSON-encoded value per
 key, readable from any language), TorchScript and ``.pt2`` as an extra file ``meta.json``,
-checkpoints as Lightning ``hparams``.
+OpenVINO in its ``rt_info``, checkpoints as Lightning ``hparams``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import torch
-from torch import nn
 
 from lightning_cls.export.errors import ExportCheckError
 from lightning_cls.inference.spec import InputSpec
@@ -38,23 +36,3 @@ def check_outputs_close(
             f"{what}: outputs differ from eager PyTorch by up to {diff:.3g} "
             f"(atol={atol}, rtol={rtol}). The exported file does not compute what the model does."
         )
-
-
-def check_round_trip(
-    net: nn.Module,
-    loaded: Callable[[torch.Tensor], torch.Tensor],
-    spec: InputSpec,
-    loaded_spec: InputSpec,
-    check_batch_sizes: Sequence[int],
-    atol: float,
-    rtol: float,
-    what: str,
-) -> None:
-    """A reloaded artifact must carry ``spec`` and match eager ``net`` at each batch size."""
-    if loaded_spec != spec:
-        raise ValueError(f"The input spec did not survive the round trip: {loaded_spec} != {spec}.")
-    for seed, batch_size in enumerate(check_batch_sizes):
-        x = example_batch(spec, batch_size, seed=seed)
-        with torch.no_grad():
-            expected, actual = net(x), loaded(x)
-        check_outputs_close(expected, actual, atol, rtol, f"{what} at batch {batch_size}")

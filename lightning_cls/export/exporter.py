@@ -1,7 +1,10 @@
 """``export_model``: every requested format (+ INT8) for one network, into one folder.
 
 Shared by the ``python -m lightning_cls.export`` entry point and ``ExportCallback``.
-``ExportConfig`` mirrors ``conf/export/*.yaml`` field for field.
+``ExportConfig`` mirrors ``conf/export/*.yaml`` field for field. Each file format is a
+``Writer`` in ``export.writer.FORMATS``, written through the one skeleton there
+(``write_verified``: eval mode, temp name, read back through its runtime, compare, rename);
+this module knows no format by name except the two steps built on written files (``STEPS``).
 """
 
 from __future__ import annotations
@@ -15,18 +18,20 @@ from torch import nn
 
 from lightning_cls.export.errors import AccuracyDropError
 from lightning_cls.export.triton import TritonConfig, export_triton
+from lightning_cls.export.writer import FORMATS, write_verified
 from lightning_cls.fileio import atomic_write_text
 from lightning_cls.inference.network import check_same_data
 from lightning_cls.inference.spec import META_FILE, InputSpec
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("onnx", "torchscript", "pt2")
-# Built from another format's file: "triton" wraps the ONNX file in a Triton model repository.
-DERIVED_FORMATS = ("triton",)
-# Not in "all": openvino needs the `openvino` extra; auto measures every runtime (slow);
-# onnx_e2e is a second ONNX file for servers outside lightning_cls (uint8 NHWC in).
-EXTRA_FORMATS = ("openvino", "auto", "onnx_e2e")
+# export=all. Not in it: openvino needs the `openvino` extra; auto measures every runtime
+# (slow); onnx_e2e is a second ONNX file for servers outside lightning_cls (uint8 NHWC in).
+ALL_FORMATS = ("onnx", "torchscript", "pt2")
+# Not writers: steps built on the files the writers wrote. "auto" writes and times several
+# runtimes and keeps the fastest (export.auto); "triton" wraps the onnx/onnx_e2e file in a
+# Triton model repository.
+STEPS = ("auto", "triton")
 REPORT_FILE = "quantization_report.json"
 
 
@@ -70,8 +75,8 @@ class ExportConfig:
         self.auto = dict(self.auto or {})
         self.torchscript_modes = list(self.torchscript_modes)
         self.check_batch_sizes = [int(b) for b in self.check_batch_sizes]
-        formats = list(FORMATS) if list(self.formats) == ["all"] else list(self.formats)
-        known = FORMATS + EXTRA_FORMATS + DERIVED_FORMATS
+        formats = list(ALL_FORMATS) if list(self.formats) == ["all"] else list(self.formats)
+        known = (*FORMATS, *STEPS)
         unknown = sorted(set(formats) - set(known))
         if unknown:
             raise ValueError(
@@ -112,7 +117,7 @@ class ExportConfig:
 
     @property
     def check_kwargs(self) -> dict:
-        """The parity-check settings every format's export takes (ONNX, TorchScript, .pt2)."""
+        """The parity-check settings of ``write_verified`` (every format's check)."""
         return {"check_batch_sizes": self.check_batch_sizes, "atol": self.atol, "rtol": self.rtol}
 
 
@@ -134,32 +139,13 @@ def export_model(
     out.mkdir(parents=True, exist_ok=True)
     result = ExportResult()
     atomic_write_text(out / META_FILE, json.dumps(spec.to_dict(), indent=2) + "\n")
-    kw = config.check_kwargs
-    if "onnx" in config.formats:
-        from lightning_cls.export.onnx import export_onnx
-
-        result.paths["onnx"] = export_onnx(net, spec, out / "model.onnx", config.opset, **kw)
-    if "onnx_e2e" in config.formats:
-        from lightning_cls.export.onnx_e2e import export_onnx_e2e
-
-        path = out / "model_e2e.onnx"
-        result.paths["onnx_e2e"] = export_onnx_e2e(net, spec, path, config.opset, **kw)
-    if "torchscript" in config.formats:
-        from lightning_cls.export.torchscript import export_torchscript
-
-        for mode in config.torchscript_modes:
-            path = out / f"model_{mode}.torchscript"
-            result.paths[f"torchscript_{mode}"] = export_torchscript(net, spec, path, mode, **kw)
-    if "pt2" in config.formats:
-        from lightning_cls.export.pt2 import export_pt2
-
-        result.paths["pt2"] = export_pt2(net, spec, out / "model.pt2", **kw)
-    if "openvino" in config.formats:
-        from lightning_cls.export.openvino import export_openvino
-
-        result.paths["openvino"] = export_openvino(
-            result.paths["onnx"], out / "model.xml", spec, net, config.openvino_precision, **kw
-        )
+    for name, writers in FORMATS.items():  # in registration order: ONNX before OpenVINO
+        if name in config.formats:
+            for writer in writers(config, out):
+                path = out / writer.file
+                result.paths[writer.key] = write_verified(
+                    writer, net, spec, path, **config.check_kwargs
+                )
     if "auto" in config.formats:
         from lightning_cls.export.auto import AutoConfig, export_auto
 
@@ -168,7 +154,9 @@ def export_model(
                 "export=auto checks each runtime's accuracy on the validation split, so it "
                 "needs a DataModule; pass data=<name> (e.g. data=cifar10) on the command line."
             )
-        auto = export_auto(net, spec, out / "auto", datamodule, AutoConfig(**config.auto), kw)
+        auto = export_auto(
+            net, spec, out / "auto", datamodule, AutoConfig(**config.auto), config.check_kwargs
+        )
         result.paths["auto"] = auto.path
     if "triton" in config.formats:
         result.paths["triton"] = export_triton(

@@ -1,30 +1,46 @@
-"""ONNX export with the dynamo exporter, preprocessing metadata, and an ORT parity check.
+"""ONNX export with the dynamo exporter and preprocessing metadata (``export=onnx``).
 
 The file is self-contained (no external-data side file), has a dynamic batch axis named
-``batch``, a pinned opset, and carries ``InputSpec`` in its ``metadata_props``.
+``batch``, a pinned opset, and carries ``InputSpec`` in its ``metadata_props``. It is checked
+by the export skeleton (``export.writer``) in ONNX Runtime, the runtime that serves it.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from lightning_cls.export.checks import check_outputs_close, example_batch
 from lightning_cls.export.errors import ExportCheckError
-from lightning_cls.fileio import atomic_path
-from lightning_cls.inference.runtimes import make_session
+from lightning_cls.export.writer import CHECK_BATCH_SIZES, Writer, register_format, write_verified
+from lightning_cls.inference.runtimes import make_session  # noqa: F401  (public: benchmarks)
 from lightning_cls.inference.spec import InputSpec
-
-log = logging.getLogger(__name__)
 
 OPSET = 18
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
-PARITY_BATCH_SIZES = (1, 7)
+FILE = "model.onnx"
+
+
+class OnnxWriter(Writer):
+    """``model.onnx``: float NCHW in, logits out, read back in ONNX Runtime."""
+
+    key, file, title = "onnx", FILE, "ONNX"
+
+    def __init__(self, opset: int = OPSET):
+        self.opset = opset
+
+    def write(self, net, example, tmp, spec):
+        write_onnx(net, example, tmp, spec, self.opset, INPUT_NAME, OUTPUT_NAME)
+
+
+def writers(config, out: Path) -> list[Writer]:
+    return [OnnxWriter(config.opset)]
+
+
+register_format("onnx", writers)
 
 
 def export_onnx(
@@ -32,7 +48,7 @@ def export_onnx(
     spec: InputSpec,
     path: str | Path,
     opset: int = OPSET,
-    check_batch_sizes: Sequence[int] = PARITY_BATCH_SIZES,
+    check_batch_sizes: Sequence[int] = CHECK_BATCH_SIZES,
     atol: float = 1e-4,
     rtol: float = 1e-3,
 ) -> Path:
@@ -41,19 +57,7 @@ def export_onnx(
     The file is written and checked under a temp name and only then renamed to ``path``, so
     a failed check leaves an earlier export at ``path`` untouched.
     """
-
-    path = Path(path)
-    was_training = net.training
-    net.eval()
-    try:
-        with atomic_path(path) as tmp:
-            write_onnx(net, example_batch(spec, 2), tmp, spec, opset, INPUT_NAME, OUTPUT_NAME)
-            if check_batch_sizes:
-                check_onnx_parity(tmp, net, spec, check_batch_sizes, atol, rtol, path.name)
-    finally:
-        net.train(was_training)
-    log.info("Exported ONNX (opset %d) to %s", opset, path)
-    return path
+    return write_verified(OnnxWriter(opset), net, spec, path, check_batch_sizes, atol, rtol)
 
 
 def write_onnx(
@@ -67,7 +71,7 @@ def write_onnx(
 ) -> None:
     """``module`` as one self-contained ONNX file at ``tmp`` (dynamo exporter, dynamic batch
     axis, ``spec`` in ``metadata_props``), checked by ``onnx.checker``. Shared by ``export=onnx``
-    and ``export=onnx_e2e``; the callers verify outputs and rename ``tmp`` into place."""
+    and ``export=onnx_e2e``."""
     import onnx
 
     batch = torch.export.Dim("batch", min=1)
@@ -119,30 +123,3 @@ def run_session(session, x: torch.Tensor) -> torch.Tensor:
     name = session.get_inputs()[0].name
     (logits,) = session.run(None, {name: x.detach().cpu().contiguous().numpy()})
     return torch.from_numpy(logits)
-
-
-def check_onnx_parity(
-    path: str | Path,
-    net: nn.Module,
-    spec: InputSpec,
-    batch_sizes: Sequence[int] = PARITY_BATCH_SIZES,
-    atol: float = 1e-4,
-    rtol: float = 1e-3,
-    name: str | None = None,
-) -> None:
-    """Run the file in ONNX Runtime at each batch size; raise ``ExportCheckError`` on mismatch.
-
-    ``net`` must be in eval mode (dropout and batch-norm statistics as exported). ``name`` is
-    the file name the message uses (export_onnx passes the final name, not the temp one).
-    """
-    path = Path(path)
-    name = name or path.name
-    session = make_session(path)
-    for seed, batch_size in enumerate(batch_sizes):
-        x = example_batch(spec, batch_size, seed=seed)
-        with torch.no_grad():
-            expected = net(x)
-        check_outputs_close(
-            expected, run_session(session, x), atol, rtol, f"ONNX {name} at batch {batch_size}"
-        )
-    log.info("ONNX parity with eager PyTorch holds at batch sizes %s", list(batch_sizes))

@@ -11,29 +11,27 @@ training).
 
 The file carries the ``InputSpec`` in ``metadata_props`` like ``model.onnx``, with
 ``layout="NHWC"`` and ``preprocessing`` saying that the graph does it, so a reader never
-normalizes twice. It is checked like every other writer: reloaded in ONNX Runtime and compared
-with eager PyTorch (preprocess + network + TTA + softmax, i.e. ``Predictor.predict_images``) at
-each check batch size, under a temp name that becomes the final name only if the check holds.
+normalizes twice. The export skeleton (``export.writer``) checks it like every other format:
+read back in ONNX Runtime (a plain session: ``OnnxRuntime`` serves NCHW float models) and
+compared with eager PyTorch (preprocess + network + TTA + softmax, i.e.
+``Predictor.predict_images``) at each check batch size, under a temp name that becomes the final
+name only if the check holds.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from lightning_cls.export.checks import check_outputs_close
-from lightning_cls.export.onnx import OPSET, PARITY_BATCH_SIZES, read_metadata, write_onnx
-from lightning_cls.fileio import atomic_path
+from lightning_cls.export.onnx import OPSET, read_metadata, write_onnx
+from lightning_cls.export.writer import CHECK_BATCH_SIZES, Writer, register_format, write_verified
 from lightning_cls.inference.predictor import Predictor, probabilities, tta
 from lightning_cls.inference.runtimes import make_session
 from lightning_cls.inference.spec import InputSpec, normalize_constants
-
-log = logging.getLogger(__name__)
 
 INPUT_NAME = "images"
 OUTPUT_NAME = "probabilities"
@@ -43,6 +41,7 @@ PREPROCESSING = (
     "resized to image_size, in; (x / 255 - mean) / std, NCHW, TTA and softmax (multilabel: "
     "sigmoid) done by the model"
 )
+FILE = "model_e2e.onnx"
 
 
 class EndToEnd(nn.Module):
@@ -78,61 +77,53 @@ def example_images(spec: InputSpec, batch_size: int, seed: int = 0) -> torch.Ten
     return torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
 
 
+class OnnxE2EWriter(Writer):
+    """``model_e2e.onnx``: ``EndToEnd(net)`` in ONNX; uint8 NHWC in, probabilities out."""
+
+    key, file, title = "onnx_e2e", FILE, "ONNX"
+
+    def __init__(self, opset: int = OPSET):
+        self.opset = opset
+
+    def write(self, net, example, tmp, spec):
+        module = EndToEnd(net, spec).eval()
+        write_onnx(module, example, tmp, e2e_spec(spec), self.opset, INPUT_NAME, OUTPUT_NAME)
+
+    def example(self, spec, batch_size, seed=0):
+        return example_images(spec, batch_size, seed)  # (B, H, W, C) uint8
+
+    def expected(self, net, spec, images):
+        return Predictor(net, spec).predict_images(images.permute(0, 3, 1, 2).contiguous())
+
+    def stored_spec(self, spec):
+        return e2e_spec(spec)
+
+    def read_back(self, path):
+        session = make_session(path)
+
+        def run(images: torch.Tensor) -> torch.Tensor:
+            (probs,) = session.run(None, {INPUT_NAME: images.numpy()})
+            return torch.from_numpy(probs)
+
+        return run, read_metadata(path)
+
+
+def writers(config, out: Path) -> list[Writer]:
+    return [OnnxE2EWriter(config.opset)]
+
+
+register_format("onnx_e2e", writers)
+
+
 def export_onnx_e2e(
     net: nn.Module,
     spec: InputSpec,
     path: str | Path,
     opset: int = OPSET,
-    check_batch_sizes: Sequence[int] = PARITY_BATCH_SIZES,
+    check_batch_sizes: Sequence[int] = CHECK_BATCH_SIZES,
     atol: float = 1e-4,
     rtol: float = 1e-3,
 ) -> Path:
     """Export ``net`` (eval mode) wrapped in ``EndToEnd`` to one self-contained ``.onnx`` file
     with a dynamic batch axis, and verify it in ONNX Runtime against eager PyTorch."""
-
-    path = Path(path)
-    was_training = net.training
-    net.eval()
-    try:
-        with atomic_path(path) as tmp:
-            write_onnx(
-                EndToEnd(net, spec).eval(),
-                example_images(spec, 2),
-                tmp,
-                e2e_spec(spec),
-                opset,
-                INPUT_NAME,
-                OUTPUT_NAME,
-            )
-            check_e2e_parity(tmp, net, spec, check_batch_sizes, atol, rtol, path.name)
-    finally:
-        net.train(was_training)
-    log.info("Exported end-to-end ONNX (uint8 NHWC in, probabilities out) to %s", path)
-    return path
-
-
-def check_e2e_parity(
-    path: str | Path,
-    net: nn.Module,
-    spec: InputSpec,
-    batch_sizes: Sequence[int] = PARITY_BATCH_SIZES,
-    atol: float = 1e-4,
-    rtol: float = 1e-3,
-    name: str | None = None,
-) -> None:
-    """The file must carry ``e2e_spec(spec)`` and give eager ``Predictor(net, spec)``'s
-    probabilities at each batch size; ``ExportCheckError``/``ValueError`` otherwise."""
-    path = Path(path)
-    name = name or path.name
-    stored = read_metadata(path)
-    if stored != e2e_spec(spec):
-        raise ValueError(f"The input spec did not survive the round trip: {stored} != {spec}.")
-    session = make_session(path)
-    eager = Predictor(net, spec)
-    for seed, batch_size in enumerate(batch_sizes):
-        images = example_images(spec, batch_size, seed=seed)  # (B, H, W, C)
-        expected = eager.predict_images(images.permute(0, 3, 1, 2).contiguous())
-        (probs,) = session.run(None, {INPUT_NAME: images.numpy()})
-        actual = torch.from_numpy(probs)
-        check_outputs_close(expected, actual, atol, rtol, f"ONNX {name} at batch {batch_size}")
-    log.info("End-to-end ONNX parity with eager PyTorch holds at batch sizes %s", list(batch_sizes))
+    return write_verified(OnnxE2EWriter(opset), net, spec, path, check_batch_sizes, atol, rtol)

@@ -3,7 +3,8 @@ through NNCF post-training quantization (calibrated on the train split).
 
 ``export=openvino`` runs ``openvino.convert_model`` on the verified ONNX export (the path the
 OpenVINO docs recommend for PyTorch models that already export to ONNX), stores the input spec
-in the model's ``rt_info`` and checks the reloaded IR against eager PyTorch in f32.
+in the model's ``rt_info``; the export skeleton (``export.writer``) reads the IR back through
+``OpenVINORuntime`` and checks it against eager PyTorch in f32.
 ``lightning_cls.inference.openvino.OpenVINORuntime`` runs the result (``predict``, the server).
 """
 
@@ -16,11 +17,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lightning_cls.export.checks import check_outputs_close, example_batch
+from lightning_cls.export.onnx import FILE as ONNX_FILE
+from lightning_cls.export.writer import Writer, register_format, write_verified
 from lightning_cls.fileio import atomic_paths
 from lightning_cls.inference.openvino import (
     PRECISIONS,
     RT_SECTION,
+    OpenVINORuntime,
     compile_model,
     read_rt_props,
     spec_props,
@@ -34,17 +37,66 @@ PRESETS = ("performance", "mixed")
 
 def _save(model, xml_path: Path) -> Path:
     """Write ``.xml`` + ``.bin`` under temp names; they land together (.bin first, .xml last)."""
-    import openvino as ov
-
     xml_path = Path(xml_path)
     with atomic_paths(xml_path.with_suffix(".bin"), xml_path) as (_, tmp_xml):
-        ov.save_model(model, str(tmp_xml), compress_to_fp16=False)  # + tmp_xml's .bin
+        _save_model(model, tmp_xml)
     return xml_path
+
+
+def _save_model(model, xml_path: Path) -> None:
+    """``xml_path`` and the ``.bin`` of the same stem beside it (weights as they are)."""
+    import openvino as ov
+
+    ov.save_model(model, str(xml_path), compress_to_fp16=False)
 
 
 def _set_props(model, props: dict[str, str]) -> None:
     for key, value in props.items():
         model.set_rt_info(value, [RT_SECTION, key])
+
+
+class OpenVINOWriter(Writer):
+    """``model.xml`` + ``model.bin``, converted from the verified ONNX file ``onnx_path``."""
+
+    key, file, companions, title = "openvino", "model.xml", (".bin",), "OpenVINO"
+
+    def __init__(self, onnx_path: str | Path, precision: str = "f32"):
+        if precision not in PRECISIONS:
+            raise ValueError(f"Unknown OpenVINO precision '{precision}'; use one of {PRECISIONS}.")
+        self.onnx_path, self.precision = Path(onnx_path), precision
+
+    def write(self, net, example, tmp, spec):
+        import openvino as ov
+
+        if not self.onnx_path.is_file():
+            raise FileNotFoundError(
+                f"OpenVINO converts the ONNX export, and {self.onnx_path} does not exist; "
+                "export ONNX first."
+            )
+        model = ov.convert_model(str(self.onnx_path))
+        _set_props(model, dict(spec_props(spec, self.precision)))
+        _save_model(model, tmp)
+
+    def read_back(self, path):
+        runtime = OpenVINORuntime(path)  # what predict and the server open
+        if runtime.precision == "f32":
+            return runtime, runtime.spec
+        # bf16 rounds by design: the check runs the same file in f32, where it must be exact.
+        import openvino as ov
+
+        compiled = compile_model(ov.Core().read_model(str(path)), precision="f32")
+
+        def run(x: torch.Tensor) -> torch.Tensor:
+            return torch.from_numpy(compiled(x.numpy())[compiled.output(0)].copy())
+
+        return run, runtime.spec
+
+
+def writers(config, out: Path) -> list[Writer]:
+    return [OpenVINOWriter(out / ONNX_FILE, config.openvino_precision)]
+
+
+register_format("openvino", writers)
 
 
 def export_openvino(
@@ -61,41 +113,10 @@ def export_openvino(
 
     ``precision`` is recorded for the runtime (``f32``, or ``bf16``: OpenVINO's CPU default
     where the CPU supports it); the parity check always runs in f32, where it must be exact.
+    Without ``net`` only the spec read back is checked.
     """
-    import openvino as ov
-
-    if precision not in PRECISIONS:
-        raise ValueError(f"Unknown OpenVINO precision '{precision}'; use one of {PRECISIONS}.")
-    onnx_path, xml_path = Path(onnx_path), Path(xml_path)
-    if not onnx_path.is_file():
-        raise FileNotFoundError(
-            f"OpenVINO converts the ONNX export, and {onnx_path} does not exist; export ONNX first."
-        )
-    model = ov.convert_model(str(onnx_path))
-    _set_props(model, dict(spec_props(spec, precision)))
-    if net is not None and check_batch_sizes:
-        check_openvino_parity(model, net, spec, check_batch_sizes, atol, rtol, xml_path.name)
-    _save(model, xml_path)
-    log.info("Exported OpenVINO IR (%s) to %s", precision, xml_path)
-    return xml_path
-
-
-def check_openvino_parity(model, net, spec, batch_sizes, atol, rtol, name) -> None:
-    """Run ``model`` (an ``ov.Model``) in f32 at each batch size against eager ``net``."""
-    compiled = compile_model(model, precision="f32")
-    was_training = net.training
-    net.eval()
-    try:
-        for seed, batch_size in enumerate(batch_sizes):
-            x = example_batch(spec, batch_size, seed=seed)
-            with torch.no_grad():
-                expected = net(x)
-            actual = torch.from_numpy(compiled(x.numpy())[compiled.output(0)].copy())
-            check_outputs_close(
-                expected, actual, atol, rtol, f"OpenVINO {name} at batch {batch_size}"
-            )
-    finally:
-        net.train(was_training)
+    writer = OpenVINOWriter(onnx_path, precision)
+    return write_verified(writer, net, spec, xml_path, check_batch_sizes, atol, rtol)
 
 
 def quantize_openvino_int8(

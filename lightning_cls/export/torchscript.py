@@ -11,33 +11,27 @@ runtimes that still need it. Prefer ``.pt2`` (``lightning_cls.export.pt2``) for 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from lightning_cls.export.checks import check_round_trip, example_batch
-from lightning_cls.fileio import atomic_path
+from lightning_cls.export.writer import Writer, register_format, write_verified
 from lightning_cls.inference.runtimes import TorchScriptRuntime, quiet_jit
 from lightning_cls.inference.spec import META_FILE, InputSpec
 
-log = logging.getLogger(__name__)
-
 MODES = ("trace", "script")
-SUFFIX = ".torchscript"
 
 
-def to_torchscript(net: nn.Module, spec: InputSpec, mode: str = "trace") -> torch.jit.ScriptModule:
-    """Trace or script ``net`` (switched to eval mode, which the caller restores)."""
-    if mode not in MODES:
-        raise ValueError(f"Unknown TorchScript mode '{mode}'; use one of {', '.join(MODES)}.")
-    net.eval()
+def to_torchscript(
+    net: nn.Module, example: torch.Tensor, mode: str = "trace"
+) -> torch.jit.ScriptModule:
+    """Trace ``net`` on ``example`` or script it (``net`` in eval mode)."""
     with quiet_jit():
         if mode == "trace":
             # check_trace compares a second run of the trace with eager on the same input.
-            return torch.jit.trace(net, example_batch(spec, 2), check_trace=True)
+            return torch.jit.trace(net, example, check_trace=True)
         try:
             return torch.jit.script(net)
         except Exception as err:  # TorchScript raises its own frontend error types
@@ -46,6 +40,29 @@ def to_torchscript(net: nn.Module, spec: InputSpec, mode: str = "trace") -> torc
                 "Use mode='trace' (export.torchscript_modes=[trace]; fine without data-dependent "
                 "control flow in forward), or export .pt2."
             ) from err
+
+
+class TorchScriptWriter(Writer):
+    """``model_<mode>.torchscript`` with ``meta.json`` inside, read back by ``torch.jit``."""
+
+    def __init__(self, mode: str = "trace"):
+        if mode not in MODES:
+            raise ValueError(f"Unknown TorchScript mode '{mode}'; use one of {', '.join(MODES)}.")
+        self.mode = mode
+        self.key, self.file = f"torchscript_{mode}", f"model_{mode}.torchscript"
+        self.title = f"TorchScript ({mode})"
+
+    def write(self, net, example, tmp, spec):
+        scripted = to_torchscript(net, example, self.mode)
+        with quiet_jit():
+            torch.jit.save(scripted, str(tmp), _extra_files={META_FILE: spec.to_json()})
+
+
+def writers(config, out: Path) -> list[Writer]:
+    return [TorchScriptWriter(mode) for mode in config.torchscript_modes]
+
+
+register_format("torchscript", writers)
 
 
 def export_torchscript(
@@ -58,30 +75,8 @@ def export_torchscript(
     rtol: float = 1e-4,
 ) -> Path:
     """Save ``net`` as TorchScript (``meta.json`` inside), reload it and compare with eager."""
-    path = Path(path)
-    was_training = net.training
-    try:
-        scripted = to_torchscript(net, spec, mode)
-        # Saved and checked under a temp name: a failed check leaves an earlier file intact.
-        with atomic_path(path) as tmp:
-            with quiet_jit():
-                torch.jit.save(scripted, str(tmp), _extra_files={META_FILE: spec.to_json()})
-            loaded, loaded_spec = load_torchscript(tmp)
-            with quiet_jit():
-                check_round_trip(
-                    net,
-                    loaded,
-                    spec,
-                    loaded_spec,
-                    check_batch_sizes,
-                    atol,
-                    rtol,
-                    f"TorchScript ({mode})",
-                )
-    finally:
-        net.train(was_training)
-    log.info("Exported TorchScript (%s) to %s", mode, path)
-    return path
+    writer = TorchScriptWriter(mode)
+    return write_verified(writer, net, spec, path, check_batch_sizes, atol, rtol)
 
 
 def load_torchscript(path: str | Path) -> tuple[torch.jit.ScriptModule, InputSpec]:

@@ -15,7 +15,7 @@ from lightning_cls.export.onnx import read_metadata
 from lightning_cls.export.onnx_e2e import (
     INPUT_NAME,
     OUTPUT_NAME,
-    check_e2e_parity,
+    OnnxE2EWriter,
     e2e_spec,
     example_images,
     export_onnx_e2e,
@@ -87,17 +87,25 @@ def test_e2e_graph_applies_the_specs_tta_like_the_predictor(trained, tmp_path):
     assert not torch.allclose(torch.from_numpy(probs), without_tta, atol=1e-4)
 
 
+class _ForgetsTheLayout(OnnxE2EWriter):
+    """Writes the e2e graph with the plain spec (NCHW): a reader would normalise twice."""
+
+    def write(self, net, example, tmp, spec):
+        from lightning_cls.export.onnx import write_onnx
+        from lightning_cls.export.onnx_e2e import EndToEnd
+
+        write_onnx(EndToEnd(net, spec).eval(), example, tmp, spec, 18, INPUT_NAME, OUTPUT_NAME)
+
+
 def test_e2e_check_fails_loudly_and_leaves_no_file(trained, tmp_path):
+    from lightning_cls.export.writer import write_verified
+
     path = export_onnx_e2e(trained.net, trained.spec, tmp_path / "e2e.onnx", check_batch_sizes=())
-    other = type(trained.net)(
-        in_channels=3, num_classes=4, image_size=16, widths=(8, 16), hidden=32
-    ).eval()
-    with pytest.raises(
-        ExportCheckError, match=r"ONNX e2e\.onnx at batch 1: outputs differ from eager PyTorch"
-    ):
-        check_e2e_parity(path, other, trained.spec, batch_sizes=(1, 7))
-    with pytest.raises(ValueError, match=r"input spec did not survive the round trip"):
-        check_e2e_parity(path, trained.net, dataclasses.replace(trained.spec, mean=(0.1,) * 3))
+    before = path.read_bytes()
+    # The file read back must carry e2e_spec (layout NHWC), not the plain spec.
+    with pytest.raises(ValueError, match=r"input spec did not survive the round trip.*NHWC"):
+        write_verified(_ForgetsTheLayout(), trained.net, trained.spec, path)
+    assert path.read_bytes() == before
     # A graph that differs from eager fails the export and keeps the final name free (the
     # file was written and checked under a temp name).
     with pytest.raises(ExportCheckError, match=r"ONNX bad\.onnx at batch 2"):

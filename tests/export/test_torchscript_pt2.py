@@ -6,12 +6,13 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_cls.export import checks as checks_module
+from lightning_cls.export import writer as writer_module
 from lightning_cls.export.checks import example_batch
 from lightning_cls.export.errors import ExportCheckError
 from lightning_cls.export.exporter import ExportConfig, export_model
-from lightning_cls.export.pt2 import export_pt2, load_pt2
+from lightning_cls.export.pt2 import export_pt2
 from lightning_cls.export.torchscript import export_torchscript, load_torchscript, quiet_jit
+from lightning_cls.inference.runtimes import Pt2Runtime
 from lightning_cls.models import create_model
 
 
@@ -56,7 +57,8 @@ def test_torchscript_rejects_unknown_mode(trained, tmp_path):
 
 def test_pt2_reloads_with_a_different_batch_size(trained, tmp_path):
     path = export_pt2(trained.net, trained.spec, tmp_path / "m.pt2")  # exported at batch 2
-    module, meta = load_pt2(path)
+    runtime = Pt2Runtime(path)
+    module, meta = runtime.module, runtime.spec
     assert meta == trained.spec
     for batch_size in (1, 11):
         x = example_batch(meta, batch_size, seed=batch_size)
@@ -90,7 +92,7 @@ def test_failed_check_keeps_the_previous_file(trained, tmp_path, monkeypatch, su
     path = export(tmp_path / f"m{suffix}")
     before = path.read_bytes()
     monkeypatch.setattr(
-        checks_module, "check_outputs_close", _fail_check
+        writer_module, "check_outputs_close", _fail_check
     )  # the new file is "wrong"
     with pytest.raises(ExportCheckError, match="outputs differ from eager"):
         export(path)
@@ -104,7 +106,7 @@ def test_export_atol_rtol_reach_torchscript_and_pt2(trained, tmp_path, monkeypat
     def record(expected, actual, atol, rtol, what):
         checks.append((what, atol, rtol))
 
-    monkeypatch.setattr(checks_module, "check_outputs_close", record)
+    monkeypatch.setattr(writer_module, "check_outputs_close", record)
     config = ExportConfig(
         formats=["torchscript", "pt2"],
         torchscript_modes=["trace"],
@@ -113,4 +115,7 @@ def test_export_atol_rtol_reach_torchscript_and_pt2(trained, tmp_path, monkeypat
         rtol=0.25,
     )
     export_model(trained.net, trained.spec, tmp_path, config)
-    assert checks == [("TorchScript (trace) at batch 1", 0.5, 0.25), (".pt2 at batch 1", 0.5, 0.25)]
+    assert checks == [
+        ("TorchScript (trace) model_trace.torchscript at batch 1", 0.5, 0.25),
+        ("torch.export model.pt2 at batch 1", 0.5, 0.25),
+    ]

@@ -1,0 +1,142 @@
+"""A new export format through the registry alone: a ``.npz`` of the state dict, its own runtime.
+
+Nothing in ``exporter.py`` names it, yet ``export_model`` writes it through the skeleton: eval
+mode, a hidden temp name in the same folder, read back through the runtime ``RUNTIMES`` has for
+its suffix, compared with eager PyTorch, renamed into place; a failed check leaves nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from lightning_cls.export import FORMATS, Writer, register_format, write_verified
+from lightning_cls.export.checks import example_batch
+from lightning_cls.export.errors import ExportCheckError
+from lightning_cls.export.exporter import ExportConfig, export_model
+from lightning_cls.fileio import is_temp_file
+from lightning_cls.inference import load_artifact
+from lightning_cls.inference.network import build_network
+from lightning_cls.inference.runtimes import RUNTIMES, Runtime, register_runtime
+from lightning_cls.inference.spec import InputSpec
+
+SPEC_KEY = "__spec__"
+
+
+class NpzRuntime(Runtime):
+    """Rebuilds the network from the spec's model_name/model_kwargs and the saved arrays."""
+
+    kind = "npz"
+
+    def __init__(
+        self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
+    ):
+        self.device = torch.device("cpu")
+        with np.load(path) as archive:
+            self.spec = InputSpec.from_json(str(archive[SPEC_KEY]))
+            state = {k: torch.from_numpy(archive[k]) for k in archive.files if k != SPEC_KEY}
+        self.net = build_network(self.spec.model_name, self.spec.model_kwargs, self.spec.classes)
+        self.net.load_state_dict(state)
+        self.net.eval()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class NpzWriter(Writer):
+    key, file, title = "npz", "model.npz", "NumPy"
+
+    def __init__(self):
+        self.calls = []  # (temp path, net.training) of each write
+
+    def write(self, net, example, tmp, spec):
+        self.calls.append((tmp, net.training))
+        arrays = {k: v.detach().cpu().numpy() for k, v in net.state_dict().items()}
+        with open(tmp, "wb") as f:  # a file object: np.savez would append .npz to a name
+            np.savez(f, **{SPEC_KEY: np.array(spec.to_json())}, **self.arrays(arrays))
+
+    def arrays(self, arrays: dict) -> dict:
+        return arrays
+
+
+class ScaledNpzWriter(NpzWriter):
+    """Writes every weight doubled: a file that does not compute what the model does."""
+
+    def arrays(self, arrays):
+        return {k: v * 2 if v.dtype.kind == "f" else v for k, v in arrays.items()}
+
+
+@pytest.fixture
+def npz_format():
+    writers = {"npz": NpzWriter()}
+    register_runtime(".npz", NpzRuntime)
+    register_format("npz", lambda config, out: [writers["npz"]])
+    try:
+        yield writers
+    finally:
+        FORMATS.pop("npz")
+        RUNTIMES.pop(".npz")
+
+
+def test_a_registered_format_is_exported_through_the_skeleton(trained, tmp_path, npz_format):
+    net = trained.module.net
+    net.train()  # the skeleton exports in eval mode and restores the mode
+    try:
+        result = export_model(net, trained.spec, tmp_path, ExportConfig(formats=["onnx", "npz"]))
+        assert net.training
+    finally:
+        net.eval()
+    path = tmp_path / "model.npz"
+    assert result.paths["npz"] == path
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["meta.json", "model.npz", "model.onnx"]
+    ((tmp, training),) = npz_format["npz"].calls
+    assert not training
+    assert tmp.parent == tmp_path and is_temp_file(tmp) and tmp.suffix == ".npz"
+    assert tmp.name != path.name and not tmp.exists()
+    predictor = load_artifact(path)  # predict and the server find it through RUNTIMES
+    assert predictor.kind == "npz" and predictor.spec == trained.spec
+    x = example_batch(trained.spec, 3, seed=5)
+    with torch.no_grad():
+        torch.testing.assert_close(predictor.logits(x), trained.net(x))
+
+
+def test_a_file_that_fails_the_readback_check_is_never_renamed(trained, tmp_path, npz_format):
+    path = write_verified(NpzWriter(), trained.net, trained.spec, tmp_path / "model.npz")
+    before = path.read_bytes()
+    with pytest.raises(
+        ExportCheckError, match=r"NumPy model\.npz at batch 1: outputs differ from eager PyTorch"
+    ):
+        write_verified(ScaledNpzWriter(), trained.net, trained.spec, path)
+    assert path.read_bytes() == before  # the earlier file is left as it was
+    npz_format["npz"] = ScaledNpzWriter()  # through export_model, into an empty folder
+    out = tmp_path / "out"
+    with pytest.raises(ExportCheckError, match=r"NumPy model\.npz at batch 1"):
+        export_model(trained.net, trained.spec, out, ExportConfig(formats=["npz"]))
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json"]  # no file, no temp file
+
+
+def test_a_spec_lost_on_the_way_fails_the_export(trained, tmp_path, npz_format):
+    class ForgetsClasses(NpzWriter):
+        def write(self, net, example, tmp, spec):
+            super().write(
+                net, example, tmp, dataclasses.replace(spec, classes=("a", "b", "c", "d"))
+            )
+
+    with pytest.raises(ValueError, match=r"The input spec did not survive the round trip"):
+        write_verified(ForgetsClasses(), trained.net, trained.spec, tmp_path / "model.npz")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_registry_names_its_formats(npz_format):
+    assert ExportConfig(formats=["npz"]).formats == ["npz"]
+    with pytest.raises(
+        ValueError,
+        match=r"Unknown export format\(s\) \['npy'\]; use onnx, onnx_e2e, torchscript, pt2, "
+        r"openvino, npz, auto, triton or 'all'\.",
+    ):
+        ExportConfig(formats=["npy"])
+    with pytest.raises(ValueError, match="Export format 'onnx' is already registered"):
+        register_format("onnx", lambda config, out: [NpzWriter()])
