@@ -1,0 +1,65 @@
+"""Run ``python -m lightning_cls.train`` in a subprocess on digits, CPU, small and quiet, and
+read back what it wrote: shared by the preemption, SLURM and torchrun tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# Two short epochs of digits (21 steps each at batch 64), no plots, no per-step output.
+SMALL = [
+    "trainer.max_epochs=2",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "trainer.deterministic=true",
+    "~callbacks.progress_bar",
+    "~callbacks.model_summary",
+    "~callbacks.plots",
+    "~callbacks.model_weights",
+    "prediction_mosaic=false",
+]
+# What results.json must hold identically for two runs to count as the same training.
+COMPARED = ("val", "test", "best_val_acc", "objective")
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The test process's environment, one thread, this folder importable (SignalAt)."""
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
+    base = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR",)}
+    return {**base, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **extra}
+
+
+def train_command(run_dir: Path, *overrides: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "lightning_cls.train",
+        f"hydra.run.dir={run_dir}",
+        f"paths.root_dir={run_dir.parent}",
+        *SMALL,
+        *overrides,
+    ]
+
+
+def train(run_dir: Path, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Train in a subprocess; its log and errors together in ``.stdout``."""
+    return subprocess.run(
+        train_command(run_dir, *overrides),
+        cwd=run_dir.parent,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def results(run_dir: Path) -> dict:
+    """The compared part of a run's results.json."""
+    summary = json.loads((Path(run_dir) / "results.json").read_text())
+    return {key: summary[key] for key in COMPARED}
