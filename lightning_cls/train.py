@@ -42,6 +42,7 @@ from lightning_cls.export.callback import ExportCallback
 from lightning_cls.fileio import atomic_write_text
 from lightning_cls.models import pretrained_preprocessing
 from lightning_cls.module import ClassificationModule
+from lightning_cls.training.cluster import fill_slurm_tasks_per_node
 from lightning_cls.training.loggers import close_loggers
 from lightning_cls.training.resume import LAST, check_compatible, resolve_ckpt_path
 
@@ -127,6 +128,7 @@ def train(cfg: DictConfig) -> dict:
         pruning = OptunaPruning(**cfg.optuna, monitor=cfg.optimized_metric)
         callbacks.append(pruning)
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
+    fill_slurm_tasks_per_node()  # sbatch -n N: the --ntasks-per-node Lightning asks for
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     datamodule.batch_size = per_device_batch_size(cfg.data.batch_size, trainer.world_size)
     for logger in trainer.loggers:  # the whole config, so runs compare in TensorBoard/MLflow
