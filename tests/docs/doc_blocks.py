@@ -14,8 +14,11 @@ run with ``bash -euo pipefail``. ``overrides`` are appended to every
 the command already sets are left alone), so a page can show the real command while the test
 trains for one short epoch. ``expect`` is a regular expression that the block's output must
 contain. ``requires="optuna,litserve"`` names modules of optional extras: without them the
-whole page is skipped, saying which are missing. ``skip`` blocks become skipped tests that
-show their reason.
+whole page is skipped, saying which are missing. A shell block's ``python -m lightning_cls.*``
+commands run in a pre-imported interpreter that forks per command (``fork_server.py``: same
+folder, environment, files and exit codes, no import time); ``fresh="true"`` gives each
+command a new interpreter instead (a block that checks what a command imports). ``skip``
+blocks become skipped tests that show their reason.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LANGUAGES = {"python": "python", "py": "python", "bash": "shell", "sh": "shell", "shell": "shell"}
-RUN_KEYS = {"overrides", "expect", "timeout", "requires"}
+RUN_KEYS = {"overrides", "expect", "timeout", "requires", "fresh"}
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
 _MARKER = re.compile(r"^\s*<!--\s*test:\s*(?P<body>.*?)\s*-->\s*$")
 _TRAIN = re.compile(r"\s-m\s+lightning_cls\.train\b")  # python -m, torchrun ... -m
@@ -71,6 +74,8 @@ def parse_marker(body: str, where: str) -> tuple[str, dict[str, str]]:
         )
     if words[0] == "skip" and not options.get("reason"):
         raise ValueError(f'{where}: a skip marker needs reason="..." (shown in the test report).')
+    if options.get("fresh", "true") != "true":
+        raise ValueError(f'{where}: fresh={options["fresh"]!r} can only be "true".')
     if "timeout" in options and not options["timeout"].isdigit():
         raise ValueError(f"{where}: timeout={options['timeout']!r} must be whole seconds.")
     return words[0], options

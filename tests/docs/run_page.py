@@ -3,7 +3,8 @@
 Usage: ``python run_page.py blocks.json`` (written by ``test_docs_examples.py``). Python blocks
 share one namespace, like notebook cells, and are compiled under the page's own file name and
 line numbers, so a traceback points at the Markdown line. Shell blocks run with
-``bash -euo pipefail``. Exits 1 at the first block that fails, naming it.
+``bash -euo pipefail`` (with the block's own ``PATH`` where the spec gives one). Exits 1 at
+the first block that fails, naming it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import resource
 import subprocess
@@ -50,6 +52,7 @@ def run_shell(block: dict) -> tuple[bool, str]:
     try:
         proc = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", block["code"]],
+            env={**os.environ, "PATH": block["PATH"]} if "PATH" in block else None,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -64,6 +64,7 @@ def test_parse_blocks_reads_markers_and_lines():
             r"timeout='soon' must be whole seconds",
         ),
         ("```python\nx = 1\n", r"never closed"),
+        ('<!-- test: run fresh="yes" -->\n```bash\nls\n```\n', r"fresh='yes' can only be \"true\""),
     ],
 )
 def test_bad_markers_are_errors(text, message):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from doc_blocks import doc_pages, parse_blocks, with_overrides
+from fork_client import run_in_server
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("run_page.py")
@@ -39,7 +40,7 @@ SKIPPED = [b for blocks in PAGES.values() for b in blocks if b.action == "skip"]
 
 @pytest.mark.slow  # a page runs several entry points, each ~5 s of imports alone
 @pytest.mark.parametrize("page", RUN_PAGES)
-def test_page_examples_run(page: str, tmp_path: Path):
+def test_page_examples_run(page: str, tmp_path: Path, fork_server, docs_env):
     blocks = [b for b in PAGES[page] if b.action == "run"]
     needed = {m for b in blocks for m in b.options.get("requires", "").split(",") if m}
     missing = sorted(m for m in needed if importlib.util.find_spec(m) is None)
@@ -63,17 +64,24 @@ def test_page_examples_run(page: str, tmp_path: Path):
     work.mkdir()
     # Pages say "from a checkout"; the examples are there, the outputs stay in tmp_path.
     (work / "examples").symlink_to(REPO / "examples")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
-        [sys.executable, str(RUNNER), str(tmp_path / "blocks.json")],
-        cwd=work,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=sum(s["timeout"] for s in spec) + 60,
-    )
-    assert proc.returncode == 0, f"a code block of {page} failed:\n{proc.stdout[-6000:]}"
+    # `python` is this interpreter (as in an activated venv); a block's `python -m
+    # lightning_cls.*` runs in the pre-imported fork server unless the block says fresh="true".
+    env = {**docs_env, "PATH": fork_server.path(docs_env["PATH"])}
+    for s, b in zip(spec, blocks):
+        if b.options.get("fresh") == "true":
+            s["PATH"] = fork_server.path(docs_env["PATH"], shim=False)
+    log = tmp_path / "page.log"
+    argv = [str(RUNNER), str(tmp_path / "blocks.json")]
+    timeout = sum(s["timeout"] for s in spec) + 60
+    with open(log, "w") as out, open(os.devnull) as devnull:
+        fds = [devnull.fileno(), out.fileno(), out.fileno()]
+        code = run_in_server(fork_server.socket, argv, str(work), env, fds, timeout)
+        if code is None:  # the server cannot take it: a fresh interpreter, as before
+            code = subprocess.run(
+                [sys.executable, *argv], cwd=work, env=env, stdout=out, stderr=out, timeout=timeout
+            ).returncode
+    output = log.read_text()
+    assert code == 0, f"a code block of {page} failed (exit {code}):\n{output[-6000:]}"
 
 
 @pytest.mark.parametrize("block", SKIPPED, ids=[b.where for b in SKIPPED])

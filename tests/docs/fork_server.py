@@ -1,0 +1,337 @@
+"""A Python that has imported torch, Lightning and Hydra once and forks per command.
+
+Each ``python -m lightning_cls.X`` of a docs page used to start a fresh interpreter and import
+torch, Lightning, torchmetrics and Hydra again (6-10 s a command on the 2-core machine). The
+server (``python fork_server.py SOCKET MODULE...``) imports MODULEs, then waits on a Unix socket.
+For each request (sent by ``fork_client.py``) it forks; the child takes the caller's own stdin,
+stdout and stderr (passed as open files), folder, environment and umask, puts the folder first
+on ``sys.path``, and runs the module exactly as ``python -m`` does (``runpy._run_module_as_main``
+in a new ``__main__``), or a script as ``python script.py`` does. The child then ends like a fresh
+interpreter (non-daemon threads joined, atexit handlers, exit code, traceback on stderr); the
+server sends its wait status back and forwards the caller's signals to it.
+
+``ForkServer.start`` runs a server and writes a ``python`` shim for a block's PATH: it sends
+``python -m lightning_cls.*`` here and runs everything else (``python -c``, scripts, other
+flags) in a real interpreter, as does the client whenever the server answers "fresh":
+- the module is already imported in the server (running it as ``__main__`` would run it twice);
+- an environment variable read when a library loads (PYTHON*, OMP_*, MKL_*, ...) differs from
+  the server's (``OMP_NUM_THREADS=4 python -m ...`` gets a fresh interpreter with 4 threads);
+- the server has more than one thread after its imports: a fork copies only the forking
+  thread, so a lock held by another (torch's intra-op pool, a logging handler) would stay
+  held in the child. The server imports but never runs a torch op, and counts its threads.
+
+Left different from a fresh interpreter, knowingly: the modules imported here are in
+``sys.modules`` before the command starts (a check of what a command imports needs a
+``fresh="true"`` block), and every child shares the server's ``hash()`` seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CLIENT = HERE / "fork_client.py"
+# What the docs' commands import; each is skipped when it is not installed.
+PRELOAD = (
+    "numpy",
+    "PIL.Image",
+    "torch",
+    "torchvision",
+    "torchmetrics",
+    "pytorch_lightning",
+    "hydra",
+    "omegaconf",
+    "lightning_cls.module",
+    "lightning_cls.callbacks",
+    "lightning_cls.data",
+    "lightning_cls.inference",
+    "lightning_cls.training",
+    "lightning_cls.export",
+    "lightning_cls.cli",
+)
+# Read by libraries when they load (or by the interpreter at start), so they must match.
+IMPORT_TIME_ENV = re.compile(
+    r"^(PYTHON|OMP_|MKL_|KMP_|GOMP_|OPENBLAS_|CUDA_|NVIDIA_|TORCH|PYTORCH_|LD_|MALLOC_|ORT_)"
+)
+
+
+def import_time_env(env: dict) -> dict:
+    return {k: v for k, v in env.items() if IMPORT_TIME_ENV.match(k)}
+
+
+class Job:
+    """One request, run in the forked child."""
+
+    def __init__(self, argv: list[str], cwd: str, env: dict, umask: int, fds: dict):
+        self.argv, self.cwd, self.env, self.umask, self.fds = argv, cwd, env, umask, fds
+
+    def fresh_reason(self, server_env: dict) -> str | None:
+        """Why this command needs a fresh interpreter, or None."""
+        if len(self.argv) >= 2 and self.argv[0] == "-m":
+            name = self.argv[1]
+            if name in sys.modules or f"{name}.__main__" in sys.modules:
+                return f"{name} is imported in the server"
+        elif not self.argv or self.argv[0].startswith("-"):
+            return f"not 'python -m MODULE' or 'python SCRIPT': {self.argv[:2]}"
+        if import_time_env(self.env) != server_env:
+            return "an import-time environment variable differs"
+        return None
+
+    def take_over_process(self) -> None:
+        """Become the caller's process: its std files, folder, environment, umask."""
+        for target, fd in self.fds.items():
+            if fd != target:
+                os.dup2(fd, target)
+                os.close(fd)
+        for target in {0, 1, 2} - set(self.fds):
+            os.close(target)
+        os.chdir(self.cwd)
+        os.umask(self.umask)
+        os.environ.clear()
+        os.environ.update(self.env)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # A fresh interpreter's stdout is line-buffered on a terminal only.
+        if not sys.stdout.write_through:
+            sys.stdout.reconfigure(line_buffering=os.isatty(1))
+        # A fresh process seeds numpy and torch from the OS (`random` re-seeds by itself).
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        if "torch" in sys.modules:
+            sys.modules["torch"].seed()
+
+    def run(self) -> None:
+        """Run the command as ``python ARGV`` would, in a new ``__main__``."""
+        import runpy
+        import types
+
+        main = types.ModuleType("__main__")
+        sys.modules["__main__"] = main
+        if self.argv[0] == "-m":
+            sys.argv = ["-m", *self.argv[2:]]
+            sys.path[0] = self.cwd
+            # What `python -m` itself calls (a fresh __main__, argv[0], "No module named" exit).
+            runpy._run_module_as_main(self.argv[1], alter_argv=True)
+            return
+        script = self.argv[0]
+        sys.argv = list(self.argv)
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
+        main.__file__ = script
+        with open(script, "rb") as f:
+            code = compile(f.read(), script, "exec")
+        exec(code, main.__dict__)
+
+
+class Server:
+    def __init__(self, sock_path: str, modules: list[str]):
+        import gc
+        import importlib
+
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
+        self.threads = len(os.listdir("/proc/self/task"))
+        self.env = import_time_env(os.environ)
+        gc.freeze()  # keep the imported objects' pages shared with the children
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(sock_path)
+        self.listener.listen(32)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, ("accept", None))
+        self.jobs: dict[int, tuple[socket.socket, int]] = {}  # pid -> (connection, pidfd)
+
+    def serve(self) -> Job:
+        """Answer requests forever; returns only in a forked child, with its job."""
+        while True:
+            for key, _ in self.selector.select():
+                kind, pid = key.data
+                if kind == "accept":
+                    job = self._accept()
+                    if job is not None:
+                        return job
+                elif kind == "exited":
+                    self._finish(pid)
+                else:
+                    self._message(pid)
+
+    def _accept(self) -> Job | None:
+        conn, _ = self.listener.accept()
+        fds = []
+        try:
+            _, fds, _, _ = socket.recv_fds(conn, 1, 3)
+            (size,) = struct.unpack("!I", _recv_exact(conn, 4))
+            request = json.loads(_recv_exact(conn, size))
+            job = Job(request["argv"], request["cwd"], request["env"], request["umask"],
+                      dict(zip(request["fds"], fds)))  # fmt: skip
+            reason = job.fresh_reason(self.env) if self.threads == 1 else "threads"
+        except (OSError, ValueError, KeyError) as err:
+            reason = f"bad request: {err}"
+        if reason is not None:
+            _close(fds)
+            _send(conn, f"F {reason}")
+            conn.close()
+            return None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            self._close_all()
+            job.take_over_process()
+            return job
+        _close(fds)
+        pidfd = os.pidfd_open(pid)
+        self.jobs[pid] = (conn, pidfd)
+        self.selector.register(pidfd, selectors.EVENT_READ, ("exited", pid))
+        self.selector.register(conn, selectors.EVENT_READ, ("message", pid))
+        _send(conn, f"P {pid}")
+        return None
+
+    def _message(self, pid: int) -> None:
+        """A signal to forward ("K 15"), or the caller went away: then the command goes too."""
+        conn, _ = self.jobs[pid]
+        try:
+            data = conn.recv(256).decode()
+        except OSError:
+            data = ""
+        if not data:
+            self.selector.unregister(conn)
+            _kill(pid, signal.SIGKILL)
+            return
+        for line in data.split("\n"):
+            if line.startswith("K "):
+                _kill(pid, int(line[2:]))
+
+    def _finish(self, pid: int) -> None:
+        conn, pidfd = self.jobs.pop(pid)
+        _, status = os.waitpid(pid, 0)
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        try:
+            self.selector.unregister(conn)
+        except KeyError:
+            pass
+        _send(conn, f"X {status}")
+        conn.close()
+
+    def _close_all(self) -> None:
+        """In the child: let go of the server's socket and of every other caller."""
+        self.selector.close()
+        self.listener.close()
+        for conn, pidfd in self.jobs.values():
+            conn.close()
+            os.close(pidfd)
+
+
+def _recv_exact(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise ValueError("request cut short")
+        data += chunk
+    return data
+
+
+def _send(conn: socket.socket, line: str) -> None:
+    try:
+        conn.sendall(line.encode() + b"\n")
+    except OSError:
+        pass  # the caller is gone
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def _kill(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+SHIM = """#!/bin/sh
+# Written by tests/docs/fork_server.py: `python -m {prefix}*` runs in the pre-imported server.
+case "$1" in -m) case "$2" in {prefix}*)
+  exec {python} -S -E -s {client} {socket} {python} "$@";;
+esac;; esac
+exec {python} "$@"
+"""
+
+
+class ForkServer:
+    """A running server, its socket, and a folder with the ``python`` shim for blocks' PATH."""
+
+    def __init__(self, env: dict, prefix: str = "lightning_cls.", modules=PRELOAD, python=None):
+        self.python = python or sys.executable
+        self.dir = Path(tempfile.mkdtemp(prefix="forksrv-"))
+        self.socket = str(self.dir / "socket")
+        self.bin = self.dir / "bin"
+        self.bin.mkdir()
+        for name in ("python", "python3"):
+            shim = self.bin / name
+            shim.write_text(SHIM.format(prefix=prefix, python=self.python, client=CLIENT,
+                                        socket=self.socket))  # fmt: skip
+            shim.chmod(0o755)
+        self.env = env
+        self.proc = subprocess.Popen(
+            [self.python, str(Path(__file__)), self.socket, *modules],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.threads: int | None = None
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        """Block until the server has imported its modules and listens."""
+        if self.threads is not None:
+            return
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout):
+                self.stop()
+                raise RuntimeError(f"fork server not ready after {timeout} s")
+        line = self.proc.stdout.readline()  # "ready threads=N"
+        if not line.startswith("ready"):
+            raise RuntimeError(f"fork server did not start: {line!r}, rc={self.proc.poll()}")
+        self.threads = int(line.split("threads=")[1])
+
+    def path(self, env_path: str, shim: bool = True) -> str:
+        """PATH for a block: the shim, then this interpreter's folder (an activated venv)."""
+        return os.pathsep.join([str(self.bin)] * shim + [os.path.dirname(self.python), env_path])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+        for path in sorted(self.dir.rglob("*"), reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+        self.dir.rmdir()
+
+
+def main(argv: list[str]) -> None:
+    server = Server(argv[1], argv[2:])
+    print(f"ready threads={server.threads}", flush=True)
+    job = server.serve()
+    job.run()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

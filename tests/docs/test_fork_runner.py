@@ -1,0 +1,143 @@
+"""The pre-imported runner of the docs' commands (fork_server.py, fork_client.py): a command run
+through it behaves as in a fresh interpreter (folder, environment, files, exit codes, signals),
+and it hands a command to a real interpreter when a fork could not be faithful."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from fork_client import run_in_server
+from fork_server import ForkServer
+
+PROBE = """
+import os, sys, time
+
+def main():
+    print("argv", sys.argv[1:], "cwd", os.getcwd(), "X", os.environ.get("X"),
+          "path0", sys.path[0] == os.getcwd(), "ppid", os.getppid(), "name", __name__)
+    print("to stderr", file=sys.stderr)
+    if "read" in sys.argv:
+        print("stdin:", sys.stdin.read().strip())
+    if "exit3" in sys.argv:
+        sys.exit(3)
+    if "boom" in sys.argv:
+        raise ValueError("boom")
+    if "sleep" in sys.argv:
+        print("sleeping", flush=True)
+        time.sleep(60)
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.fixture(scope="module")
+def probe_server(tmp_path_factory):
+    """A server that routes `python -m probe*` and has `probe_loaded` imported already."""
+    mods = tmp_path_factory.mktemp("mods")
+    (mods / "probe_job.py").write_text(PROBE)
+    (mods / "probe_loaded.py").write_text(PROBE)
+    env = {**os.environ, "PYTHONPATH": str(mods), "OMP_NUM_THREADS": "1"}
+    server = ForkServer(env, prefix="probe", modules=["probe_loaded"])
+    server.wait_ready(timeout=120)
+    yield server
+    server.stop()
+
+
+def _bash(server: ForkServer, script: str, cwd: Path, shim: bool = True, **env):
+    env = {**server.env, "X": "y", **env, "PATH": server.path(os.environ["PATH"], shim)}
+    return subprocess.run(
+        ["bash", "-c", textwrap.dedent(script)], cwd=cwd, env=env, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_a_forked_command_is_like_a_fresh_one(probe_server, tmp_path):
+    server_pid = str(probe_server.proc.pid)
+    proc = _bash(
+        probe_server,
+        """
+        python -m probe_job a "b c" > out.txt 2> err.txt; echo "rc=$?"
+        echo hello | python -m probe_job read exit3 >> out.txt; echo "rc=$?"
+        python -m probe_job boom > /dev/null 2> boom.txt || echo "rc=$?"
+        python -m probe_nosuch || echo "rc=$?"
+        """,
+        tmp_path,
+    )
+    assert proc.stdout.splitlines() == ["rc=0", "rc=3", "rc=1", "rc=1"], proc.stderr
+    out = (tmp_path / "out.txt").read_text().splitlines()
+    assert out[0] == (
+        f"argv ['a', 'b c'] cwd {tmp_path} X y path0 True ppid {server_pid} name __main__"
+    )
+    assert out[1].startswith("argv ['read', 'exit3']") and out[2] == "stdin: hello"
+    assert (tmp_path / "err.txt").read_text() == "to stderr\n"
+    boom = (tmp_path / "boom.txt").read_text()
+    assert "Traceback" in boom and boom.endswith("ValueError: boom\n")
+    assert f"{probe_server.python}: No module named probe_nosuch" in proc.stderr
+
+
+def test_signals_reach_the_command(probe_server, tmp_path):
+    proc = _bash(
+        probe_server,
+        """
+        python -m probe_job sleep > a.txt & P=$!
+        until grep -q sleeping a.txt 2> /dev/null; do sleep 0.1; done
+        kill $P; wait $P || echo "killed rc=$?"
+        timeout 1 python -m probe_job sleep > /dev/null || echo "timeout rc=$?"
+        """,
+        tmp_path,
+    )
+    assert proc.stdout.splitlines() == ["killed rc=143", "timeout rc=124"], proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "env"),
+    [
+        ("python -m probe_loaded", {}),  # imported in the server: it would run twice
+        ("python -m probe_job", {"OMP_NUM_THREADS": "2"}),  # read when torch loads
+        ('python -c \'import runpy; runpy.run_module("probe_job", run_name="__main__")\'', {}),
+        ("python -u -m probe_job", {}),  # an interpreter flag
+    ],
+)
+def test_a_real_interpreter_where_a_fork_would_differ(probe_server, tmp_path, command, env):
+    proc = _bash(probe_server, command, tmp_path, **env)
+    assert proc.returncode == 0, proc.stderr
+    assert "argv" in proc.stdout and f"ppid {probe_server.proc.pid} " not in proc.stdout
+
+
+def test_a_fresh_block_gets_no_shim(probe_server, tmp_path):
+    proc = _bash(probe_server, "python -m probe_job", tmp_path, shim=False)
+    assert proc.returncode == 0 and f"ppid {probe_server.proc.pid} " not in proc.stdout
+
+
+TORCH_IN_CHILD = """
+import sys, torch
+torch.set_num_threads(2)
+x = torch.randn(256, 256)
+print(len(set(sys.modules) & {"pytorch_lightning", "hydra", "lightning_cls.module"}),
+      torch.get_num_threads(), (x @ x).shape[0], torch.initial_seed())
+"""
+
+
+@pytest.mark.slow  # the docs' server: ~10 s of imports unless a docs page started it already
+def test_the_docs_server_forks_from_one_thread(fork_server, docs_env, tmp_path):
+    """The pre-imported server has one thread (nothing to deadlock a child), and its children
+    run torch's intra-op pool and draw their own seeds, as fresh interpreters do."""
+    assert fork_server.threads == 1
+    script = tmp_path / "child.py"
+    script.write_text(TORCH_IN_CHILD)
+    lines = []
+    for n in range(2):
+        log = tmp_path / f"{n}.log"
+        with open(log, "w") as out, open(os.devnull) as devnull:
+            fds = [devnull.fileno(), out.fileno(), out.fileno()]
+            code = run_in_server(fork_server.socket, [str(script)], str(tmp_path), docs_env,
+                                 fds, timeout=120)  # fmt: skip
+        assert code == 0, log.read_text()
+        lines.append(log.read_text().split())
+    assert lines[0][:3] == ["3", "2", "256"] == lines[1][:3]
+    assert lines[0][3] != lines[1][3]
