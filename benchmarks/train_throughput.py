@@ -45,8 +45,9 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 from lightning_cls.callbacks import CompileModel
-from lightning_cls.data.base import ArrayDataset, ImageDataModule
+from lightning_cls.data.base import ImageDataModule
 from lightning_cls.data.imagefolder import ImageFolderDataModule
+from lightning_cls.data.memory import ArrayDataset
 from lightning_cls.data.synthetic import SyntheticDataModule
 from lightning_cls.models import create_model
 from lightning_cls.module import ClassificationModule

@@ -1,7 +1,8 @@
 """``python -m lightning_cls.optimize_data data=imagefolder data.root=... out=...``: convert any
-DataModule's splits (decoded once, as for training) into litdata chunks that
-``data=streaming data.input_dir=<out>`` streams. Upload ``out`` to an object store to stream
-from there. The last line of output is one JSON object (counts and where they went).
+DataModule's splits (decoded once, as for training) into litdata chunks plus ``dataset.json``
+(the dataset's description) that ``data=streaming data.input_dir=<out>`` streams. Upload
+``out`` to an object store to stream from there. The last line of output is one JSON object
+(counts and where they went).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from omegaconf import DictConfig
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
-from lightning_cls.data.streaming import write_streaming
+from lightning_cls.data.chunks import write_streaming
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +27,9 @@ def optimize(cfg: DictConfig) -> dict:
     datamodule.prepare_data()
     datamodule.setup("fit")
     splits = {name: (s.images, s.labels) for name, s in datamodule.splits.items()}
-    meta = dict(datamodule.spec)
+    meta = dict(datamodule.spec)  # the data's keys (a plug-in's spec may be a plain dict)
     meta["image_size"] = int(next(iter(splits.values()))[0].shape[-1])  # the stored size
-    meta.pop("resize_size", None)
+    meta.pop("resize_size", None)  # streaming: from the stored and the training size
     meta["task"] = getattr(datamodule, "task", "multiclass")  # multilabel: multi-hot labels
     out = write_streaming(splits, meta, cfg.out, chunk_bytes=cfg.chunk_bytes)
     result = {

@@ -1,31 +1,35 @@
-"""``ImageDataModule``: the shared machinery of every dataset in lightning_cls.
+"""``ImageDataModule``: the one data contract every dataset in lightning_cls follows.
 
-A subclass only says how to get its splits as in-memory uint8 tensors (``load_splits``) and
-what they are (``classes``, ``num_channels``, ``image_size``, ``mean``, ``std``). This class
-carves a validation split with a fixed seed and serves loaders through one of two pipelines:
+The base owns what every source shares: the options, ``spec`` (an ``InputSpec``), ``splits``,
+the check of the config against the data (``data.num_classes=... but ...``), the loaders'
+position in ``state_dict`` and the batch hook that augments uint8 batches on their device with
+seeded draws. Sources differ only in their reader and the loader it builds (timm's
+``ImageDataset(reader=create_reader(...))``):
 
-- ``pipeline="tensor"`` (default): batches sliced from the uint8 tensor by a seeded
-  permutation (``TensorBatchLoader``); crop/flip/normalize run per batch on the batch's
+- in memory (the default): a subclass says how to get its splits as uint8 tensors
+  (``load_splits``) and what they are (``classes``, ``num_channels``, ``image_size``,
+  ``mean``, ``std``); validation is carved out with a fixed seed, and loaders come from one of
+  two pipelines. ``pipeline="tensor"`` (default): batches sliced from the uint8 tensor by a
+  seeded permutation (``TensorBatchLoader``), crop/flip/normalize per batch on the batch's
   device (``on_after_batch_transfer`` under Lightning, inside the loader in a plain loop).
-- ``pipeline="pil"``: the classic per-sample torchvision transforms in a ``DataLoader``
-  (use it for arbitrary ``train_transform``/``eval_transform``).
+  ``pipeline="pil"``: per-sample torchvision transforms in a ``DataLoader`` (for arbitrary
+  ``train_transform``/``eval_transform``).
+- streamed (``data/streaming.py``): ``read_splits`` and ``make_loader`` read litdata chunks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from PIL import Image
-from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 from lightning_cls.data.augment import BatchAugment
-from lightning_cls.data.folds import split_fold
-from lightning_cls.data.tensor_loader import TensorBatchLoader, batch_generator
-from lightning_cls.inference.spec import Split
-from lightning_cls.threads import configure_threads, worker_init_fn
+from lightning_cls.data.memory import carve_val, memory_loader, pil_auto_augment
+from lightning_cls.data.tensor_loader import batch_generator
+from lightning_cls.inference.spec import InputSpec, Split
 
 PIPELINES = ("tensor", "pil")
 # Network input dtype for Lightning's "*-true" precisions (the mixed ones take float32 input).
@@ -36,26 +40,31 @@ PRECISION_INPUT_DTYPES = {
 }
 
 
-class ArrayDataset(Dataset):
-    """Per-sample view of a ``Split`` for the PIL pipeline: uint8 CHW -> PIL -> transform."""
+class DataSpec(InputSpec, Mapping):
+    """The ``InputSpec`` a DataModule produces, also read as a mapping of what the data
+    describes (``KEYS``): ``ClassificationModule(model_name, model_kwargs, **datamodule.spec)``
+    passes those, while the model's options, TTA and the task keep their own arguments."""
 
-    def __init__(self, split: Split, transform: Callable | None):
-        self.split, self.transform = split, transform
+    KEYS = ("classes", "mean", "std", "image_size", "num_channels", "resize_size")
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.KEYS:
+            raise KeyError(key)
+        value = getattr(self, key)
+        return list(value) if isinstance(value, tuple) else value  # plain lists in hparams
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.KEYS)
 
     def __len__(self) -> int:
-        return len(self.split)
+        return len(self.KEYS)
 
-    def __getitem__(self, i: int):
-        img = self.split.images[i]  # (C, H, W)
-        pil = (
-            Image.fromarray(img[0].numpy(), "L")
-            if img.shape[0] == 1
-            else Image.fromarray(img.permute(1, 2, 0).numpy(), "RGB")
-        )
-        label = self.split.labels[i]  # a class index, or a multi-hot row (multilabel)
-        return (self.transform(pil) if self.transform else pil), (
-            label if label.ndim else int(label)
-        )
+    def __eq__(self, other: object) -> bool:  # equal to the InputSpec with the same fields
+        if not isinstance(other, InputSpec):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = InputSpec.__hash__
 
 
 class ImageDataModule(pl.LightningDataModule):
@@ -67,6 +76,9 @@ class ImageDataModule(pl.LightningDataModule):
     image_size: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    # Photos: the side the images are stored at, of which training crops image_size squares
+    # (predict/serve: Resize(this) + CenterCrop(image_size)); None: stored at image_size.
+    resize_size: int | None = None
 
     def __init__(
         self,
@@ -111,6 +123,7 @@ class ImageDataModule(pl.LightningDataModule):
         self.drop_last, self.pipeline = drop_last, pipeline
         self.crop_padding, self.hflip, self.channels_last = crop_padding, hflip, channels_last
         self._train_transform, self._eval_transform = train_transform, eval_transform
+        # One seed for the validation split, shuffling and every augmentation draw.
         self.val_size, self.seed = val_size, seed
         # Stronger augmentation (data/autoaugment.py), k-fold validation (data/folds.py), a
         # class-balanced train sampler (tensor pipeline); checked where they are used.
@@ -123,14 +136,24 @@ class ImageDataModule(pl.LightningDataModule):
             "image_size": image_size,
         }
         self.name = name or type(self).__name__
-        self.splits: dict[str, Split] = {}
-        self._train_loader: TensorBatchLoader | None = None
+        self.splits: Mapping[str, Split] = {}
+        self._train_loader = None  # its position travels in state_dict
         self._train_loader_state: dict | None = None  # from a checkpoint, for the next loader
 
-    # -- what a subclass provides ------------------------------------------------------------
+    # -- what a source provides: its reader and the loader it builds ----------------------------
     def load_splits(self) -> dict[str, Split]:
-        """Return ``{"train": ..., "test": ...}`` and optionally ``"val"``."""
+        """In memory: return ``{"train": ..., "test": ...}`` and optionally ``"val"``."""
         raise NotImplementedError
+
+    def read_splits(self) -> Mapping[str, Split]:
+        """``{"train"|"val"|"test": Split}``: ``load_splits`` with validation carved out of
+        train (``val_size``, or fold ``fold`` of ``folds``) unless the source has its own."""
+        return carve_val(self.load_splits(), self.val_size, self.folds, self.fold, self.seed)
+
+    def make_loader(self, split: str, train: bool):
+        """The loader of one split: in memory, a ``TensorBatchLoader`` or a ``DataLoader``."""
+        self.setup()
+        return memory_loader(self, self.splits[split], train)
 
     # -- derived facts -----------------------------------------------------------------------
     @property
@@ -138,108 +161,64 @@ class ImageDataModule(pl.LightningDataModule):
         return len(self.classes)
 
     @property
-    def spec(self) -> dict:
+    def spec(self) -> DataSpec:
         """What a checkpoint or an exported model needs to know about its input."""
-        return {
-            "classes": list(self.classes),
-            "mean": list(self.mean),
-            "std": list(self.std),
-            "image_size": self.image_size,
-            "num_channels": self.num_channels,
-        }
+        return DataSpec(
+            classes=self.classes,
+            mean=self.mean,
+            std=self.std,
+            image_size=self.image_size,
+            num_channels=self.num_channels,
+            resize_size=self.resize_size,
+            task=self.task,
+        )
+
+    def describe(self, key: str, value: Any) -> str:
+        """What the data holds, for the config check's message ("... but <this>; set ...")."""
+        return f"{type(self).__name__} has {key}={value}"
 
     def _check_config(self) -> None:
         for key, expected in self.expected.items():
             actual = getattr(self, key)
             if expected is not None and expected != actual:
                 raise ValueError(
-                    f"data.{key}={expected} but {type(self).__name__} has {key}={actual}; "
-                    f"set data.{key}={actual}."
+                    f"data.{key}={expected} but {self.describe(key, actual)}; "
+                    f"set data.{key}={actual}{self.config_note}."
                 )
+
+    config_note = ""  # after the fix in the config check's message
 
     # -- Lightning hooks ----------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
-        if self.splits:
-            return
-        splits = self.load_splits()
+        if not self.splits:  # read once (splits set beforehand, e.g. shared, are kept)
+            self.splits = self.read_splits()
         self._check_config()
-        if self.folds:  # k-fold: validate on fold `fold` of train (+ a dataset's own val)
-            if "val" in splits:
-                train, val = splits.pop("train"), splits.pop("val")
-                splits["train"] = Split(
-                    torch.cat([train.images, val.images]), torch.cat([train.labels, val.labels])
-                )
-            splits["train"], splits["val"] = split_fold(
-                splits["train"], self.folds, self.fold, self.seed
-            )
-        elif "val" not in splits:
-            splits["train"], splits["val"] = hold_out(
-                splits["train"], self.val_size, self.seed, "val"
-            )
-        self.splits = splits
 
     def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:
         return BatchAugment.for_data(self, dtype)
 
     def train_dataloader(self):
-        return self._loader("train", shuffle=True)
+        loader = self.make_loader("train", train=True)
+        if hasattr(loader, "load_state_dict"):  # the PIL pipeline's DataLoader has no position
+            if self._train_loader_state is not None:
+                loader.load_state_dict(self._train_loader_state)
+                self._train_loader_state = None
+            self._train_loader = loader
+        return loader
 
     def val_dataloader(self):
-        return self._loader("val", shuffle=False)
+        return self.make_loader("val", train=False)
 
     def test_dataloader(self):
-        return self._loader("test", shuffle=False)
+        return self.make_loader("test", train=False)
 
     def predict_dataloader(self):
-        return self._loader("test", shuffle=False)
-
-    def _loader(self, name: str, shuffle: bool):
-        self.setup()
-        split = self.splits[name]
-        train = name == "train"
-        drop_last = self.drop_last and train
-        if self.pipeline == "tensor":
-            # Outside a Trainer the loader augments each batch with a generator seeded from
-            # (seed, epoch, batch). Under one the batch is augmented after it reaches its device
-            # (on_after_batch_transfer), seeded from the key the train loader yields with it.
-            attached = self._attached()
-            loader = TensorBatchLoader(
-                split.images,
-                split.labels,
-                self.batch_size,
-                shuffle,
-                drop_last,
-                seed=self.seed,
-                augment=None if attached else self.batch_augment(),
-                train=train,
-                augment_key=attached and train,
-                balanced=self.balanced_sampler and train,
-            )
-            if train:
-                if self._train_loader_state is not None:
-                    loader.load_state_dict(self._train_loader_state)
-                    self._train_loader_state = None
-                self._train_loader = loader
-            return loader
-        if self.balanced_sampler:
-            raise ValueError("data.balanced_sampler=true needs data.pipeline=tensor.")
-        configure_threads(self.num_workers, on_cpu=self._on_cpu(), cap=self.cap_threads)
-        transform = self.train_transform() if train else self.eval_transform()
-        return DataLoader(
-            ArrayDataset(split, transform),
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            drop_last=drop_last,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.persistent_workers,
-            worker_init_fn=worker_init_fn if self.num_workers > 0 else None,
-        )
+        return self.make_loader("test", train=False)
 
     def _attached(self) -> bool:
         return getattr(self, "trainer", None) is not None
 
-    def _on_cpu(self) -> bool:
+    def on_cpu(self) -> bool:
         if self._attached():
             return self.trainer.strategy.root_device.type == "cpu"
         return not torch.cuda.is_available()
@@ -257,20 +236,25 @@ class ImageDataModule(pl.LightningDataModule):
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         """uint8 batch on its device -> augmented (train) or plain (eval) normalized batch.
 
-        The train loader yields ``(x, y, key)``: the key travels with its batch, so the
-        augmentation of batch ``i`` of epoch ``e`` is the same however far ahead Lightning
-        fetches (no reading of the loader's position here). The input dtype follows
-        ``trainer.precision``: Lightning casts float inputs for ``*-true`` precisions before
-        this hook, when the batch is still uint8, so the cast happens here.
+        A train batch's draws come from ``batch_generator`` seeded with a key that travels with
+        the batch (the in-memory loader yields ``(x, y, key)``), so the augmentation of batch
+        ``i`` of epoch ``e`` is the same however far ahead Lightning fetches; a loader that
+        cannot carry one (litdata's) is keyed by the trainer's epoch, step and rank, which a
+        resumed run repeats. The input dtype follows ``trainer.precision``: Lightning casts
+        float inputs for ``*-true`` precisions before this hook, when the batch is still
+        uint8, so the cast happens here.
         """
         if self.pipeline != "tensor" or batch[0].dtype != torch.uint8:
             return batch
         x, y, *key = batch
-        train = bool(self._attached() and self.trainer.training)
-        generator = batch_generator(*key[0]) if train and key else None
-        dtype = (
-            PRECISION_INPUT_DTYPES.get(str(self.trainer.precision)) if self._attached() else None
-        )
+        trainer = self.trainer if self._attached() else None
+        train = bool(trainer and trainer.training)
+        generator = None
+        if train:
+            if not key:
+                key = [(self.seed, trainer.current_epoch, trainer.global_step, trainer.global_rank)]
+            generator = batch_generator(*key[0])
+        dtype = PRECISION_INPUT_DTYPES.get(str(trainer.precision)) if trainer else None
         x = self.batch_augment(dtype or torch.float32)(x, train=train, generator=generator)
         return x, y  # (B, C, H, W) float, (B,)
 
@@ -294,39 +278,6 @@ class ImageDataModule(pl.LightningDataModule):
 
     def _to_normalized_tensor(self) -> list:
         return [T.ToTensor(), T.Normalize(self.mean, self.std)]
-
-
-def pil_auto_augment(policy: str | None) -> list:
-    """torchvision's transform for ``data.auto_augment`` (the PIL pipeline's equivalent)."""
-    known = {
-        None: [],
-        "randaugment": [T.RandAugment()],
-        "trivialaugment": [T.TrivialAugmentWide()],
-        "autoaugment_cifar10": [T.AutoAugment(T.AutoAugmentPolicy.CIFAR10)],
-    }
-    if policy not in known:
-        raise ValueError(
-            f"Unknown data.auto_augment={policy!r}; use one of "
-            "randaugment, trivialaugment, autoaugment_cifar10 or null."
-        )
-    return known[policy]
-
-
-def hold_out(
-    split: Split, size: int | float, seed: int, what: str, hint: str = ""
-) -> tuple[Split, Split]:
-    """Split off ``size`` (a fraction or a count) at random with a fixed ``seed``:
-    returns (rest, held out)."""
-    n = len(split)
-    k = int(round(size * n)) if isinstance(size, float) else size
-    if not 0 < k < n:
-        raise ValueError(
-            f"data.{what}_size={size} leaves no train or no {what} data out of {n} training "
-            f"images; set data.{what}_size to a fraction in (0, 1) or a count from 1 to {n - 1}"
-            f"{hint}."
-        )
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-    return split.subset(perm[k:]), split.subset(perm[:k])
 
 
 def as_split(images, labels) -> Split:

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from lightning_cls.data.decode import decode_image
 from lightning_cls.fileio import atomic_path
+from lightning_cls.inference.images import decode_image
 
 log = logging.getLogger(__name__)
 

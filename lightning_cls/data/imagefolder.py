@@ -26,9 +26,10 @@ import torch
 from torchvision import transforms as T
 
 from lightning_cls.data import cache as image_cache
-from lightning_cls.data.base import ImageDataModule, check_channels, hold_out
-from lightning_cls.data.decode import IMAGE_SUFFIXES
+from lightning_cls.data.base import ImageDataModule, check_channels
+from lightning_cls.data.memory import hold_out
 from lightning_cls.data.registry import register_dataset
+from lightning_cls.inference.images import IMAGE_SUFFIXES
 from lightning_cls.inference.spec import Split
 from lightning_cls.threads import available_cores
 
@@ -160,14 +161,10 @@ class ImageFolderDataModule(ImageDataModule):
             self._classes = scan_split(self.train_dir)[0]
         return self._classes
 
-    def _check_config(self) -> None:
-        expected = self.expected.get("num_classes")
-        if expected is not None and expected != self.num_classes:
-            raise ValueError(
-                f"data.num_classes={expected} but {self.train_dir} has {self.num_classes} "
-                f"{self.class_source}; set data.num_classes={self.num_classes}."
-            )
-        super()._check_config()
+    def describe(self, key: str, value) -> str:
+        if key == "num_classes":
+            return f"{self.train_dir} has {value} {self.class_source}"
+        return super().describe(key, value)
 
     # -- splits --------------------------------------------------------------------------------
     def prepare_data(self) -> None:
@@ -275,11 +272,8 @@ class ImageFolderDataModule(ImageDataModule):
 
     # -- input pipeline: crops of the cached squares -------------------------------------------
     @property
-    def spec(self) -> dict:
-        spec = super().spec
-        if self.decode_size != self.image_size:
-            spec["resize_size"] = self.decode_size  # predict/serve: Resize(this) + CenterCrop
-        return spec
+    def resize_size(self) -> int | None:  # predict/serve: Resize(this) + CenterCrop
+        return self.decode_size if self.decode_size != self.image_size else None
 
     def train_transform(self):
         if self._train_transform is not None or not (

@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from lightning_cls.data.base import hold_out
 from lightning_cls.data.imagefolder import ImageFolderDataModule
+from lightning_cls.data.memory import hold_out
 from lightning_cls.data.registry import register_dataset
 from lightning_cls.inference.spec import Split
 

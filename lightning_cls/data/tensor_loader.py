@@ -24,8 +24,6 @@ each sample weighted by 1 / (its class's count), from a generator seeded with ``
 every class is drawn equally often in expectation. All ranks draw the same global order and
 take their interleaved shard of it, as with the permutation, so DDP needs nothing more.
 
-``device`` moves the split to that device once (e.g. the GPU), so batches are gathered there.
-
 Augmentation randomness. When ``augment`` is given, batch ``i`` of epoch ``e`` is augmented
 with a generator seeded from ``(seed, e, i)`` and the DDP rank (``batch_generator``), so
 augmentation is deterministic, independent of the global RNG, exact across a resume, and
@@ -35,7 +33,7 @@ different on each rank.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -95,12 +93,10 @@ class TensorBatchLoader:
         shuffle: bool = False,
         drop_last: bool = False,
         seed: int = 0,
-        transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         augment: BatchAugment | None = None,
         train: bool = False,
-        device: torch.device | str | None = None,
         augment_key: bool = False,
         pad: bool | None = None,
         balanced: bool = False,
@@ -115,16 +111,11 @@ class TensorBatchLoader:
             raise ValueError(
                 "TensorBatchLoader got an empty split (0 images); check the data source."
             )
-        if transform is not None and augment is not None:
-            raise ValueError("Pass either transform or augment to TensorBatchLoader, not both.")
         if world_size is not None and not 0 <= (rank or 0) < world_size:
             raise ValueError(f"rank={rank} is outside world_size={world_size}.")
-        # On a GPU, holding the whole split there (airbench) turns every batch into an
-        # on-device gather: no host-to-device copy per step.
-        self.images = images.to(device) if device is not None else images
-        self.labels = labels.to(device) if device is not None else labels
+        self.images, self.labels = images, labels
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
-        self.seed, self.transform = seed, transform
+        self.seed = seed
         self.augment, self.train = augment, train
         # Yield (x, y, key) with key = (seed, epoch, batch, rank): a hook that augments the batch
         # later, on its device, seeds ``batch_generator(*key)`` with it (prefetch-proof).
@@ -135,9 +126,6 @@ class TensorBatchLoader:
         self.epoch = 0  # the epoch in progress (or the next one to start)
         self._yielded = 0  # batches of ``epoch`` already yielded
         self._resume = False  # set by load_state_dict: continue ``epoch`` at ``_yielded``
-        # (epoch, batch index) of the batch last yielded: a hook that augments it later (e.g.
-        # ``on_after_batch_transfer``) seeds ``batch_generator(seed, *last_batch, rank)`` from it.
-        self.last_batch: tuple[int, int] | None = None
 
     @property
     def rank(self) -> int:
@@ -194,9 +182,7 @@ class TensorBatchLoader:
             if self.augment is not None:
                 generator = batch_generator(self.seed, epoch, i, rank)
                 x = self.augment(x, train=self.train, generator=generator)
-            elif self.transform is not None:
-                x = self.transform(x)
-            self._yielded, self.last_batch = i + 1, (epoch, i)
+            self._yielded = i + 1
             yield (x, y, (self.seed, epoch, i, rank)) if self.augment_key else (x, y)
         self.epoch, self._yielded = epoch + 1, 0
 

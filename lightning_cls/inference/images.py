@@ -1,6 +1,6 @@
 """Image decoding for inference: files or raw bytes -> the uint8 (C, H, W) layout models take.
 
-The one decoder every path uses (datasets via ``lightning_cls.data.decode``, ``predict``, the
+The one decoder every path uses (the datasets of ``lightning_cls.data``, ``predict``, the
 server), so an image served over HTTP is the same tensor it was in training and in ``predict``.
 """
 

@@ -9,6 +9,7 @@ import torch
 
 from lightning_cls.callbacks import ShapeCheck
 from lightning_cls.data import DigitsDataModule, SyntheticDataModule
+from lightning_cls.inference.spec import InputSpec
 from lightning_cls.module import ClassificationModule
 
 
@@ -32,13 +33,16 @@ def test_digits_splits_are_real_and_fixed():
     sizes = {k: len(v) for k, v in a.splits.items()}
     assert sum(sizes.values()) == 1797 and sizes["test"] == 359
     assert torch.equal(a.splits["val"].labels, b.splits["val"].labels)
-    assert a.spec == {
+    described = {
         "classes": [str(i) for i in range(10)],
         "mean": [0.3057],
         "std": [0.3761],
         "image_size": 8,
         "num_channels": 1,
     }
+    # an InputSpec, from the DataModule on; **spec hands a module the data's keys
+    assert a.spec == InputSpec(**described) and isinstance(a.spec, InputSpec)
+    assert dict(a.spec) == {**described, "resize_size": None}
 
 
 def test_pipelines_give_the_same_eval_batches():

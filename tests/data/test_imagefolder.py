@@ -200,7 +200,7 @@ def test_photo_quirks_decode_to_what_a_viewer_shows():
     import numpy as np
     from PIL import Image
 
-    from lightning_cls.data.decode import decode_image
+    from lightning_cls.inference.images import decode_image
 
     # EXIF orientation 6 (display rotated 90° clockwise): stored left half red -> shown on top.
     stored = np.zeros((20, 40, 3), np.uint8)
@@ -233,7 +233,7 @@ def test_photo_decode_is_torchvisions_resize_and_center_crop():
     from PIL import Image
     from torchvision import transforms as T
 
-    from lightning_cls.data.decode import decode_image
+    from lightning_cls.inference.images import decode_image
 
     rng = np.random.default_rng(0)
     for w, h in [(90, 60), (41, 77)]:

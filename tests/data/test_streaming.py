@@ -11,7 +11,10 @@ import torch
 
 pytest.importorskip("litdata")
 
-from lightning_cls.data.streaming import StreamingDataModule, write_streaming
+from lightning_cls.data.chunks import DATASET_FILE, write_streaming
+from lightning_cls.data.streaming import StreamingDataModule
+from lightning_cls.data.tensor_loader import batch_generator
+from lightning_cls.inference.spec import InputSpec
 
 
 def _write(tmp_path, n=40, classes=("a", "b", "c"), size=8, name="stream"):
@@ -136,14 +139,14 @@ def test_object_store_url_without_credentials_is_a_clear_error(tmp_path, monkeyp
     )
     with pytest.raises(
         ConnectionError,
-        match=r"Cannot read s3://no-such-bucket-lightning-cls/data/meta\.json .*credentials",
+        match=r"Cannot read s3://no-such-bucket-lightning-cls/data/dataset\.json .*credentials",
     ):
         dm.setup()
 
 
 def test_missing_folder_and_wrong_class_count(tmp_path):
     with pytest.raises(
-        FileNotFoundError, match="meta.json not found: data.input_dir must be a folder"
+        FileNotFoundError, match="dataset.json not found: data.input_dir must be a folder"
     ):
         StreamingDataModule(str(tmp_path / "nope")).setup()
     out, _ = _write(tmp_path)
@@ -203,6 +206,61 @@ def test_memory_stays_bounded_streaming_four_times_the_limit(tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["images"] == 5600
     assert result["growth"] < limit, result
+
+
+def test_the_description_is_dataset_json_and_the_old_meta_json_is_still_read(tmp_path):
+    out, images = _write(tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == [DATASET_FILE, "train", "val"]
+    described = json.loads((out / DATASET_FILE).read_text())
+    assert described["counts"] == {"train": 40, "val": 10} and described["classes"] == list("abc")
+    (out / DATASET_FILE).rename(out / "meta.json")  # a folder written before issue 25
+    old = StreamingDataModule(str(out), batch_size=8)
+    old.setup()
+    assert old.classes == ["a", "b", "c"] and torch.equal(old.splits["train"].images, images)
+    # an exported model's meta.json (an input spec, no split counts) is named as such
+    (out / "meta.json").write_text(json.dumps({"classes": ["a"], "image_size": 8}))
+    with pytest.raises(ValueError, match=r"meta.json is not a dataset description .*optimize_data"):
+        StreamingDataModule(str(out)).setup()
+
+
+def test_spec_is_an_input_spec_that_passes_the_data_keys(tmp_path):
+    out, _ = _write(tmp_path)
+    dm = StreamingDataModule(str(out), image_size=6)
+    spec = dm.spec
+    assert isinstance(spec, InputSpec) and spec.input_shape == (3, 6, 6)
+    assert dict(spec) == {
+        "classes": ["a", "b", "c"],
+        "mean": [0.5] * 3,
+        "std": [0.25] * 3,
+        "image_size": 6,
+        "num_channels": 3,
+        "resize_size": 8,
+    }
+    assert spec == InputSpec(**dict(spec))
+
+
+def test_streamed_batches_go_through_the_base_batch_hook(tmp_path):
+    """One batch hook for every source: a streamed uint8 batch (no key) is augmented with
+    draws seeded from the trainer's epoch, step and rank, in trainer.precision's dtype."""
+    import pytorch_lightning as pl
+
+    out, _ = _write(tmp_path)
+    dm = StreamingDataModule(str(out), batch_size=8, crop_padding=2, hflip=True, seed=7)
+    dm.setup()
+    x, y = next(iter(dm.train_dataloader()))
+    dm.trainer = pl.Trainer(accelerator="cpu", precision="bf16-true", logger=False)
+    dm.trainer.training = True
+    a, y_a = dm.on_after_batch_transfer((x, y), 0)
+    b, _ = dm.on_after_batch_transfer((x, y), 0)
+    assert a.dtype == torch.bfloat16 and a.shape == (8, 3, 8, 8) and torch.equal(y_a, y)
+    assert torch.equal(a, b)  # the same step draws the same crops and flips
+    expected = dm.batch_augment(torch.bfloat16)(
+        x, train=True, generator=batch_generator(7, 0, 0, 0)
+    )
+    assert torch.equal(a, expected)
+    dm.trainer.training = False
+    plain, _ = dm.on_after_batch_transfer((x, y), 0)
+    assert torch.equal(plain, dm.batch_augment(torch.bfloat16)(x, train=False))
 
 
 def test_wrong_channel_count_is_named(tmp_path):

@@ -102,16 +102,19 @@ def test_state_dict_resumes_mid_epoch_exactly():
     assert _epoch_ids(resumed) == resumed.indices(2).tolist()
 
 
-def test_last_batch_tells_a_later_hook_how_to_seed_the_batch():
+def test_the_key_yielded_with_a_batch_seeds_its_later_augmentation():
     images, labels = _data(20)
     aug = BatchAugment((0.5,), (0.5,), crop_padding=1, hflip=True)
     inside = TensorBatchLoader(images, labels, 8, shuffle=True, seed=2, augment=aug, train=True)
-    outside = TensorBatchLoader(images, labels, 8, shuffle=True, seed=2)  # uint8, augmented later
+    # uint8 batches with their key, augmented later (as on_after_batch_transfer does)
+    outside = TensorBatchLoader(images, labels, 8, shuffle=True, seed=2, augment_key=True)
+    keys = []
     for _ in range(2):
-        for (x_in, _), (x_raw, _) in zip(inside, outside):
-            generator = batch_generator(2, *outside.last_batch)
-            assert torch.equal(x_in, aug(x_raw, train=True, generator=generator))
-    assert outside.last_batch == (1, 2)
+        for (x_in, _), (x_raw, _, key) in zip(inside, outside):
+            assert x_raw.dtype == torch.uint8
+            assert torch.equal(x_in, aug(x_raw, train=True, generator=batch_generator(*key)))
+            keys.append(key)
+    assert keys[-1] == (2, 1, 2, 0)  # (seed, epoch, batch, rank)
 
 
 def test_each_ddp_rank_draws_its_own_augmentation_and_rank_0_keeps_the_old_seed():
