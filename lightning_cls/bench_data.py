@@ -11,7 +11,6 @@ import statistics
 import time
 
 import hydra
-import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
@@ -23,6 +22,8 @@ log = logging.getLogger(__name__)
 
 def bench(cfg: DictConfig) -> dict:
     """Time ``cfg.epochs`` passes over the train loader of ``cfg.data``; return the figures."""
+    import torch  # here: --help and config errors stay light (tests/test_layers.py)
+
     torch.manual_seed(cfg.seed)
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()

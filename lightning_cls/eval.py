@@ -12,25 +12,24 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
-import pytorch_lightning as pl
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from lightning_cls import config_dir
-from lightning_cls.callbacks.prediction_mosaic import write_split_mosaic
 from lightning_cls.cli import run_cli
 from lightning_cls.cli.printing import to_floats
 from lightning_cls.fileio import atomic_write_text
-from lightning_cls.inference.network import check_same_data
-from lightning_cls.module import ClassificationModule
+
+if TYPE_CHECKING:
+    from lightning_cls.module import ClassificationModule
 
 log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
-    pl.seed_everything(cfg.seed, workers=True)
     if not Path(str(cfg.ckpt_path)).is_file():
         raise FileNotFoundError(
             f"Checkpoint not found: ckpt_path={cfg.ckpt_path!r}; pass the path of a .ckpt file "
@@ -39,6 +38,15 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     split = cfg.get("split", "test")
     if split not in ("test", "val"):
         raise ValueError(f"split={split!r} is not evaluable; use split=test or split=val.")
+    # Imported here: --help, a config error and the checks above do not pay for Lightning,
+    # torchmetrics and the callbacks (tests/test_layers.py runs each and checks sys.modules).
+    import pytorch_lightning as pl
+
+    from lightning_cls.callbacks.prediction_mosaic import write_split_mosaic
+    from lightning_cls.inference.network import check_same_data
+    from lightning_cls.module import ClassificationModule
+
+    pl.seed_everything(cfg.seed, workers=True)
     module = ClassificationModule.load_from_checkpoint(cfg.ckpt_path, map_location="cpu")
     tta = _override_tta(module, cfg.get("tta_flip"), cfg.get("tta_translate"))
     datamodule = instantiate(cfg.data)

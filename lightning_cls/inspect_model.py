@@ -11,21 +11,24 @@ import logging
 import sys
 
 import hydra
-import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
 from lightning_cls.cli.resolvers import register_resolvers
-from lightning_cls.inference.network import build_network
-from lightning_cls.models import fill_input_options
-from lightning_cls.training.shapes import ShapeMismatchError, format_table, trace
 
 log = logging.getLogger(__name__)
 
 
 def inspect_model(cfg: DictConfig) -> str:
+    # Imported here: --help and config errors stay light (tests/test_layers.py).
+    import torch
+
+    from lightning_cls.inference.network import build_network
+    from lightning_cls.models import fill_input_options
+    from lightning_cls.training.shapes import format_table, trace
+
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
@@ -45,6 +48,8 @@ register_resolvers()  # ${run_stamp:...} in conf/hydra/train.yaml
 
 @hydra.main(config_path=config_dir(), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    from lightning_cls.training.shapes import ShapeMismatchError
+
     try:
         print(inspect_model(cfg))
     except ShapeMismatchError as err:

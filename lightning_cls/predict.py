@@ -17,12 +17,10 @@ from __future__ import annotations
 import logging
 
 import hydra
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
-from lightning_cls.inference import find_images, load_artifact, predict_files, write_predictions_csv
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +29,16 @@ def predict(cfg: DictConfig) -> list[dict]:
     for key in ("batch_size", "top_k"):
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise ValueError(f"{key}={cfg[key]} must be an integer >= 1; e.g. {key}=32.")
+    # Imported here: --help and config errors load no runtime (tests/test_layers.py).
+    import torch
+
+    from lightning_cls.inference import (
+        find_images,
+        load_artifact,
+        predict_files,
+        write_predictions_csv,
+    )
+
     device = "cuda" if cfg.device == "auto" and torch.cuda.is_available() else cfg.device
     device = "cpu" if device == "auto" else device
     spec = OmegaConf.to_container(cfg.spec) if cfg.get("spec") else None

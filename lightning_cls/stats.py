@@ -9,10 +9,12 @@ from omegaconf import DictConfig
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
-from lightning_cls.data.stats import channel_stats
 
 
 def stats(cfg: DictConfig) -> dict[str, list[float]]:
+    # Imported here: --help and config errors stay light (tests/test_layers.py).
+    from lightning_cls.data.stats import channel_stats
+
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")

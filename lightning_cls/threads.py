@@ -19,8 +19,6 @@ from __future__ import annotations
 import logging
 import os
 
-import torch
-
 log = logging.getLogger(__name__)
 
 _last_plan: tuple[int, int, int] | None = None  # (cores, num_workers, threads) last logged
@@ -62,6 +60,8 @@ def configure_threads(
     Returns the number of intra-op threads in effect. Logs one line with the choice (once
     per distinct choice) and warns when workers alone already use every core.
     """
+    import torch  # here: the server's config asks available_cores and never needs torch
+
     global _last_plan
     if not on_cpu or num_workers == 0:
         return torch.get_num_threads()

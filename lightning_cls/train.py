@@ -19,32 +19,23 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
-import pytorch_lightning as pl
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
-from pytorch_lightning.callbacks import ProgressBar
-from pytorch_lightning.utilities import rank_zero_only
 
 from lightning_cls import config_dir
-from lightning_cls.callbacks.best_metric import BestMetric
-from lightning_cls.callbacks.optuna_pruning import OptunaPruning
-from lightning_cls.callbacks.prediction_mosaic import write_split_mosaic
 from lightning_cls.cli import run_cli
 from lightning_cls.cli.option_types import check_option_types
 from lightning_cls.cli.printing import print_config, to_floats
 from lightning_cls.cli.resolvers import register_resolvers
-from lightning_cls.export.callback import ExportCallback
 from lightning_cls.fileio import atomic_write_text
-from lightning_cls.models import pretrained_preprocessing
-from lightning_cls.module import ClassificationModule
-from lightning_cls.training.cluster import fill_slurm_tasks_per_node
-from lightning_cls.training.loggers import close_loggers
-from lightning_cls.training.resume import LAST, check_compatible, resolve_ckpt_path
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +46,8 @@ def apply_pretrained_preprocessing(cfg: DictConfig) -> dict:
     wins), and warns when ``data.image_size`` differs from the size the weights were trained
     at. Returns what it filled. The values then travel in the checkpoint and export metadata
     through the DataModule's ``spec``."""
+    from lightning_cls.models import pretrained_preprocessing  # torch: only when training
+
     pre = pretrained_preprocessing(OmegaConf.to_container(cfg.model, resolve=True))
     if pre is None:
         return {}
@@ -82,6 +75,26 @@ def apply_pretrained_preprocessing(cfg: DictConfig) -> dict:
 def train(cfg: DictConfig) -> dict:
     """Run one training job described by ``cfg``; return what goes into results.json."""
     started = time.time()
+    optimizer = instantiate(cfg.optimizer)
+    scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
+    check_option_types(optimizer, "optimizer")  # a typo's one line comes before Lightning loads
+    check_option_types(scheduler, "scheduler")
+    # Imported here: `--help`, a config error and the checks above do not pay for Lightning,
+    # torchmetrics and the callbacks (tests/test_layers.py runs each and checks sys.modules).
+    import pytorch_lightning as pl
+    import torch
+    from pytorch_lightning.callbacks import ProgressBar
+    from pytorch_lightning.utilities import rank_zero_only
+
+    from lightning_cls.callbacks.best_metric import BestMetric
+    from lightning_cls.callbacks.optuna_pruning import OptunaPruning
+    from lightning_cls.callbacks.prediction_mosaic import write_split_mosaic
+    from lightning_cls.export.callback import ExportCallback
+    from lightning_cls.module import ClassificationModule
+    from lightning_cls.training.cluster import fill_slurm_tasks_per_node
+    from lightning_cls.training.loggers import close_loggers
+    from lightning_cls.training.resume import check_compatible
+
     if rank_zero_only.rank == 0:
         print_config(OmegaConf.to_container(cfg, resolve=True))
     pl.seed_everything(cfg.seed, workers=True)
@@ -89,10 +102,6 @@ def train(cfg: DictConfig) -> dict:
     apply_pretrained_preprocessing(cfg)
     datamodule = instantiate(cfg.data)  # loads nothing yet: the Trainer calls prepare/setup
     model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
-    optimizer = instantiate(cfg.optimizer)
-    scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
-    check_option_types(optimizer, "optimizer")
-    check_option_types(scheduler, "scheduler")
     # The spec holds what the DataModule reads from its data's metadata (class names, stored
     # image size, channels, mean/std); the module fills the model options left null from it.
     module = ClassificationModule(
@@ -214,6 +223,8 @@ def per_device_batch_size(batch_size: int, world_size: int) -> int:
 def _resume_from(cfg: DictConfig) -> str | None:
     """The checkpoint this run continues: ``ckpt_path`` as given (``last``: the newest single
     run of this experiment), else this run folder's own last.ckpt (a requeued job)."""
+    from lightning_cls.training.resume import LAST, resolve_ckpt_path  # torch: only when training
+
     ckpt_path = cfg.get("ckpt_path")
     if ckpt_path is None:
         own = Path(cfg.paths.ckpt_dir) / "last.ckpt"

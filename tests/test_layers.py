@@ -7,8 +7,10 @@ Hydra lives only in the entry points: everything below them takes plain Python o
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -182,3 +184,134 @@ def test_light_modules_import_without_lightning(module):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["[]"], f"import {module} loaded {out.stdout.strip()}"
+
+
+# What each light path of a command must not load (a fresh process each, ``-X importtime``).
+TRAINING = ("pytorch_lightning", "torchmetrics", "lightning_cls.callbacks", "lightning_cls.module")
+# The ONNX paths of predict and serve also build no network (torchvision, the model registry).
+ONNX_PATH = (*TRAINING, "torchvision", "lightning_cls.models")
+COMMANDS = ["train", "eval", "predict", "serve", "stats", "inspect_model", "bench_data", "export"]
+
+
+def _run_and_list_imports(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, set]:
+    """Run ``python -X importtime <args>``; the process and every module it imported."""
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+    return out, _imported(out.stderr)
+
+
+def _imported(log: str) -> set[str]:
+    lines = (line for line in log.splitlines() if line.startswith("import time:"))
+    return {line.rsplit("|", 1)[1].strip() for line in lines}
+
+
+def _loaded(modules: set[str], forbidden: tuple[str, ...]) -> list[str]:
+    return sorted({m for m in modules for f in forbidden if m == f or m.startswith(f + ".")})
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_loads_neither_lightning_nor_torch(command, tmp_path):
+    out, modules = _run_and_list_imports(["-m", f"lightning_cls.{command}", "--help"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # export's package imports its writers (torch) on import; no Lightning there either.
+    forbidden = TRAINING if command == "export" else (*TRAINING, "torch")
+    assert _loaded(modules, forbidden) == [], f"{command} --help loaded them"
+
+
+@pytest.mark.parametrize(
+    ("args", "message", "forbidden"),
+    [  # a Hydra config error; a settings check before training; a missing checkpoint
+        (["train", "trainer.max_epoch=1"], "Could not override 'trainer.max_epoch'", "torch"),
+        (["train", "optimizer.lr=abc"], "optimizer.lr='abc' is not a number", None),
+        (["eval", "ckpt_path=missing.ckpt"], "Checkpoint not found", None),
+    ],
+)
+def test_a_user_errors_one_line_loads_no_lightning(args, message, forbidden, tmp_path):
+    command = ["-m", f"lightning_cls.{args[0]}", *args[1:], f"hydra.run.dir={tmp_path}/run"]
+    out, modules = _run_and_list_imports(command, tmp_path)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.returncode == 1 and len(errors) == 1 and message in errors[0], out.stderr[-3000:]
+    assert _loaded(modules, (*TRAINING, *([forbidden] if forbidden else []))) == []
+
+
+@pytest.fixture(scope="module")
+def onnx_and_png(tmp_path_factory) -> tuple[Path, Path]:
+    """A 3-class linear model on 8 x 8 RGB images (built with onnx.helper: no exporter run)
+    with its spec in ``metadata_props``, and one PNG."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from PIL import Image
+
+    from lightning_cls.inference import InputSpec
+
+    root = tmp_path_factory.mktemp("onnx_path")
+    spec = InputSpec(classes=["a", "b", "c"], mean=(0.5,) * 3, std=(0.25,) * 3, image_size=8,
+                     num_channels=3)  # fmt: skip
+    weight = np.random.default_rng(0).normal(size=(192, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Flatten", ["input"], ["flat"], axis=1),
+            helper.make_node("MatMul", ["flat", "weight"], ["logits"]),
+        ],
+        "linear",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(weight, "weight")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    helper.set_model_props(model, spec.to_props())
+    onnx.save(model, root / "model.onnx")
+    pixels = np.random.default_rng(1).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(root / "image.png")
+    return root / "model.onnx", root / "image.png"
+
+
+def test_predict_with_an_onnx_file_builds_no_network_and_loads_no_lightning(onnx_and_png, tmp_path):
+    model, png = onnx_and_png
+    args = [f"ckpt_path={model}", f"inputs={png}", f"output={tmp_path}/p.csv"]
+    out, modules = _run_and_list_imports(
+        ["-m", "lightning_cls.predict", *args, f"hydra.run.dir={tmp_path}/run"], tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "p.csv").read_text().splitlines()[1].startswith(str(png))
+    assert _loaded(modules, ONNX_PATH) == []
+
+
+def test_serve_of_an_onnx_file_builds_no_network_and_loads_no_lightning(onnx_and_png, tmp_path):
+    import socket
+    import urllib.request
+
+    model, png = onnx_and_png
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-X", "importtime", "-m", "lightning_cls.serve", f"artifact={model}"]
+    cmd += [f"serve.port={port}", f"hydra.run.dir={tmp_path}/run"]
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                    break
+            except OSError:
+                time.sleep(0.1)
+        request = urllib.request.Request(
+            url + "/predict", data=png.read_bytes(), headers={"Content-Type": "image/png"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as r:
+            assert r.status == 200 and json.loads(r.read())["predictions"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert _loaded(_imported(log.read_text()), ONNX_PATH) == []

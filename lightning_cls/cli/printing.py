@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
-
-import torch
 
 
 def to_floats(metrics: Mapping) -> dict[str, float]:
     """Tensor/number metrics -> plain floats (for JSON and logs)."""
+    torch = sys.modules.get("torch")  # a tensor here means torch is loaded; never load it for this
+    if torch is None:
+        return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
     return {
         k: float(v.item() if isinstance(v, torch.Tensor) else v)
         for k, v in metrics.items()

@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 from hydra.utils import instantiate
@@ -18,19 +19,20 @@ from omegaconf import DictConfig
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
-from lightning_cls.export.exporter import (
-    AccuracyDropError,
-    ExportConfig,
-    ExportResult,
-    export_model,
-)
-from lightning_cls.inference import load_torch_model
+from lightning_cls.export.errors import AccuracyDropError
+
+if TYPE_CHECKING:
+    from lightning_cls.export.exporter import ExportResult
 
 log = logging.getLogger(__name__)
 
 
 def export(cfg: DictConfig) -> ExportResult:
     """Run the export described by ``cfg``; raises ``AccuracyDropError`` on an INT8 failure."""
+    # Imported here (torch): --help and config errors stay light (tests/test_layers.py).
+    from lightning_cls.export.exporter import ExportConfig, export_model
+    from lightning_cls.inference.torch_models import load_torch_model
+
     for chatty in ("onnxscript", "onnx_ir"):  # the ONNX exporter's per-pass INFO lines
         logging.getLogger(chatty).setLevel(logging.WARNING)
     config: ExportConfig = instantiate(cfg.export)

@@ -33,9 +33,19 @@ from lightning_cls.inference.runtimes import (
     runtime_for,
 )
 from lightning_cls.inference.spec import META_FILE, InputSpec
-from lightning_cls.inference.torch_models import load_torch_model
 
 register_runtime(".xml", OpenVINORuntime)
+
+
+def __getattr__(name: str):
+    # PEP 562: ``load_torch_model`` builds networks (the model registry, torchvision), which
+    # predicting with or serving an ONNX file never needs; imported on first use.
+    if name == "load_torch_model":
+        from lightning_cls.inference.torch_models import load_torch_model
+
+        return load_torch_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "IMAGE_SUFFIXES",

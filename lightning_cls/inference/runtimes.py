@@ -27,7 +27,6 @@ from lightning_cls.inference.artifact_checks import (
     unreadable_as,
 )
 from lightning_cls.inference.spec import META_FILE, InputSpec, merge_spec, props_to_dict
-from lightning_cls.inference.torch_models import load_torch_model
 
 
 class Runtime:
@@ -67,6 +66,9 @@ class TorchRuntime(Runtime):
     def __init__(
         self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
     ):
+        # Imported here: it builds networks (torchvision, timm), which ONNX serving never needs.
+        from lightning_cls.inference.torch_models import load_torch_model
+
         self.kind = "ckpt" if path.suffix == ".ckpt" else "weights"
         self.device = torch.device(device)
         net, self.spec = load_torch_model(path, model_name, spec, model_kwargs)

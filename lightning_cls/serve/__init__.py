@@ -7,8 +7,20 @@ one thread; ``serve`` (``server.py``) runs it on uvicorn in one or ``workers`` p
 a SIGTERM drain. Needs the ``serve`` extra. No Hydra or Lightning below the entry point.
 """
 
-from lightning_cls.serve.app import ServeApp
 from lightning_cls.serve.config import ServeConfig
-from lightning_cls.serve.server import serve
 
 __all__ = ["ServeApp", "ServeConfig", "serve"]
+
+
+def __getattr__(name: str):
+    # PEP 562: the app and the server load the runtimes (torch); ``python -m lightning_cls.serve
+    # --help`` imports this package first and needs neither (tests/test_layers.py).
+    if name == "ServeApp":
+        from lightning_cls.serve.app import ServeApp
+
+        return ServeApp
+    if name == "serve":
+        from lightning_cls.serve.server import serve
+
+        return serve
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,6 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
 from lightning_cls.serve.config import ServeConfig
-from lightning_cls.serve.server import exit_now, serve
 
 
 def make_config(cfg: DictConfig) -> ServeConfig:
@@ -27,6 +26,8 @@ def make_config(cfg: DictConfig) -> ServeConfig:
 
 @hydra.main(config_path=config_dir(), config_name="serve", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    from lightning_cls.serve.server import exit_now, serve  # the runtimes: not for --help
+
     serve(make_config(cfg))  # a user error ends in one `error: ...` line and exit 1 (run_cli)
     exit_now()  # drained: see exit_now
 
