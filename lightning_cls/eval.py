@@ -42,7 +42,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     # torchmetrics and the callbacks (tests/test_layers.py runs each and checks sys.modules).
     import pytorch_lightning as pl
 
-    from lightning_cls.callbacks.prediction_mosaic import write_split_mosaic
+    from lightning_cls.inference.mosaic import write_split_mosaic
     from lightning_cls.inference.network import check_same_data
     from lightning_cls.module import ClassificationModule
 

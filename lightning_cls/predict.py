@@ -55,10 +55,10 @@ def predict(cfg: DictConfig) -> list[dict]:
     rows, failures = predict_files(predictor, files, cfg.batch_size, cfg.top_k)
     write_predictions_csv(cfg.output, rows, failures, cfg.top_k, predictor.spec)
     if cfg.get("mosaic"):  # opt-in picture of the predictions
-        # Imported here: the callbacks package loads Lightning, which predict needs only for this.
-        from lightning_cls.callbacks.prediction_mosaic import write_files_mosaic
+        # Imported here: drawing loads matplotlib, which predict needs only for this.
+        from lightning_cls.inference.mosaic import write_files_mosaic
 
-        write_files_mosaic(rows, predictor.spec.classes, cfg.mosaic)
+        write_files_mosaic(rows, predictor.spec.classes, cfg.mosaic, task=predictor.task)
     log.info("Wrote %d predictions to %s", len(rows), cfg.output)
     for path, reason in failures:
         log.warning("Skipped %s: %s", path, reason)

@@ -88,7 +88,7 @@ def train(cfg: DictConfig) -> dict:
 
     from lightning_cls.callbacks.best_metric import BestMetric
     from lightning_cls.callbacks.optuna_pruning import OptunaPruning
-    from lightning_cls.callbacks.prediction_mosaic import write_split_mosaic
+    from lightning_cls.inference.mosaic import write_split_mosaic
     from lightning_cls.export.callback import ExportCallback
     from lightning_cls.module import ClassificationModule
     from lightning_cls.training.cluster import fill_slurm_tasks_per_node
@@ -162,9 +162,6 @@ def train(cfg: DictConfig) -> dict:
         # The best checkpoint of this fit; without a fit (train=false), the given checkpoint.
         results = trainer.test(module, datamodule=datamodule, ckpt_path=best or ckpt_path)
         test_metrics = to_floats(results[0]) if results else {}
-        if getattr(module, "multilabel", False) and "test/threshold" in test_metrics:
-            # The tested checkpoint's threshold (a spawned DDP test changed only its copy's).
-            module.hparams.threshold = round(test_metrics["test/threshold"], 6)  # float32 log
         # Per-class precision/recall (multi-label: AP, AUROC, F1) of the test run (every rank
         # computes: the metrics sync).
         per_class = module.per_class_results("test", trainer.callback_metrics)

@@ -11,7 +11,7 @@ def gather_with_an_empty_rank(rank: int, port: int, out: str) -> None:
 
     import torch.distributed as dist
 
-    from lightning_cls.training.multilabel import EpochOutputs
+    from lightning_cls.training.tasks.multilabel import EpochOutputs
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)

@@ -91,7 +91,7 @@ def plot_per_class_accuracy(matrix: torch.Tensor, classes: list[str], path: Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lightning_cls.callbacks.prediction_mosaic import draw_class_bars
+    from lightning_cls.inference.mosaic import draw_class_bars
 
     fig, ax = plt.subplots(figsize=(6, 1.5 + 0.3 * min(len(classes), 60)))
     total = matrix.diag().sum().item() / max(1, matrix.sum().item())
@@ -108,7 +108,7 @@ def plot_per_label(per_label: dict[str, dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lightning_cls.callbacks.prediction_mosaic import draw_bars
+    from lightning_cls.inference.mosaic import draw_bars
 
     names = list(per_label)
     ap = [per_label[n]["average_precision"] for n in names]

@@ -2,8 +2,9 @@
 
 Predictions equal ``ClassificationModule.predict_step`` on the same images: uint8 images are
 normalized with the artifact's mean/std, and the artifact's test-time augmentation (``tta_flip``,
-``tta_translate``; ``tta``) is applied to the logits before the softmax (a sigmoid per class
-for a multi-label model), as in training's evaluation.
+``tta_translate``; ``tta``) is applied to the logits before the task turns them into
+probabilities (``spec.decision``: softmax, or a sigmoid per class for a multi-label model), as
+in training's evaluation.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import torch
 import torch.nn.functional as F
 
 from lightning_cls.fileio import atomic_path
-from lightning_cls.inference.artifact_checks import check_num_outputs
+from lightning_cls.inference.checks import check_num_outputs
 from lightning_cls.inference.images import load_image_batch
 from lightning_cls.inference.runtimes import Runtime, runtime_for
 from lightning_cls.inference.spec import InputSpec, SpecError
+from lightning_cls.inference.tasks import Task, create_task
 
 log = logging.getLogger(__name__)
 
@@ -58,21 +60,9 @@ def tta(
 
 
 def probabilities(logits: torch.Tensor, multilabel: bool) -> torch.Tensor:
-    """(B, K) logits -> probabilities: softmax over classes, or one sigmoid per label."""
-    logits = logits.float()
-    return logits.sigmoid() if multilabel else logits.softmax(1)
-
-
-def labels_above(spec: InputSpec, probs: torch.Tensor) -> tuple[list[list[int]], list[list[float]]]:
-    """Multi-label probabilities (B, K) -> per row the class indices whose probability reaches
-    ``spec.threshold``, most probable first, and those probabilities."""
-    order = probs.argsort(dim=1, descending=True)
-    ranked = probs.gather(1, order)
-    keep = (ranked >= spec.threshold).sum(1).tolist()
-    return (
-        [row[:n] for row, n in zip(order.tolist(), keep)],
-        [row[:n] for row, n in zip(ranked.tolist(), keep)],
-    )
+    """(B, K) logits -> probabilities of the multi-class or multi-label task. Kept for callers
+    that hold a flag; code with a spec asks ``spec.decision.probabilities``."""
+    return create_task("multilabel" if multilabel else "multiclass").probabilities(logits)
 
 
 class Predictor:
@@ -98,6 +88,11 @@ class Predictor:
     def __repr__(self) -> str:
         return f"Predictor({self.kind}: {self.path}, {self.spec.num_classes} classes)"
 
+    @property
+    def task(self) -> Task:
+        """The artifact's task (decision half): probabilities, predicted labels, score."""
+        return self.spec.decision
+
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Normalized float (B, C, H, W) -> logits (B, classes) of one pass (no TTA), on the CPU."""
         self._check_input(x)
@@ -114,12 +109,12 @@ class Predictor:
             return tta(self.runtime, x, self.spec.tta_flip, self.spec.tta_translate).cpu()
 
     def predict_proba(self, x: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
-        """Normalized float (N, C, H, W) -> probabilities (N, classes), in batches: softmax,
-        or a sigmoid per class for a multi-label model (``spec.task``)."""
+        """Normalized float (N, C, H, W) -> probabilities (N, classes), in batches, as the
+        task makes them: softmax, or a sigmoid per class for a multi-label model."""
         _check_batch_size(batch_size)
-        multilabel = self.spec.multilabel
+        task = self.task
         outs = [
-            probabilities(self.tta_logits(x[i : i + batch_size]), multilabel)
+            task.probabilities(self.tta_logits(x[i : i + batch_size]))
             for i in range(0, len(x), batch_size)
         ]
         return torch.cat(outs) if outs else torch.empty(0, self.spec.num_classes)
@@ -135,31 +130,17 @@ class Predictor:
 
     @property
     def score_name(self) -> str:
-        """What ``accuracy`` measures: "accuracy" (top-1), or "mAP" for a multi-label model."""
-        return "mAP" if self.spec.multilabel else "accuracy"
+        """What ``accuracy`` measures: the task's score ("accuracy" top-1, "mAP", ...)."""
+        return self.task.score_name
 
     def accuracy(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 256) -> float:
-        """The model's score (0..1) on uint8 images (N, C, H, W): top-1 accuracy with int
-        labels (N,); for a multi-label model, mAP (macro average precision) with multi-hot
-        labels (N, K), the metric its training selects checkpoints by."""
+        """The model's score (0..1) on uint8 images (N, C, H, W), as the task scores it: top-1
+        accuracy with int labels (N,); for a multi-label model, mAP (macro average precision)
+        with multi-hot labels (N, K), the metric its training selects checkpoints by."""
         if len(images) == 0:
             raise ValueError("Cannot measure accuracy on an empty split.")
-        if self.spec.multilabel != (labels.ndim == 2):
-            raise ValueError(
-                f"{self.path.name} is a {self.spec.task} model but the labels have shape "
-                f"{tuple(labels.shape)}; "
-                + (
-                    "give multi-hot (N, labels) rows: data=multilabel."
-                    if self.spec.multilabel
-                    else "give one class index per image: a single-label dataset."
-                )
-            )
-        probs = self.predict_images(images, batch_size)
-        if self.spec.multilabel:
-            from lightning_cls.inference.scores import mean_average_precision
-
-            return mean_average_precision(probs, labels)
-        return (probs.argmax(1) == labels).float().mean().item()
+        self.task.check_labels(labels, self.path.name)
+        return self.task.score(self.predict_images(images, batch_size), labels)
 
     def _check_input(self, x: torch.Tensor) -> None:
         expected = self.spec.input_shape
@@ -256,16 +237,15 @@ def predict_files(
 ) -> tuple[list[dict], list[tuple[Path, str]]]:
     """Classify image files in batches.
 
-    Returns ``rows`` ({"file", "labels", "probs"} per readable image, top-k first; for a
-    multi-label model every label at or above ``spec.threshold``, most probable first, and
-    ``"all_probs"``, one per class) and ``failures`` ([(path, reason)] for every file that could not be read as an image), the
+    Returns ``rows`` ({"file", "labels", "probs"} per readable image, as the task decides:
+    top-k first; for a multi-label model every label at or above ``spec.threshold``, most
+    probable first, and ``"all_probs"``, one per class) and ``failures`` ([(path, reason)] for every file that could not be read as an image), the
     shapes ``write_predictions_csv`` takes.
     """
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}.")
     _check_batch_size(batch_size)
-    spec = predictor.spec
-    k = min(top_k, spec.num_classes)
+    spec, task = predictor.spec, predictor.task
     rows: list[dict] = []
     failures: list[tuple[Path, str]] = []
     paths = [Path(f) for f in files]
@@ -277,17 +257,9 @@ def predict_files(
         if not ok:
             continue
         probs = predictor.predict_images(images, batch_size)  # (B, K)
-        if spec.multilabel:
-            indices, values = labels_above(spec, probs)
-            extra = [{"all_probs": row} for row in probs.tolist()]
-        else:
-            top = probs.topk(k, dim=1)  # (B, k)
-            indices, values = top.indices.tolist(), top.values.tolist()
-            extra = [{}] * len(ok)
-        for path, idx, p, more in zip(ok, indices, values, extra):
-            rows.append(
-                {"file": str(path), "labels": [spec.classes[i] for i in idx], "probs": p, **more}
-            )
+        indices, values = task.decide(probs, top_k)
+        for path, idx, p, row in zip(ok, indices, values, probs.tolist()):
+            rows.append({"file": str(path), **task.row(idx, p, row, spec.classes)})
     return rows, failures
 
 
@@ -307,37 +279,18 @@ def write_predictions_csv(
     top_k: int,
     spec: InputSpec | None = None,
 ) -> None:
-    """One row per file: file, label_1..k, prob_1..k, error (empty unless it failed).
-
-    For a multi-label ``spec``: file, labels (the predicted ones joined by ``;``, the format a
-    multi-label index reads), one ``prob_<class>`` column per class, error.
+    """One row per file, in the columns of ``spec``'s task (none: multi-class): file,
+    label_1..k, prob_1..k, error (empty unless it failed); for a multi-label model file, labels
+    (the predicted ones joined by ``;``, the format a multi-label index reads), one
+    ``prob_<class>`` column per class, error.
     Written to a temp file renamed over ``output``: an earlier CSV is never left half-written.
     """
-    if spec is not None and spec.multilabel:
-        _write_multilabel_csv(output, rows, failures, spec)
-        return
-    header = ["file"] + [f"label_{i + 1}" for i in range(top_k)]
-    header += [f"prob_{i + 1}" for i in range(top_k)] + ["error"]
+    task = spec.decision if spec is not None else create_task()
+    classes = spec.classes if spec is not None else ()
     with atomic_path(output) as tmp, tmp.open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(header)
+        writer.writerow(task.csv_header(classes, top_k))
         for row in rows:
-            labels = row["labels"] + [""] * (top_k - len(row["labels"]))
-            probs = [f"{p:.6f}" for p in row["probs"]] + [""] * (top_k - len(row["probs"]))
-            writer.writerow([row["file"], *labels, *probs, ""])
+            writer.writerow(task.csv_row(row, top_k))
         for path, reason in failures:
-            writer.writerow([str(path)] + [""] * (2 * top_k) + [reason])
-
-
-def _write_multilabel_csv(
-    output: str | Path, rows: list[dict], failures: list[tuple[Path, str]], spec: InputSpec
-) -> None:
-    header = ["file", "labels", *(f"prob_{name}" for name in spec.classes), "error"]
-    with atomic_path(output) as tmp, tmp.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(header)
-        for row in rows:
-            probs = [f"{p:.6f}" for p in row["all_probs"]]
-            writer.writerow([row["file"], ";".join(row["labels"]), *probs, ""])
-        for path, reason in failures:
-            writer.writerow([str(path), "", *[""] * spec.num_classes, reason])
+            writer.writerow(task.csv_failure(str(path), reason, classes, top_k))

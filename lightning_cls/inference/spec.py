@@ -19,13 +19,13 @@ from typing import Any
 
 import torch
 
+from lightning_cls.inference.tasks import TASKS, Task, create_task
+
 CHANNEL_ORDERS = {1: "L", 3: "RGB"}
 PREPROCESSING = "x = (uint8_pixels / 255 - mean) / std, per channel, NCHW float32"
 META_FILE = "meta.json"
 # Without these an artifact cannot be fed; the rest have defaults.
 REQUIRED_KEYS = ("classes", "mean", "std", "image_size", "num_channels")
-TASKS = ("multiclass", "multilabel")
-DEFAULT_THRESHOLD = 0.5  # a multilabel model's decision threshold before one is chosen on val
 
 
 @dataclass(frozen=True)
@@ -113,21 +113,29 @@ class InputSpec:
             raise SpecError("image_size", f"image_size must be >= 1, got {self.image_size}.")
         if self.task not in TASKS:
             raise SpecError(
-                "task", f"task={self.task!r} is not known; use one of {', '.join(TASKS)}."
+                "task", f"task={self.task!r} is not known; use one of {', '.join(TASKS.names())}."
             )
-        if self.multilabel:
-            if self.threshold is None:
-                set_ = object.__setattr__
-                set_(self, "threshold", DEFAULT_THRESHOLD)
-            if not 0.0 < self.threshold < 1.0:
-                raise SpecError(
-                    "threshold",
-                    f"threshold={self.threshold} is not a probability strictly between 0 and 1.",
-                )
+        try:  # the task owns its threshold: its default, and what values it takes
+            decision = create_task(self.task, self.threshold)
+        except ValueError:
+            raise SpecError(
+                "threshold",
+                f"threshold={self.threshold} is not a probability strictly between 0 and 1.",
+            ) from None
+        if decision.threshold is not None:
+            object.__setattr__(self, "threshold", decision.threshold)
+        self.__dict__["decision"] = decision  # the cached property below, built once
+
+    @functools.cached_property
+    def decision(self) -> Task:
+        """The task's decision half (``lightning_cls.inference.tasks``): probabilities, the
+        labels predicted from them, the score. Predictors and the server ask it."""
+        return create_task(self.task, self.threshold)
 
     @property
     def multilabel(self) -> bool:
-        return self.task == "multilabel"
+        """Whether labels are multi-hot rows; code that serves every task asks ``decision``."""
+        return self.decision.multi_hot
 
     @property
     def num_classes(self) -> int:

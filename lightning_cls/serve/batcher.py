@@ -6,8 +6,9 @@ running, whatever is waiting goes into the next call at once (no wait unless
 grow with the load and exactly one batch is in flight. The call runs in a single thread (ONNX
 Runtime, OpenVINO and PyTorch release the GIL), leaving the event loop free for HTTP.
 ``max_batch_size`` counts images: requests are taken whole while they fit, and a request
-longer than ``max_batch_size`` is split into several model calls. A multi-label model answers
-every label whose probability reaches its threshold (most probable first) instead of a top-k.
+longer than ``max_batch_size`` is split into several model calls. Each request's labels are
+what the model's task decides (``spec.decision``, in the model thread): its ``top_k`` classes,
+or for a multi-label model every label whose probability reaches its threshold.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from lightning_cls.inference.predictor import Predictor, labels_above
+from lightning_cls.inference.predictor import Predictor
 from lightning_cls.serve.metrics import ServeMetrics
 
 
@@ -42,16 +43,16 @@ class Batcher:
             batch_timeout,
             timeout,
         )
-        self.k = predictor.spec.num_classes
-        self.multilabel = predictor.spec.multilabel
+        self.task = predictor.spec.decision
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="lightning_cls-model")
         self._waiting: deque = deque()  # (images (N, C, H, W) uint8, top_k, future)
         self._busy = False
         self._timer: asyncio.TimerHandle | None = None
 
     async def predict(self, images: np.ndarray, top_k: int) -> tuple[list, list, int]:
-        """uint8 (N, C, H, W) -> (top-k probabilities per image, their class indices, images
-        in the largest model call that served it); ``Expired`` after ``timeout`` seconds."""
+        """uint8 (N, C, H, W) -> (the predicted labels' probabilities per image, their class
+        indices, images in the largest model call that served it); ``Expired`` after
+        ``timeout`` seconds."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         expiry = loop.call_later(self.timeout, _expire, future)
@@ -87,12 +88,13 @@ class Batcher:
             return
         self._busy = True
         pixels = batch[0][0] if len(batch) == 1 else np.concatenate([item[0] for item in batch])
-        k = min(self.k, max(item[1] for item in batch))
-        call = loop.run_in_executor(self.thread, self._run, pixels, k)
+        requests = [(len(item[0]), item[1]) for item in batch]  # (images, top_k) each
+        call = loop.run_in_executor(self.thread, self._run, pixels, requests)
         call.add_done_callback(lambda done: self._finish(loop, batch, done))
 
-    def _run(self, pixels: np.ndarray, k: int) -> tuple[list, list]:
-        """In the model thread: probabilities, then the top ``k`` of each row."""
+    def _run(self, pixels: np.ndarray, requests: list[tuple[int, int]]) -> list[tuple]:
+        """In the model thread: probabilities, then each request's labels as the task decides
+        them: per request (probabilities per image, class indices per image)."""
         images = torch.from_numpy(pixels)  # (N, C, H, W) uint8
         chunks = []
         for start in range(0, len(images), self.max_batch_size):
@@ -100,30 +102,26 @@ class Batcher:
             chunks.append(self.predictor.predict_images(part, batch_size=len(part)))
             self.metrics.batch_size.observe(len(part))
         probs = torch.cat(chunks)  # (N, K)
-        if self.multilabel:
-            indices, values = labels_above(self.predictor.spec, probs)
-            return values, indices
-        top = probs.topk(k, dim=1)  # (N, k)
-        return top.values.tolist(), top.indices.tolist()
+        answers, start = [], 0
+        for n, top_k in requests:
+            indices, values = self.task.decide(probs[start : start + n], top_k)
+            answers.append((values, indices))
+            start += n
+        return answers
 
     def _finish(self, loop, batch: list, done: asyncio.Future) -> None:
         self._busy = False
         error = done.exception()
-        if error is None:
-            probs, indices = done.result()
-        start, total = 0, sum(len(item[0]) for item in batch)
+        answers = done.result() if error is None else [None] * len(batch)
+        total = sum(len(item[0]) for item in batch)
         largest_call = min(total, self.max_batch_size)  # a long batch ran as several calls
-        for images, top_k, future in batch:
-            end = start + len(images)
-            if not future.done():
-                if error is not None:
-                    future.set_exception(error)
-                elif self.multilabel:  # every label above the threshold, not a top-k
-                    future.set_result((probs[start:end], indices[start:end], largest_call))
-                else:
-                    rows = [p[:top_k] for p in probs[start:end]]
-                    future.set_result((rows, [i[:top_k] for i in indices[start:end]], largest_call))
-            start = end
+        for (_, _, future), answer in zip(batch, answers):
+            if future.done():
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result((*answer, largest_call))
         self._start(loop)
 
     def close(self) -> None:

@@ -44,7 +44,7 @@ def test_weighted_loss_matches_torch_and_stays_out_of_the_state_dict():
     torch.testing.assert_close(loss(logits, y), expected)
     module = ClassificationModule("mlp", {"num_classes": 3, "in_channels": 1, "image_size": 4},
                                   class_weights=[0.5, 1.0, 2.0])  # fmt: skip
-    assert isinstance(module.criterion, WeightedCrossEntropy)
+    assert isinstance(module.task.criterion, WeightedCrossEntropy)
     assert not any("criterion" in k for k in module.state_dict())
 
 

@@ -53,7 +53,7 @@ def test_module_mixes_training_batches_only(tmp_path):
         **data.spec,
     )
     seen = []
-    module.criterion.register_forward_pre_hook(lambda _, args: seen.append(args[1]))
+    module.task.criterion.register_forward_pre_hook(lambda _, args: seen.append(args[1]))
     trainer = pl.Trainer(
         default_root_dir=tmp_path,
         accelerator="cpu",

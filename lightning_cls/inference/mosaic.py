@@ -5,7 +5,9 @@ One drawing function (``draw_mosaic``) serves ``train`` and ``eval`` (validation
 a DataModule, ``write_split_mosaic``) and ``predict`` (image files, true labels read from their
 parent folder's name when it is a class name). Multi-label predictions ((N, K) multi-hot) show
 every predicted label, are wrong when the predicted set differs from the true one, and the side
-panels become per-label recall and the most missed / most falsely predicted labels.
+panels become per-label recall and the most missed / most falsely predicted labels. What is
+predicted, and what a file's folder says, is the task's to say (``inference.tasks``). Drawing
+needs matplotlib, not Lightning: ``predict`` draws without importing it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 
 from lightning_cls.fileio import atomic_path
+from lightning_cls.inference.tasks import Task, create_task
 
 log = logging.getLogger(__name__)
 
@@ -174,22 +177,20 @@ def _multilabel_panels(bars, true: torch.Tensor, pred: torch.Tensor, classes: Se
 @torch.no_grad()
 def predict_split(module, datamodule, split: str, max_images: int = 2000, batch_size: int = 256):
     """(images uint8, true, pred) for the first ``max_images`` of ``datamodule.splits[split]``,
-    preprocessed as in evaluation (the DataModule's eval batch transform)."""
+    preprocessed as in evaluation (the DataModule's eval batch transform), predicted as the
+    module's task decides (``module.decision``; a plain network: multi-class)."""
     data = datamodule.splits[split]
     images, labels = data.images[:max_images], data.labels[:max_images]
     param = next(module.parameters())
     augment = datamodule.batch_augment(param.dtype)
     was_training = module.training
     module.eval()
-    multilabel = bool(getattr(module, "multilabel", False))
+    task: Task = getattr(module, "decision", None) or create_task()
     preds = []
     for start in range(0, len(images), batch_size):
         x = augment(images[start : start + batch_size], train=False)  # (B, C, H, W)
         logits = module(x.to(param.device)).float().cpu()
-        if multilabel:  # every label at or above the decision threshold, as predict does
-            preds.append(logits.sigmoid() >= module.hparams.threshold)
-        else:
-            preds.append(logits.argmax(1))
+        preds.append(task.predicted(task.probabilities(logits)))  # as predict decides
     module.train(was_training)
     return images, labels, torch.cat(preds)
 
@@ -204,38 +205,37 @@ def write_split_mosaic(module, datamodule, split: str, path: Path, max_images: i
 
 
 def write_files_mosaic(
-    rows: list[dict], classes: Sequence[str], path: Path, max_images: int = 256, side: int = 64
+    rows: list[dict],
+    classes: Sequence[str],
+    path: Path,
+    max_images: int = 256,
+    side: int = 64,
+    task: Task | None = None,
 ) -> Path:
-    """The mosaic of ``predict``'s rows (``{"file", "labels", ...}``, top label first). A file
-    whose parent folder is named after a class counts as that class (an ImageFolder layout):
-    then wrong predictions are marked and the side panels drawn."""
+    """The mosaic of ``predict``'s rows (``{"file", "labels", ...}``, top label first), read as
+    ``task`` (the model's, ``predictor.task``; default multi-class) encodes labels. A file whose
+    parent folder names its label (multi-class: an ImageFolder layout) has a known truth: when
+    every file has one, wrong predictions are marked and the side panels drawn."""
     from PIL import Image
 
+    task = task or create_task()
     rows = rows[:max_images]
-    index = {c: i for i, c in enumerate(classes)}
-    multilabel = any("all_probs" in row for row in rows)  # predict_files' multi-label rows
     images, pred, true = [], [], []
     for row in rows:
         with Image.open(row["file"]) as img:
             thumb = img.convert("RGB").resize((side, side))
         images.append(torch.from_numpy(np.asarray(thumb).copy()).permute(2, 0, 1))  # (3, s, s)
-        if multilabel:  # the labels at or above the threshold; the folder says nothing
-            hot = torch.zeros(len(classes), dtype=torch.bool)
-            hot[[index[name] for name in row["labels"]]] = True
-            pred.append(hot)
-            true.append(-1)
-        else:
-            pred.append(index[row["labels"][0]])
-            true.append(index.get(Path(row["file"]).parent.name, -1))
+        pred.append(task.encode(row["labels"], classes))
+        true.append(task.label_of_folder(Path(row["file"]).parent.name, classes))
     if not images:
         raise ValueError("No readable images to draw: the prediction mosaic needs at least one.")
-    known = all(t >= 0 for t in true)
+    known = all(t is not None for t in true)
     draw_mosaic(
         torch.stack(images),
-        torch.stack(pred) if multilabel else torch.tensor(pred),
+        torch.stack(pred),
         list(classes),
         Path(path),
-        true=torch.tensor(true) if known else None,
+        true=torch.stack(true) if known else None,
         title=f"predictions of {len(rows)} files",
     )
     log.info("Saved %s", path)

@@ -1,0 +1,183 @@
+"""Tasks, decision half: logits -> probabilities -> labels, the threshold, and the score.
+
+A task is one object (timm's ``timm/task/classification.py``): code that serves every task
+(``Predictor``, the server's batcher, the prediction mosaic, the INT8 and ``export=auto``
+gates) asks it and never branches on its name. The learning half (loss, metrics, the choice
+of the threshold on validation) lives in ``lightning_cls.training.tasks``; this half imports
+neither Lightning nor Hydra, so predict and serve stay light.
+
+``TASKS`` maps a name (``InputSpec.task``, a checkpoint's ``task`` hyperparameter) to a class;
+``create_task(name, threshold)`` builds one. A third-party task registers here (or through the
+``lightning_cls.tasks`` entry-point group) and, to be trained, in the training registry too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from lightning_cls.registry import Registry
+
+DEFAULT_THRESHOLD = 0.5  # a multi-label model's decision threshold before one is chosen on val
+
+TASKS = Registry("task", "lightning_cls.tasks")
+register_task = TASKS.register
+
+Decision = tuple[list[list[int]], list[list[float]]]  # per row: class indices, probabilities
+
+
+class Task:
+    """The decision half of a task. These defaults are the multi-class ones (one label per
+    image: softmax, the top-k classes, top-1 accuracy); a subclass overrides what differs.
+    ``threshold`` is ``None`` for a task without one.
+    """
+
+    name: ClassVar[str] = "multiclass"
+    score_name: ClassVar[str] = "accuracy"  # what ``score`` measures, in reports and gates
+    multi_hot: ClassVar[bool] = False  # labels: (N,) class indices, or (N, K) multi-hot rows
+
+    def __init__(self, threshold: float | None = None):
+        self.threshold: float | None = None  # no threshold: a threshold given is not used
+
+    def __repr__(self) -> str:
+        extra = "" if self.threshold is None else f"threshold={self.threshold:g}"
+        return f"{type(self).__name__}({extra})"
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """(B, K) logits -> (B, K) probabilities."""
+        return logits.float().softmax(1)
+
+    def decide(self, probs: torch.Tensor, k: int) -> Decision:
+        """(B, K) probabilities -> per row the predicted class indices, most probable first,
+        and their probabilities: here the ``k`` most probable classes."""
+        top = probs.topk(min(k, probs.shape[1]), dim=1)  # (B, k)
+        return top.indices.tolist(), top.values.tolist()
+
+    def predicted(self, probs: torch.Tensor) -> torch.Tensor:
+        """(B, K) probabilities -> the prediction as a label tensor: (B,) class indices."""
+        return probs.argmax(1)
+
+    def encode(self, names: Sequence[str], classes: Sequence[str]) -> torch.Tensor:
+        """Predicted class names (most probable first) -> the label tensor of one image."""
+        return torch.tensor(list(classes).index(names[0]))
+
+    def label_of_folder(self, folder: str, classes: Sequence[str]) -> torch.Tensor | None:
+        """The true label of a file in an ImageFolder layout (its parent folder's name), or
+        None when the folder says nothing."""
+        return torch.tensor(list(classes).index(folder)) if folder in classes else None
+
+    def score(self, probs: torch.Tensor, labels: torch.Tensor) -> float:
+        """The model's score (0..1) on probabilities (N, K) and labels: top-1 accuracy."""
+        return (probs.argmax(1) == labels).float().mean().item()
+
+    def check_labels(self, labels: torch.Tensor, source: str) -> None:
+        """A ``ValueError`` when ``labels`` have another shape than this task's."""
+        if (labels.ndim == 2) != self.multi_hot:
+            want = (
+                "give multi-hot (N, labels) rows: data=multilabel."
+                if self.multi_hot
+                else "give one class index per image: a single-label dataset."
+            )
+            raise ValueError(
+                f"{source} is a {self.name} model but the labels have shape "
+                f"{tuple(labels.shape)}; {want}"
+            )
+
+    def row(self, indices: list[int], values: list[float], probs: list[float], classes) -> dict:
+        """One row of ``predict_files``: ``labels`` and ``probs``, most probable first."""
+        return {"labels": [classes[i] for i in indices], "probs": values}
+
+    def csv_header(self, classes: Sequence[str], top_k: int) -> list[str]:
+        """The predictions CSV's columns: file, label_1..k, prob_1..k, error."""
+        labels = [f"label_{i + 1}" for i in range(top_k)]
+        return ["file", *labels, *(f"prob_{i + 1}" for i in range(top_k)), "error"]
+
+    def csv_row(self, row: Mapping[str, Any], top_k: int) -> list[str]:
+        labels = row["labels"] + [""] * (top_k - len(row["labels"]))
+        probs = [f"{p:.6f}" for p in row["probs"]] + [""] * (top_k - len(row["probs"]))
+        return [row["file"], *labels, *probs, ""]
+
+    def csv_failure(self, path: str, reason: str, classes: Sequence[str], top_k: int) -> list:
+        return [path, *[""] * (2 * top_k), reason]
+
+
+class MultiClass(Task):
+    """One label per image (the default task): softmax, top-k, accuracy."""
+
+    name = "multiclass"
+
+
+class MultiLabel(Task):
+    """Any number of labels per image: one sigmoid per class; every label whose probability
+    reaches ``threshold`` is predicted (none above it: an empty list); mAP as the score."""
+
+    name = "multilabel"
+    score_name = "mAP"
+    multi_hot = True
+
+    def __init__(self, threshold: float | None = None):
+        if threshold is not None and (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, (int, float))
+            or not 0 < threshold < 1
+        ):
+            raise ValueError(
+                f"task.threshold={threshold!r} is not a probability; set a number strictly "
+                "between 0 and 1, or auto to choose it on the validation split."
+            )
+        self.threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.float().sigmoid()
+
+    def decide(self, probs: torch.Tensor, k: int) -> Decision:
+        """Every label at or above the threshold (``k`` does not cut them)."""
+        order = probs.argsort(dim=1, descending=True)
+        ranked = probs.gather(1, order)
+        keep = (ranked >= self.threshold).sum(1).tolist()
+        return (
+            [row[:n] for row, n in zip(order.tolist(), keep)],
+            [row[:n] for row, n in zip(ranked.tolist(), keep)],
+        )
+
+    def predicted(self, probs: torch.Tensor) -> torch.Tensor:
+        return probs >= self.threshold  # (B, K) bool
+
+    def encode(self, names: Sequence[str], classes: Sequence[str]) -> torch.Tensor:
+        hot = torch.zeros(len(classes), dtype=torch.bool)
+        hot[[list(classes).index(n) for n in names]] = True
+        return hot
+
+    def label_of_folder(self, folder: str, classes: Sequence[str]) -> torch.Tensor | None:
+        return None  # a folder names at most one label
+
+    def score(self, probs: torch.Tensor, labels: torch.Tensor) -> float:
+        from lightning_cls.inference.scores import mean_average_precision
+
+        return mean_average_precision(probs, labels)
+
+    def row(self, indices: list[int], values: list[float], probs: list[float], classes) -> dict:
+        return {**super().row(indices, values, probs, classes), "all_probs": probs}
+
+    def csv_header(self, classes: Sequence[str], top_k: int) -> list[str]:
+        """file, labels (joined by ``;``: the format a multi-label index reads), one
+        ``prob_<class>`` column per class, error."""
+        return ["file", "labels", *(f"prob_{name}" for name in classes), "error"]
+
+    def csv_row(self, row: Mapping[str, Any], top_k: int) -> list[str]:
+        probs = [f"{p:.6f}" for p in row["all_probs"]]
+        return [row["file"], ";".join(row["labels"]), *probs, ""]
+
+    def csv_failure(self, path: str, reason: str, classes: Sequence[str], top_k: int) -> list:
+        return [path, "", *[""] * len(classes), reason]
+
+
+register_task("multiclass")(MultiClass)
+register_task("multilabel")(MultiLabel)
+
+
+def create_task(name: str = "multiclass", threshold: float | None = None) -> Task:
+    """The decision task registered as ``name``; ``threshold`` for a task that has one."""
+    return TASKS.get(str(name))(threshold=threshold)

@@ -1,0 +1,117 @@
+"""``task=multiclass`` (the default): cross-entropy (label smoothing, class weights, MixUp/CutMix),
+top-1/top-5 accuracy, and a confusion matrix per val/test epoch for per-class results."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+
+from lightning_cls.inference.tasks import MultiClass
+from lightning_cls.training.class_balance import (
+    WeightedCrossEntropy,
+    per_class_metrics,
+    resolve_class_weights,
+)
+from lightning_cls.training.mixup import BatchMixer
+from lightning_cls.training.tasks import STAGES, TrainingTask, register_task
+
+
+@register_task("multiclass")
+class MultiClassTraining(TrainingTask):
+    decision_class = MultiClass
+
+    def __init__(
+        self,
+        num_classes: int,
+        label_smoothing: float = 0.0,
+        class_weights: str | Sequence[float] | None = None,  # "auto": from the train counts
+        class_weight_method: str = "inverse",  # or "effective" (training/class_balance.py)
+        mixup_alpha: float = 0.0,
+        cutmix_alpha: float = 0.0,
+        mix_prob: float = 1.0,
+        **others: Any,
+    ):
+        if "pos_weight" in others or "threshold" in others:
+            raise ValueError(
+                "loss.pos_weight and task.threshold apply to multi-label models; set "
+                "task=multilabel (a multi-label dataset) or leave them null."
+            )
+        super().__init__(num_classes, **others)
+        if not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(
+                f"label_smoothing={label_smoothing!r} is not a probability; set label_smoothing "
+                "to a number from 0.0 (off) to 1.0, e.g. label_smoothing=0.1."
+            )
+        self.label_smoothing, self.class_weight_method = label_smoothing, class_weight_method
+        self.class_weights = class_weights
+        self.criterion: nn.Module = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        if class_weights is not None and class_weights != "auto":  # "auto": in setup()
+            self._weigh(resolve_class_weights(class_weights, None, num_classes))
+        # Keyed "<stage>_metrics": a ModuleDict key may not be "train" (nn.Module.train).
+        self.metrics = nn.ModuleDict({f"{s}_metrics": _accuracy(num_classes, s) for s in STAGES})
+        # Predictions per (true, predicted) class of the last val and test epochs: per-class
+        # precision/recall in results.json; TrainingPlots draws the test one.
+        self.confusion = nn.ModuleDict(
+            {stage: MulticlassConfusionMatrix(num_classes) for stage in ("val", "test")}
+        )
+        self.mixer = None
+        if mixup_alpha or cutmix_alpha:
+            self.mixer = BatchMixer(num_classes, mixup_alpha, cutmix_alpha, mix_prob)
+
+    def _weigh(self, weights: list[float]) -> None:
+        self.class_weights = weights
+        self.criterion = WeightedCrossEntropy(weights, self.label_smoothing)
+
+    def setup(self, train_labels: torch.Tensor | None) -> None:
+        if self.class_weights == "auto":
+            method = self.class_weight_method
+            self._weigh(resolve_class_weights("auto", train_labels, self.num_classes, method))
+
+    def saved_hparams(self) -> dict[str, Any]:
+        resolved = self.class_weights not in (None, "auto")
+        return {"class_weights": self.class_weights} if resolved else {}
+
+    def training_batch(self, batch):
+        return self.mixer(*batch) if self.mixer is not None else batch  # soft (B, K) targets
+
+    def loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return self.criterion(logits, target)
+
+    def update(self, stage: str, logits: torch.Tensor, target: torch.Tensor) -> None:
+        self.metrics[f"{stage}_metrics"].update(
+            logits, target if target.ndim == 1 else target.argmax(1)
+        )
+        if stage != "train":
+            self.confusion[stage].update(logits, target)
+
+    def step_metrics(self, stage: str) -> Mapping[str, Any]:
+        # Train accuracy is computed once per epoch (epoch_end): a per-step log costs ~10%.
+        return self.metrics[f"{stage}_metrics"] if stage != "train" else {}
+
+    def reset(self, stage: str) -> None:
+        self.confusion[stage].reset()
+
+    def epoch_end(self, stage: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+        if stage != "train":
+            return {}
+        values = self.metrics["train_metrics"].compute()
+        self.metrics["train_metrics"].reset()
+        return values
+
+    def epoch_tensors(self, stage: str) -> dict[str, torch.Tensor]:
+        return {"confusion": self.confusion[stage].compute()}
+
+    def per_class(self, stage: str, tensors, classes: list[str], logged: Mapping) -> dict:
+        return per_class_metrics(tensors["confusion"].cpu(), classes)
+
+
+def _accuracy(num_classes: int, stage: str) -> MetricCollection:
+    metrics = {"acc": MulticlassAccuracy(num_classes, top_k=1, average="micro")}
+    if num_classes > 5:
+        metrics["acc_top5"] = MulticlassAccuracy(num_classes, top_k=5, average="micro")
+    return MetricCollection(metrics, prefix=f"{stage}/")

@@ -1,0 +1,220 @@
+"""task=multilabel training: BCE, mAP, the threshold chosen on val and carried by the best
+checkpoint, per-label results, and the options that have no multi-label meaning."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import multilabel_helpers
+from hydra_helpers import QUIET_TRAINER, compose
+from lightning_cls.data.multilabel import MultiLabelDataModule
+from lightning_cls.inference import load_artifact
+from lightning_cls.inference.scores import THRESHOLD_GRID
+from lightning_cls.module import ClassificationModule
+from lightning_cls.train import train
+from multilabel_helpers import QUIET, STATED_TEST_MAP
+
+
+@pytest.fixture(scope="module")
+def squares(tmp_path_factory) -> Path:
+    return multilabel_helpers.squares(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict:
+    return multilabel_helpers.multilabel_run(tmp_path_factory)
+
+
+def test_training_reaches_the_stated_map_and_reports_multilabel_metrics(run):
+    test = run["test"]
+    assert test["test/map"] > STATED_TEST_MAP, test
+    assert run["optimized_metric"] == "val/map"
+    assert set(test) >= {"test/map", "test/auroc", "test/f1_micro", "test/f1_macro", "test/loss"}
+    assert "test/acc" not in test
+    per_label = run["per_class_test"]
+    assert set(per_label) == {"blue", "green", "red", "yellow"}
+    assert all(0.5 < v["average_precision"] <= 1.0 for v in per_label.values()), per_label
+    assert "map" in Path(run["best_ckpt"]).name  # the checkpoint name follows task.metric
+    assert (Path(run["run_dir"]) / "predictions_val.png").stat().st_size > 10_000
+
+
+def test_the_threshold_is_chosen_on_val_and_travels_with_the_best_checkpoint(run):
+    ckpt = torch.load(run["best_ckpt"], map_location="cpu", weights_only=True)
+    hparams = ckpt["hyper_parameters"]
+    assert hparams["task"] == "multilabel"
+    assert hparams["threshold"] in THRESHOLD_GRID
+    # test ran on the best checkpoint with its own threshold (not the last epoch's)
+    assert run["test"]["test/threshold"] == pytest.approx(hparams["threshold"])
+    predictor = load_artifact(run["best_ckpt"])
+    assert predictor.spec.multilabel and predictor.spec.threshold == hparams["threshold"]
+    weights = load_artifact(Path(run["best_ckpt"]).with_name("model_weights.pt"))
+    assert (weights.spec.task, weights.spec.threshold) == ("multilabel", hparams["threshold"])
+
+
+def test_eval_on_val_writes_per_label_metrics(run, squares, tmp_path):
+    from lightning_cls.eval import evaluate
+
+    cfg = compose(
+        "eval",
+        [
+            *QUIET_TRAINER[:4],
+            "data=multilabel",
+            f"data.root={squares}",
+            f"ckpt_path={run['best_ckpt']}",
+            "split=val",
+            "prediction_mosaic=false",
+        ],
+        tmp=tmp_path,
+    )
+    metrics = evaluate(cfg)
+    assert metrics["val/map"] > STATED_TEST_MAP
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert set(results["per_class_val"]) == {"blue", "green", "red", "yellow"}
+
+
+def test_a_multiclass_validation_counts_per_class_metrics(trained):
+    # eval split=val writes these (per_class_val); before, only test predictions were counted
+    import pytorch_lightning as pl
+
+    module = ClassificationModule.load_from_checkpoint(trained.ckpt, map_location="cpu")
+    trainer = pl.Trainer(
+        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    (metrics,) = trainer.validate(module, datamodule=trained.data)
+    per_class = module.per_class_results("val")
+    assert set(per_class) == set(trained.spec.classes)
+    support = sum(v["support"] for v in per_class.values())
+    assert support == len(trained.data.splits["val"])
+    recalls = [v["recall"] * v["support"] for v in per_class.values()]
+    assert sum(recalls) / support == pytest.approx(metrics["val/acc"], abs=1e-5)
+
+
+def test_task_and_data_must_agree(squares, tmp_path):
+    multi = compose(overrides=[*QUIET, "data=multilabel", f"data.root={squares}"], tmp=tmp_path)
+    with pytest.raises(
+        ValueError,
+        match=r"task=multiclass but the data \(multilabel\) is multilabel.*set task=multilabel",
+    ):
+        train(multi)
+    single = compose(overrides=[*QUIET, "task=multilabel"], tmp=tmp_path)
+    with pytest.raises(
+        ValueError,
+        match=r"task=multilabel but the data \(digits\) is multiclass.*use data=multilabel",
+    ):
+        train(single)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"label_smoothing": 0.1}, r"label_smoothing=0.1 applies to multi-class"),
+        ({"class_weights": [1, 2]}, r"with task=multilabel use loss.pos_weight"),
+        ({"mixup_alpha": 0.2}, r"MixUp/CutMix .* with task=multilabel set them to 0"),
+        ({"threshold": 1.5}, r"task.threshold=1.5 is not a probability"),
+        ({"pos_weight": [1.0]}, r"loss.pos_weight has 1 values \[1.0\]; give 4 positive numbers"),
+    ],
+)
+def test_multiclass_only_options_are_one_line_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ClassificationModule(
+            model_name="mlp",
+            model_kwargs={"num_classes": 4, "in_channels": 3, "image_size": 8},
+            task="multilabel",
+            classes=["a", "b", "c", "d"],
+            **kwargs,
+        )
+
+
+def test_pos_weight_auto_comes_from_the_train_counts_and_is_saved(squares, tmp_path):
+    from lightning_cls.training.tasks.multilabel import resolve_pos_weight
+
+    labels = torch.tensor([[1, 0], [1, 0], [0, 0], [1, 1]], dtype=torch.float32)
+    assert resolve_pos_weight("auto", labels, 2) == pytest.approx([1 / 3, 3.0], abs=1e-6)
+    with pytest.raises(ValueError, match=r"loss.pos_weight='often' is not known"):
+        resolve_pos_weight("often", labels, 2)
+    overrides = [
+        *QUIET,
+        "task=multilabel",
+        "data=multilabel",
+        f"data.root={squares}",
+        "loss.pos_weight=auto",
+        "trainer.max_epochs=1",
+        "+trainer.limit_train_batches=2",
+        "test=false",
+        "prediction_mosaic=false",
+    ]
+    summary = train(compose(overrides=overrides, tmp=tmp_path))
+    saved = torch.load(summary["best_ckpt"], weights_only=True)["hyper_parameters"]["pos_weight"]
+    data = MultiLabelDataModule(str(squares))
+    data.setup()
+    expected = resolve_pos_weight("auto", data.splits["train"].labels, 4)
+    assert saved == pytest.approx(expected) and all(w > 1 for w in saved)  # 40% positives
+
+
+def test_per_label_plot_and_curves_draw_the_multilabel_metrics(run, tmp_path):
+    from lightning_cls.callbacks.plots import plot_curves, plot_per_label
+
+    plot_per_label(run["per_class_test"], tmp_path / "per_label_scores.png")
+    history = [{"epoch": 0, "val/map": 0.8, "val/f1_micro": 0.6, "val/loss": 0.5}]
+    plot_curves(history, tmp_path / "curves.png")
+    assert (tmp_path / "per_label_scores.png").stat().st_size > 5_000
+    assert (tmp_path / "curves.png").stat().st_size > 5_000
+
+
+def test_a_fixed_threshold_is_kept_over_the_checkpoints_and_auto_takes_the_checkpoints():
+    options = dict(
+        model_name="mlp",
+        model_kwargs={"num_classes": 2, "in_channels": 1, "image_size": 4},
+        task="multilabel",
+        classes=["a", "b"],
+    )
+    saved = {"hyper_parameters": {"threshold": 0.45}}
+    fixed = ClassificationModule(threshold=0.3, **options)
+    fixed.on_load_checkpoint(saved)
+    auto = ClassificationModule(**options)
+    auto.on_load_checkpoint(saved)
+    assert (fixed.hparams.threshold, auto.hparams.threshold) == (0.3, 0.45)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"task": "multilabel", "pos_weight": "Auto"}, r"loss.pos_weight='Auto' is not known"),
+        ({"threshold": 0.3}, r"task.threshold apply to multi-label models; set task=multilabel"),
+        ({"pos_weight": [1.0, 2.0]}, r"loss.pos_weight and task.threshold apply to multi-label"),
+        (
+            {"task": "multi"},
+            r"Unknown task .multi.\. Did you mean .multilabel.\? Known: multiclass, multilabel",
+        ),
+    ],
+)
+def test_misspelt_or_misplaced_multilabel_options_are_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ClassificationModule(
+            model_name="mlp",
+            model_kwargs={"num_classes": 2, "in_channels": 1, "image_size": 4},
+            classes=["a", "b"],
+            **kwargs,
+        )
+
+
+def test_a_rank_without_samples_joins_the_gather(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:  # a free port for the process group
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # The target lives in a small module: a spawned child imports it, not this test file's
+    # Lightning and Hydra imports.
+    from multilabel_gather import gather_with_an_empty_rank
+
+    mp.spawn(gather_with_an_empty_rank, args=(port, str(tmp_path)), nprocs=2)
+    for rank in (0, 1):  # before: torchmetrics' empty placeholder aborted the gather (SIGABRT)
+        shapes = torch.load(tmp_path / f"{rank}.pt", weights_only=False)
+        assert shapes == (torch.Size([3, 4]), torch.Size([3, 4]), torch.uint8)
