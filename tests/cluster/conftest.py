@@ -1,0 +1,43 @@
+"""The ``cluster`` marker: tests on a real one-node SLURM cluster (scripts/slurm_cluster.sh)
+and on real torchrun agents. With ``CI=true`` they must run: a cluster that cannot start
+fails them. Elsewhere they skip, saying what to install."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm_cluster.sh"
+INSTALL = "apt-get install slurmctld slurmd slurm-client munge (as root), as .ci/run does"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "cluster: needs a real SLURM cluster or torchrun; must run where CI=true"
+    )
+
+
+def unavailable(reason: str) -> None:
+    """Fail under CI (the cluster must run there), skip elsewhere."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A fresh one-node cluster for the session, stopped afterwards."""
+    missing = [c for c in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(c) is None]
+    if missing:
+        unavailable(f"{', '.join(missing)} not found: {INSTALL}")
+    if os.geteuid() != 0:
+        unavailable("the test cluster's daemons run as root: run the cluster tests as root")
+    proc = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True)
+    if proc.returncode:
+        unavailable(f"scripts/slurm_cluster.sh start failed: {proc.stderr.strip()}")
+    yield
+    subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, text=True)

@@ -1,0 +1,105 @@
+"""A real one-node SLURM cluster (scripts/slurm_cluster.sh): ``sbatch`` + ``srun python -m
+lightning_cls.train`` with two CPU DDP tasks leaves one run folder with the metrics of the same
+job run with ``trainer=ddp_sim``; the job sent ``scancel --signal=USR1`` mid-epoch requeues
+itself, resumes in place and ends with the same metrics."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from train_runs import SMALL, env, results, train
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+ONE_EPOCH = [*SMALL, "trainer.max_epochs=1"]  # 21 steps of 2 x 32 digits
+
+
+@pytest.fixture(scope="module")
+def ddp_sim(tmp_path_factory):
+    """The same job on one machine: two spawned gloo processes (trainer=ddp_sim)."""
+    run = tmp_path_factory.mktemp("ddp_sim") / "run"
+    proc = train(run, "trainer=ddp_sim", "trainer.max_epochs=1")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return results(run)
+
+
+def sbatch(root: Path, tasks: str, *overrides: str) -> str:
+    """Submit ``srun python -m lightning_cls.train trainer=ddp_cpu ...`` below ``root``."""
+    args = " ".join(
+        [sys.executable, "-m", "lightning_cls.train", "trainer=ddp_cpu", *ONE_EPOCH, *overrides]
+    )
+    script = root / "job.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH {tasks}\nsrun {args} paths.root_dir={root}\n")
+    proc = subprocess.run(
+        ["sbatch", "--parsable", "--job-name=lc-train", f"--chdir={root}", "--open-mode=append",
+         f"--output={root}/slurm-%j.out", str(script)],
+        capture_output=True, text=True, env=env(), check=True,
+    )  # fmt: skip
+    return proc.stdout.strip().split(";")[0]
+
+
+def job_state(job: str) -> tuple[str, int]:
+    """(state, restart count) from scontrol; ("GONE", 0) once SLURM forgot the job."""
+    proc = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True)
+    fields = dict(f.split("=", 1) for f in proc.stdout.split() if "=" in f)
+    return fields.get("JobState", "GONE"), int(fields.get("Restarts", 0))
+
+
+def wait_done(job: str, timeout: float = 240) -> tuple[str, int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state, restarts = job_state(job)
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "GONE"):
+            return state, restarts
+        time.sleep(0.5)
+    subprocess.run(["scancel", job])
+    raise AssertionError(f"job {job} still {state} after {timeout} s")
+
+
+def same_training(ours: dict, ddp_sim: dict) -> bool:
+    """Equal metrics; ddp_sim's best_val_acc is None (ddp_spawn does not bring the checkpoint
+    callback's best score back to the parent), so it is left out."""
+    return {**ours, "best_val_acc": None} == ddp_sim
+
+
+def run_folders(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "outputs" / "train").glob("*/*") if p.is_dir())
+
+
+def log(root: Path, job: str) -> str:
+    return (root / f"slurm-{job}.out").read_text()
+
+
+def test_srun_ddp_job_has_one_run_folder_and_ddp_sims_metrics(slurm_cluster, ddp_sim, tmp_path):
+    job = sbatch(tmp_path, "--ntasks-per-node=2")
+    assert wait_done(job) == ("COMPLETED", 0), log(tmp_path, job)[-3000:]
+    assert run_folders(tmp_path) == [tmp_path / "outputs" / "train" / "slurm" / job]
+    run = run_folders(tmp_path)[0]
+    assert (run / ".hydra" / "config.yaml").is_file()
+    assert json.loads((run / "results.json").read_text())["run_dir"] == str(run)
+    assert same_training(results(run), ddp_sim)
+
+
+def test_usr1_mid_epoch_requeues_and_resumes_in_place(slurm_cluster, ddp_sim, tmp_path):
+    # -n 2 without --ntasks-per-node: train fills in what Lightning asks for.
+    pause = [
+        "+callbacks.pause_at._target_=pause_at.PauseAt",
+        "+callbacks.pause_at.step=10",
+        f"+callbacks.pause_at.folder={tmp_path}",
+    ]
+    job = sbatch(tmp_path, "-n 2", *pause)
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"paused.{r}").exists() for r in (0, 1)):
+        assert time.monotonic() < deadline, log(tmp_path, job)[-3000:]
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=USR1", job], check=True)
+    assert wait_done(job) == ("COMPLETED", 1), log(tmp_path, job)[-3000:]
+    text = log(tmp_path, job)
+    assert "Received SIGUSR1: saving" in text and f"Requeued SLURM job {job}" in text
+    assert "resuming from it" in text
+    assert run_folders(tmp_path) == [tmp_path / "outputs" / "train" / "slurm" / job]
+    assert same_training(results(run_folders(tmp_path)[0]), ddp_sim)
