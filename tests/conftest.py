@@ -1,4 +1,4 @@
-"""Shared fixtures for the whole suite."""
+"""Shared fixtures for the whole suite (the factories behind them are in tests/helpers/)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import os
 import pytest
 import torch
 
-from artifact_helpers import Trained, fit, make_data, make_module
+from helpers import Artifacts, Trained, trained_artifacts, trained_model
 from hydra_helpers import QUIET_TRAINER
-from lightning_cls.inference import InputSpec
 
 # Tests run two at a time on two cores (pytest -n 2): one intra-op thread each.
 torch.set_num_threads(1)
@@ -32,13 +31,13 @@ def quiet_trainer() -> list[str]:
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory) -> Trained:
-    """A SimpleCNN trained for a few seconds on synthetic data, shared by the export and
-    inference tests (built once per worker)."""
-    torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    data = make_data()
-    module = make_module(data)
-    ckpt = fit(module, data, tmp_path_factory.mktemp("trained"))
-    torch.set_num_threads(threads)
-    return Trained(ckpt, module.eval(), data, InputSpec.from_hparams(module.hparams))
+    """A SimpleCNN trained for a few seconds on synthetic data, shared by the export,
+    inference and examples tests (built once per test process)."""
+    return trained_model(tmp_path_factory.mktemp("trained"))
+
+
+@pytest.fixture(scope="session")
+def artifacts(tmp_path_factory) -> Artifacts:
+    """A flip+translate-TTA SimpleCNN with its checkpoint, weights and exports, shared by the
+    inference and serve tests (built once per test process)."""
+    return trained_artifacts(tmp_path_factory.mktemp("artifacts"))

@@ -30,7 +30,8 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
 
 
 def _train_and_kill(out: Path, kind: str, moment: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1"}
+    path = os.pathsep.join([str(HERE), str(HERE.parent)])  # conftest.py, helpers/
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "crash_child.py"), str(out), kind],
         env=env,

@@ -1,23 +1,17 @@
-"""A real ``python -m lightning_cls.serve`` process on a free localhost port."""
+"""A real ``python -m lightning_cls.serve`` process on a free localhost port (serving the
+session's ``artifacts``, tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 from server_process import ServerProcess
 
-from artifact_helpers import Artifacts, make_artifacts
-
-
-@pytest.fixture(scope="session")
-def serve_artifacts(tmp_path_factory) -> Artifacts:
-    return make_artifacts(tmp_path_factory.mktemp("serve_artifacts"))
-
 
 @pytest.fixture(scope="module")
-def server(serve_artifacts, tmp_path_factory):
+def server(artifacts, tmp_path_factory):
     """ONNX artifact; small limits so the tests can reach them with few requests."""
     proc = ServerProcess(
-        serve_artifacts.paths["onnx"],
+        artifacts.paths["onnx"],
         tmp_path_factory.mktemp("serve_run"),
         "serve.max_batch_size=8",
         "serve.batch_timeout=0.05",

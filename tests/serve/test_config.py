@@ -68,13 +68,13 @@ def test_cli_user_error_is_one_line_and_exit_1(tmp_path):
     assert "Model artifact not found" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_cli_refuses_an_untrusted_pt2_naming_the_serve_key(serve_artifacts, tmp_path):
+def test_cli_refuses_an_untrusted_pt2_naming_the_serve_key(artifacts, tmp_path):
     out = subprocess.run(
         [
             sys.executable,
             "-m",
             "lightning_cls.serve",
-            f"artifact={serve_artifacts.paths['pt2']}",
+            f"artifact={artifacts.paths['pt2']}",
             f"hydra.run.dir={tmp_path}/run",
         ],
         capture_output=True,

@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 from server_process import ServerProcess
 
-from artifact_helpers import png_bytes
+from helpers import png_bytes
 
 pytestmark = pytest.mark.slow  # starts server processes
 
@@ -54,9 +54,9 @@ def _bilevel_png(width: int, height: int) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def strict_server(serve_artifacts, tmp_path_factory):
+def strict_server(artifacts, tmp_path_factory):
     proc = ServerProcess(
-        serve_artifacts.paths["onnx"],
+        artifacts.paths["onnx"],
         tmp_path_factory.mktemp("strict"),
         "serve.max_queue=4",
         "serve.body_timeout_s=1.5",
@@ -67,12 +67,12 @@ def strict_server(serve_artifacts, tmp_path_factory):
     proc.stop()
 
 
-def test_stalled_uploads_hold_no_queue_slot_and_get_408(strict_server, serve_artifacts):
+def test_stalled_uploads_hold_no_queue_slot_and_get_408(strict_server, artifacts):
     stalled = [_stalled_upload(strict_server.port) for _ in range(16)]  # 4x max_queue
     try:
         time.sleep(0.3)
         good = {
-            "content": png_bytes(serve_artifacts.images[0]),
+            "content": png_bytes(artifacts.images[0]),
             "headers": {"Content-Type": "image/png"},
         }
         for _ in range(3):  # one at a time: never more than max_queue admitted
@@ -130,9 +130,9 @@ def test_a_big_decode_does_not_stall_the_event_loop(strict_server):
     assert health_times and max(health_times) < 0.5, health_times
 
 
-def test_max_batch_size_counts_images_not_requests(strict_server, serve_artifacts):
+def test_max_batch_size_counts_images_not_requests(strict_server, artifacts):
     metrics = lambda: httpx.get(strict_server.url + "/metrics").text  # noqa: E731
-    b64 = base64.b64encode(png_bytes(serve_artifacts.images[0])).decode()
+    b64 = base64.b64encode(png_bytes(artifacts.images[0])).decode()
     r = httpx.post(strict_server.url + "/predict", json={"images": [b64] * 16}, timeout=30)
     assert r.status_code == 200 and len(r.json()["predictions"]) == 16
     assert r.json()["batch_images"] == 4  # max_batch_size=4: four calls of four
@@ -160,8 +160,8 @@ def test_nested_or_oversized_json_gets_400(strict_server, body, reason):
     assert httpx.get(strict_server.url + "/health").status_code == 200
 
 
-def test_sigterm_with_a_stalled_upload_exits_within_drain_s(serve_artifacts, tmp_path):
-    server = ServerProcess(serve_artifacts.paths["onnx"], tmp_path / "run", "serve.drain_s=2")
+def test_sigterm_with_a_stalled_upload_exits_within_drain_s(artifacts, tmp_path):
+    server = ServerProcess(artifacts.paths["onnx"], tmp_path / "run", "serve.drain_s=2")
     stalled = _stalled_upload(server.port)
     try:
         time.sleep(0.2)
@@ -173,15 +173,13 @@ def test_sigterm_with_a_stalled_upload_exits_within_drain_s(serve_artifacts, tmp
         stalled.close()
 
 
-def test_sigkill_of_the_parent_leaves_no_process_serving(serve_artifacts, tmp_path):
-    server = ServerProcess(
-        serve_artifacts.paths["onnx"], tmp_path / "run", "serve.threads=1", workers=2
-    )
+def test_sigkill_of_the_parent_leaves_no_process_serving(artifacts, tmp_path):
+    server = ServerProcess(artifacts.paths["onnx"], tmp_path / "run", "serve.threads=1", workers=2)
     workers = [psutil.Process(pid) for pid in server.worker_pids()]
     assert len(workers) == 2 and all(w.ppid() == server.proc.pid for w in workers)
     r = httpx.post(
         server.url + "/predict",
-        content=png_bytes(serve_artifacts.images[0]),
+        content=png_bytes(artifacts.images[0]),
         headers={"Content-Type": "image/png"},
     )
     assert r.status_code == 200

@@ -10,7 +10,7 @@ import shutil
 import httpx
 import pytest
 
-from artifact_helpers import png_bytes
+from helpers import png_bytes
 
 pytestmark = pytest.mark.slow
 
@@ -32,14 +32,14 @@ def test_page_is_self_contained(server):
     assert "http://" not in r.text and "https://" not in r.text  # no CDN: works offline
 
 
-def test_dropped_images_show_top5_bars(server, serve_artifacts, tmp_path):
+def test_dropped_images_show_top5_bars(server, artifacts, tmp_path):
     if not os.path.exists(CHROMIUM) and not shutil.which("chromium"):
         pytest.skip("chromium is not installed (apt-get install -y chromium chromium-driver)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     paths = []
     for i in range(2):
         path = tmp_path / f"digit{i}.png"
-        path.write_bytes(png_bytes(serve_artifacts.images[i]))
+        path.write_bytes(png_bytes(artifacts.images[i]))
         paths.append(str(path))
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
@@ -58,7 +58,7 @@ def test_dropped_images_show_top5_bars(server, serve_artifacts, tmp_path):
                 pcts = [float(r.query_selector(".pct").inner_text().rstrip("%")) for r in rows]
                 assert pcts == sorted(pcts, reverse=True) and 0 < sum(pcts) <= 100.1
                 labels = [r.query_selector(".label").inner_text() for r in rows]
-                assert set(labels) <= set(serve_artifacts.spec.classes)
+                assert set(labels) <= set(artifacts.spec.classes)
                 width = rows[0].query_selector(".bar").evaluate("e => e.style.width")
                 assert abs(float(width.rstrip("%")) - pcts[0]) < 0.11
             if os.environ.get("LIGHTNING_CLS_PAGE_SCREENSHOT"):  # to look at the page by eye

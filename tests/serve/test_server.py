@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 from server_process import ServerProcess
 
-from artifact_helpers import png_bytes
+from helpers import png_bytes
 from lightning_cls.inference import load_artifact
 
 pytestmark = pytest.mark.slow  # starts server processes (~5-10 s each on 2 idle cores)
@@ -35,8 +35,8 @@ def _png(image: torch.Tensor) -> dict:
     return {"content": png_bytes(image), "headers": {"Content-Type": "image/png"}}
 
 
-def test_concurrent_requests_are_batched_and_equal_in_process_predict(server, serve_artifacts):
-    images = serve_artifacts.images[:8]
+def test_concurrent_requests_are_batched_and_equal_in_process_predict(server, artifacts):
+    images = artifacts.images[:8]
     requests = [_png(img) for img in images[:6]]
     b64 = [base64.b64encode(png_bytes(img)).decode() for img in images[6:]]
     requests.append({"json": {"images": b64, "top_k": 2}})
@@ -44,26 +44,26 @@ def test_concurrent_requests_are_batched_and_equal_in_process_predict(server, se
     assert [r.status_code for r in responses] == [200] * 7, [r.text for r in responses]
     bodies = [r.json() for r in responses]
     assert max(b["batch_images"] for b in bodies) > 1  # several requests shared a model call
-    expected = load_artifact(serve_artifacts.paths["onnx"]).predict_images(images)
+    expected = load_artifact(artifacts.paths["onnx"]).predict_images(images)
     served = [p for b in bodies for p in b["predictions"]]
     for probs, got in zip(expected, served):
         top = probs.topk(len(got["labels"]))
-        assert got["labels"] == [serve_artifacts.spec.classes[i] for i in top.indices]
+        assert got["labels"] == [artifacts.spec.classes[i] for i in top.indices]
         np.testing.assert_allclose(got["probs"], top.values.numpy(), atol=1e-5)
     assert len(served[-1]["labels"]) == 2 and len(served[0]["labels"]) == 3  # top_k, default
     assert bodies[0]["model"]["runtime"] == "onnx" and len(bodies[0]["model"]["version"]) == 12
 
 
-def test_each_bad_input_gets_its_status_while_a_good_request_succeeds(server, serve_artifacts):
-    good = _png(serve_artifacts.images[0])
+def test_each_bad_input_gets_its_status_while_a_good_request_succeeds(server, artifacts):
+    good = _png(artifacts.images[0])
     gray = io.BytesIO()
-    Image.fromarray(serve_artifacts.images[1][0].numpy(), "L").resize((40, 30)).save(gray, "PNG")
+    Image.fromarray(artifacts.images[1][0].numpy(), "L").resize((40, 30)).save(gray, "PNG")
     cases = [
         (good, 200),
         ({"content": b"not an image", "headers": {"Content-Type": "image/jpeg"}}, 400),
         (
             {
-                "content": png_bytes(serve_artifacts.images[2])[:60],
+                "content": png_bytes(artifacts.images[2])[:60],
                 "headers": {"Content-Type": "image/png"},
             },
             400,
@@ -85,8 +85,8 @@ def test_each_bad_input_gets_its_status_while_a_good_request_succeeds(server, se
     assert responses[0].json()["predictions"] == responses[-1].json()["predictions"]
 
 
-def test_overload_gets_503_with_retry_after_and_nothing_crashes(server, serve_artifacts):
-    requests = [_png(serve_artifacts.images[i % 8]) for i in range(96)]  # 6x max_queue=16
+def test_overload_gets_503_with_retry_after_and_nothing_crashes(server, artifacts):
+    requests = [_png(artifacts.images[i % 8]) for i in range(96)]  # 6x max_queue=16
     responses = _post_all(server.url, requests)
     codes = [r.status_code for r in responses]
     assert set(codes) <= {200, 503}, codes
@@ -100,22 +100,22 @@ def test_overload_gets_503_with_retry_after_and_nothing_crashes(server, serve_ar
     assert 'lightning_cls_batch_size_bucket{le="+Inf"}' in metrics
 
 
-def test_info_describes_model_and_batching_without_machine_paths(server, serve_artifacts):
+def test_info_describes_model_and_batching_without_machine_paths(server, artifacts):
     text = httpx.get(server.url + "/info").text
-    assert str(serve_artifacts.paths["onnx"].parent) not in text  # no absolute paths
+    assert str(artifacts.paths["onnx"].parent) not in text  # no absolute paths
     info = httpx.get(server.url + "/info").json()["model"]
-    assert info["artifact"] == info["config"]["artifact"] == serve_artifacts.paths["onnx"].name
-    assert info["spec"]["classes"] == list(serve_artifacts.spec.classes)
+    assert info["artifact"] == info["config"]["artifact"] == artifacts.paths["onnx"].name
+    assert info["spec"]["classes"] == list(artifacts.spec.classes)
     assert info["spec"]["tta_flip"] is True
     assert info["runtime"] == "onnx"
     assert info["config"]["max_batch_size"] == 8 and info["config"]["host"] == "127.0.0.1"
     assert info["config"]["threads"] >= 1
 
 
-def test_sigterm_drains_accepted_requests(serve_artifacts, tmp_path):
+def test_sigterm_drains_accepted_requests(artifacts, tmp_path):
     # A long batch window keeps the requests in flight when SIGTERM arrives.
     server = ServerProcess(
-        serve_artifacts.paths["ckpt"],
+        artifacts.paths["ckpt"],
         tmp_path / "run",
         "serve.max_batch_size=64",
         "serve.batch_timeout=1.5",
@@ -126,7 +126,7 @@ def test_sigterm_drains_accepted_requests(serve_artifacts, tmp_path):
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
             pending = [
                 asyncio.create_task(client.post("/predict", **_png(img)))
-                for img in serve_artifacts.images[:6]
+                for img in artifacts.images[:6]
             ]
             await asyncio.sleep(0.5)  # accepted, waiting for the batch to fill
             server.proc.send_signal(15)
@@ -142,24 +142,24 @@ def test_sigterm_drains_accepted_requests(serve_artifacts, tmp_path):
         httpx.get(server.url + "/health", timeout=2)
 
 
-def test_a_request_not_answered_within_the_timeout_gets_504(serve_artifacts, tmp_path):
+def test_a_request_not_answered_within_the_timeout_gets_504(artifacts, tmp_path):
     # Requests of 64 images at max_batch_size=1 run as 64 model calls each (6 forwards with
     # flip + translate TTA): the model thread is busy far longer than serve.timeout.
     server = ServerProcess(
-        serve_artifacts.paths["ckpt"],
+        artifacts.paths["ckpt"],
         tmp_path / "run",
         "serve.timeout=0.2",
         "serve.max_batch_size=1",
     )
     try:
-        b64 = base64.b64encode(png_bytes(serve_artifacts.images[0])).decode()
+        b64 = base64.b64encode(png_bytes(artifacts.images[0])).decode()
         big = {"json": {"images": [b64] * 64}}
         responses = _post_all(server.url, [big] * 4)
         codes = [r.status_code for r in responses]
         assert set(codes) <= {200, 504} and codes.count(504) >= 2, codes
         late = next(r for r in responses if r.status_code == 504)
         assert "serve.timeout=0.2" in late.json()["detail"]
-        fresh = _post_all(server.url, [_png(serve_artifacts.images[1])])[0]
+        fresh = _post_all(server.url, [_png(artifacts.images[1])])[0]
         assert fresh.status_code == 200  # the server goes on serving
     finally:
         assert server.stop() == 0

@@ -1,0 +1,28 @@
+"""Test helpers: the one tiny-data/tiny-module factory (``tiny.py``) and what is trained with it
+once per test process and read by many tests (``trained.py``)."""
+
+from helpers.tiny import (
+    LEARNABLE,
+    SMALL,
+    as_overrides,
+    fit,
+    make_data,
+    make_module,
+    make_trainer,
+)
+from helpers.trained import Artifacts, Trained, png_bytes, trained_artifacts, trained_model
+
+__all__ = [
+    "LEARNABLE",
+    "SMALL",
+    "Artifacts",
+    "Trained",
+    "as_overrides",
+    "fit",
+    "make_data",
+    "make_module",
+    "make_trainer",
+    "png_bytes",
+    "trained_artifacts",
+    "trained_model",
+]
