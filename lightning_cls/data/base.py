@@ -215,6 +215,11 @@ class ImageDataModule(pl.LightningDataModule):
     def predict_dataloader(self):
         return self.make_loader("test", train=False)
 
+    @property
+    def uint8_batches(self) -> bool:
+        """Whether the loaders yield uint8 batches for the batch hook to augment."""
+        return self.pipeline == "tensor"
+
     def _attached(self) -> bool:
         return getattr(self, "trainer", None) is not None
 
@@ -244,7 +249,7 @@ class ImageDataModule(pl.LightningDataModule):
         float inputs for ``*-true`` precisions before this hook, when the batch is still
         uint8, so the cast happens here.
         """
-        if self.pipeline != "tensor" or batch[0].dtype != torch.uint8:
+        if not self.uint8_batches or batch[0].dtype != torch.uint8:
             return batch
         x, y, *key = batch
         trainer = self.trainer if self._attached() else None

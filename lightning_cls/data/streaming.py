@@ -66,6 +66,7 @@ class StreamingDataModule(ImageDataModule):
     """
 
     config_note = " (or null: as stored)"
+    uint8_batches = True  # whatever data.pipeline says: the base's hook augments every batch
 
     def __init__(
         self,
@@ -98,8 +99,7 @@ class StreamingDataModule(ImageDataModule):
             )
         if max_split_images < 1:
             raise ValueError(f"max_split_images must be >= 1, got {max_split_images}.")
-        # Batches always arrive as uint8 and are augmented by the base's batch hook.
-        super().__init__(name=name, **{**kwargs, "pipeline": "tensor"})
+        super().__init__(name=name, **kwargs)
         self.input_dir = str(input_dir).rstrip("/")
         self.random_resized_crop = random_resized_crop
         self._image_size, self._mean, self._std = image_size, mean, std
