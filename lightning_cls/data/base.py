@@ -6,14 +6,10 @@ position in ``state_dict`` and the batch hook that augments uint8 batches on the
 seeded draws. Sources differ only in their reader and the loader it builds (timm's
 ``ImageDataset(reader=create_reader(...))``):
 
-- in memory (the default): a subclass says how to get its splits as uint8 tensors
-  (``load_splits``) and what they are (``classes``, ``num_channels``, ``image_size``,
-  ``mean``, ``std``); validation is carved out with a fixed seed, and loaders come from one of
-  two pipelines. ``pipeline="tensor"`` (default): batches sliced from the uint8 tensor by a
-  seeded permutation (``TensorBatchLoader``), crop/flip/normalize per batch on the batch's
-  device (``on_after_batch_transfer`` under Lightning, inside the loader in a plain loop).
-  ``pipeline="pil"``: per-sample torchvision transforms in a ``DataLoader`` (for arbitrary
-  ``train_transform``/``eval_transform``).
+- in memory (the default, ``data/memory.py``): a subclass says how to get its splits as uint8
+  tensors (``load_splits``) and what they are (``classes``, ``num_channels``, ``image_size``,
+  ``mean``, ``std``); ``pipeline="tensor"`` batches them with ``TensorBatchLoader`` (augmented
+  on the batch's device), ``pipeline="pil"`` with per-sample torchvision transforms.
 - streamed (``data/streaming.py``): ``read_splits`` and ``make_loader`` read litdata chunks.
 """
 
@@ -79,6 +75,7 @@ class ImageDataModule(pl.LightningDataModule):
     # Photos: the side the images are stored at, of which training crops image_size squares
     # (predict/serve: Resize(this) + CenterCrop(image_size)); None: stored at image_size.
     resize_size: int | None = None
+    config_note = ""  # after the fix in the config check's message
 
     def __init__(
         self,
@@ -185,8 +182,6 @@ class ImageDataModule(pl.LightningDataModule):
                     f"data.{key}={expected} but {self.describe(key, actual)}; "
                     f"set data.{key}={actual}{self.config_note}."
                 )
-
-    config_note = ""  # after the fix in the config check's message
 
     # -- Lightning hooks ----------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
