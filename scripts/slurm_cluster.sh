@@ -56,6 +56,8 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 JobRequeue=1
+# A requeued job waits cred_expire seconds before it may start again (default 120).
+AuthInfo=cred_expire=5
 ReturnToService=2
 MpiDefault=none
 SchedulerType=sched/backfill

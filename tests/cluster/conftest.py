@@ -4,6 +4,7 @@ fails them. Elsewhere they skip, saying what to install."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -30,14 +31,22 @@ def unavailable(reason: str) -> None:
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """A fresh one-node cluster for the session, stopped afterwards."""
+    """A running one-node cluster: the one .ci/run started, or one started here (left running
+    for the next session; ``scripts/slurm_cluster.sh stop`` stops it). A lock keeps two xdist
+    workers from starting it at once."""
     missing = [c for c in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(c) is None]
     if missing:
         unavailable(f"{', '.join(missing)} not found: {INSTALL}")
     if os.geteuid() != 0:
         unavailable("the test cluster's daemons run as root: run the cluster tests as root")
-    proc = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True)
-    if proc.returncode:
-        unavailable(f"scripts/slurm_cluster.sh start failed: {proc.stderr.strip()}")
-    yield
-    subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, text=True)
+    with open("/tmp/lightning_cls_slurm.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _node_up():
+            proc = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True)
+            if proc.returncode:
+                unavailable(f"scripts/slurm_cluster.sh start failed: {proc.stderr.strip()}")
+
+
+def _node_up() -> bool:
+    proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
+    return proc.returncode == 0 and proc.stdout.split()[:1] in (["idle"], ["mixed"], ["allocated"])
