@@ -6,15 +6,12 @@ from __future__ import annotations
 import functools
 
 import pytest
-import torch
 
-from helpers import SMALL, make_trainer
+from helpers import SGD, SMALL, make_trainer
 from helpers import make_data as _make_data
 from helpers import make_module as _make_module
 from lightning_cls.data import SyntheticDataModule
 from lightning_cls.module import ClassificationModule
-
-SGD = functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9)
 
 
 def make_data(**kwargs) -> SyntheticDataModule:

@@ -1,26 +1,15 @@
 """WhiteningInit: the stem is set from the training split at fit start, its bias freezes."""
 
-import functools
-
 import pytest
 import torch
 
+from conftest import make_module
 from lightning_cls.callbacks import WhiteningInit
 from lightning_cls.callbacks.whitening import training_images
-from lightning_cls.module import ClassificationModule
 
 
 def _airbench_module(data, **kwargs):
-    model_kwargs = dict(
-        num_classes=data.num_classes, in_channels=3, image_size=16, widths=(4, 8, 8), whiten=True
-    )
-    model_kwargs.update(kwargs)
-    return ClassificationModule(
-        model_name="airbench",
-        model_kwargs=model_kwargs,
-        optimizer=functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
-        **data.spec,
-    )
+    return make_module(data, model_name="airbench", widths=(4, 8, 8), whiten=True, **kwargs)
 
 
 def test_fit_start_whitens_training_patches_and_freezes_bias(tiny_data, tiny_trainer):

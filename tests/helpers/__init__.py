@@ -3,6 +3,7 @@ once per test process and read by many tests (``trained.py``)."""
 
 from helpers.tiny import (
     LEARNABLE,
+    SGD,
     SMALL,
     as_overrides,
     fit,
@@ -14,6 +15,7 @@ from helpers.trained import Artifacts, Trained, png_bytes, trained_artifacts, tr
 
 __all__ = [
     "LEARNABLE",
+    "SGD",
     "SMALL",
     "Artifacts",
     "Trained",

@@ -41,6 +41,7 @@ LEARNABLE = dict(
     seed=0,
 )
 ADAM = functools.partial(torch.optim.Adam, lr=3e-3)
+SGD = functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9)  # the callback tests'
 
 
 def make_data(preset: dict = SMALL, **kwargs) -> SyntheticDataModule:
