@@ -75,20 +75,25 @@ class Job:
     def __init__(self, argv: list[str], cwd: str, env: dict, umask: int, fds: dict):
         self.argv, self.cwd, self.env, self.umask, self.fds = argv, cwd, env, umask, fds
 
-    def fresh_reason(self, server_env: dict) -> str | None:
-        """Why this command needs a fresh interpreter, or None."""
+    def fresh_reason(self, server_env: dict, set_by_imports: dict) -> str | None:
+        """Why this command needs a fresh interpreter, or None. ``server_env``: the server's
+        import-time variables when it started; ``set_by_imports``: what its imports set."""
         if len(self.argv) >= 2 and self.argv[0] == "-m":
             name = self.argv[1]
             if name in sys.modules or f"{name}.__main__" in sys.modules:
                 return f"{name} is imported in the server"
         elif not self.argv or self.argv[0].startswith("-"):
             return f"not 'python -m MODULE' or 'python SCRIPT': {self.argv[:2]}"
-        if import_time_env(self.env) != server_env:
-            return "an import-time environment variable differs"
+        env = import_time_env(self.env)
+        env = {k: v for k, v in env.items() if set_by_imports.get(k) != v}
+        differ = sorted(k for k in set(env) | set(server_env) if env.get(k) != server_env.get(k))
+        if differ:
+            return f"import-time environment variables differ: {', '.join(differ)}"
         return None
 
-    def take_over_process(self) -> None:
-        """Become the caller's process: its std files, folder, environment, umask."""
+    def take_over_process(self, set_by_imports: dict) -> None:
+        """Become the caller's process: its std files, folder, environment (plus what the
+        server's imports set, as they would have in a fresh one), umask."""
         for target, fd in self.fds.items():
             if fd != target:
                 os.dup2(fd, target)
@@ -98,7 +103,7 @@ class Job:
         os.chdir(self.cwd)
         os.umask(self.umask)
         os.environ.clear()
-        os.environ.update(self.env)
+        os.environ.update({**set_by_imports, **self.env})
         signal.signal(signal.SIGINT, signal.default_int_handler)
         # A fresh interpreter's stdout is line-buffered on a terminal only.
         if not sys.stdout.write_through:
@@ -136,13 +141,17 @@ class Server:
         import gc
         import importlib
 
+        started = dict(os.environ)
         for name in modules:
             try:
                 importlib.import_module(name)
             except ImportError:
                 pass
         self.threads = len(os.listdir("/proc/self/task"))
-        self.env = import_time_env(os.environ)
+        self.env = import_time_env(started)
+        # e.g. torchvision sets TORCHINDUCTOR_CACHE_DIR, Lightning PYTORCH_NVML_BASED_CUDA_CHECK
+        self.set_by_imports = {k: v for k, v in os.environ.items() if started.get(k) != v}
+        self.log = open(f"{sock_path}.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the server
         gc.freeze()  # keep the imported objects' pages shared with the children
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(sock_path)
@@ -167,16 +176,18 @@ class Server:
 
     def _accept(self) -> Job | None:
         conn, _ = self.listener.accept()
-        fds = []
+        fds, request = [], {}
         try:
             _, fds, _, _ = socket.recv_fds(conn, 1, 3)
             (size,) = struct.unpack("!I", _recv_exact(conn, 4))
             request = json.loads(_recv_exact(conn, size))
             job = Job(request["argv"], request["cwd"], request["env"], request["umask"],
                       dict(zip(request["fds"], fds)))  # fmt: skip
-            reason = job.fresh_reason(self.env) if self.threads == 1 else "threads"
+            reason = job.fresh_reason(self.env, self.set_by_imports)
+            reason = reason if self.threads == 1 else f"{self.threads} threads in the server"
         except (OSError, ValueError, KeyError) as err:
             reason = f"bad request: {err}"
+        self.log.write(f"{'fresh: ' + reason if reason else 'fork'} | {request.get('argv')}\n")
         if reason is not None:
             _close(fds)
             _send(conn, f"F {reason}")
@@ -187,7 +198,7 @@ class Server:
         pid = os.fork()
         if pid == 0:
             self._close_all()
-            job.take_over_process()
+            job.take_over_process(self.set_by_imports)
             return job
         _close(fds)
         pidfd = os.pidfd_open(pid)
@@ -228,6 +239,7 @@ class Server:
         """In the child: let go of the server's socket and of every other caller."""
         self.selector.close()
         self.listener.close()
+        self.log.close()
         for conn, pidfd in self.jobs.values():
             conn.close()
             os.close(pidfd)
@@ -308,6 +320,11 @@ class ForkServer:
         if not line.startswith("ready"):
             raise RuntimeError(f"fork server did not start: {line!r}, rc={self.proc.poll()}")
         self.threads = int(line.split("threads=")[1])
+
+    def requests(self) -> list[str]:
+        """One line per request so far: "fork | argv" or "fresh: reason | argv"."""
+        log = Path(f"{self.socket}.log")
+        return log.read_text().splitlines() if log.exists() else []
 
     def path(self, env_path: str, shim: bool = True) -> str:
         """PATH for a block: the shim, then this interpreter's folder (an activated venv)."""

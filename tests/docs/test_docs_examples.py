@@ -70,6 +70,7 @@ def test_page_examples_run(page: str, tmp_path: Path, fork_server, docs_env):
     for s, b in zip(spec, blocks):
         if b.options.get("fresh") == "true":
             s["PATH"] = fork_server.path(docs_env["PATH"], shim=False)
+    asked = len(fork_server.requests())
     log = tmp_path / "page.log"
     argv = [str(RUNNER), str(tmp_path / "blocks.json")]
     timeout = sum(s["timeout"] for s in spec) + 60
@@ -82,6 +83,9 @@ def test_page_examples_run(page: str, tmp_path: Path, fork_server, docs_env):
             ).returncode
     output = log.read_text()
     assert code == 0, f"a code block of {page} failed (exit {code}):\n{output[-6000:]}"
+    # A command that fell back to a fresh interpreter pays its imports again: say why.
+    fresh = [line for line in fork_server.requests()[asked:] if line.startswith("fresh")]
+    assert not fresh, f'{page}: commands not run in the fork server (fresh="true"?): {fresh}'
 
 
 @pytest.mark.parametrize("block", SKIPPED, ids=[b.where for b in SKIPPED])

@@ -58,6 +58,7 @@ def _bash(server: ForkServer, script: str, cwd: Path, shim: bool = True, **env):
 
 def test_a_forked_command_is_like_a_fresh_one(probe_server, tmp_path):
     server_pid = str(probe_server.proc.pid)
+    asked = len(probe_server.requests())
     proc = _bash(
         probe_server,
         """
@@ -78,6 +79,7 @@ def test_a_forked_command_is_like_a_fresh_one(probe_server, tmp_path):
     boom = (tmp_path / "boom.txt").read_text()
     assert "Traceback" in boom and boom.endswith("ValueError: boom\n")
     assert f"{probe_server.python}: No module named probe_nosuch" in proc.stderr
+    assert [line.split(" | ")[0] for line in probe_server.requests()[asked:]] == ["fork"] * 4
 
 
 def test_signals_reach_the_command(probe_server, tmp_path):
@@ -95,18 +97,32 @@ def test_signals_reach_the_command(probe_server, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("command", "env"),
+    ("command", "env", "logged"),
     [
-        ("python -m probe_loaded", {}),  # imported in the server: it would run twice
-        ("python -m probe_job", {"OMP_NUM_THREADS": "2"}),  # read when torch loads
-        ('python -c \'import runpy; runpy.run_module("probe_job", run_name="__main__")\'', {}),
-        ("python -u -m probe_job", {}),  # an interpreter flag
+        # imported in the server: it would run twice
+        ("python -m probe_loaded", {}, "fresh: probe_loaded is imported in the server"),
+        # read when torch loads
+        (
+            "python -m probe_job",
+            {"OMP_NUM_THREADS": "2"},
+            "fresh: import-time environment variables differ: OMP_NUM_THREADS",
+        ),
+        # not `python -m probe*`: the shim runs it without asking
+        (
+            'python -c \'import runpy; runpy.run_module("probe_job", run_name="__main__")\'',
+            {},
+            None,
+        ),
+        ("python -u -m probe_job", {}, None),  # an interpreter flag
     ],
 )
-def test_a_real_interpreter_where_a_fork_would_differ(probe_server, tmp_path, command, env):
+def test_a_real_interpreter_where_a_fork_would_differ(probe_server, tmp_path, command, env, logged):
+    asked = len(probe_server.requests())
     proc = _bash(probe_server, command, tmp_path, **env)
     assert proc.returncode == 0, proc.stderr
     assert "argv" in proc.stdout and f"ppid {probe_server.proc.pid} " not in proc.stdout
+    new = [line.split(" | ")[0] for line in probe_server.requests()[asked:]]
+    assert new == ([logged] if logged else [])
 
 
 def test_a_fresh_block_gets_no_shim(probe_server, tmp_path):
