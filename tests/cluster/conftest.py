@@ -50,3 +50,15 @@ def slurm_cluster():
 def _node_up() -> bool:
     proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
     return proc.returncode == 0 and proc.stdout.split()[:1] in (["idle"], ["mixed"], ["allocated"])
+
+
+@pytest.fixture(scope="session")
+def ddp_sim(tmp_path_factory):
+    """The results of the cluster tests' job on one machine: one epoch, two spawned gloo
+    processes (trainer=ddp_sim), the same seed and shards."""
+    from train_runs import results, train
+
+    run = tmp_path_factory.mktemp("ddp_sim") / "run"
+    proc = train(run, "trainer=ddp_sim", "trainer.max_epochs=1")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return results(run)

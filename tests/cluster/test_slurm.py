@@ -12,19 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from train_runs import SMALL, env, results, train
+from train_runs import SMALL, env, results
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 ONE_EPOCH = [*SMALL, "trainer.max_epochs=1"]  # 21 steps of 2 x 32 digits
-
-
-@pytest.fixture(scope="module")
-def ddp_sim(tmp_path_factory):
-    """The same job on one machine: two spawned gloo processes (trainer=ddp_sim)."""
-    run = tmp_path_factory.mktemp("ddp_sim") / "run"
-    proc = train(run, "trainer=ddp_sim", "trainer.max_epochs=1")
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    return results(run)
 
 
 def sbatch(root: Path, tasks: str, *overrides: str) -> str:
