@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from helpers import Artifacts, Trained, trained_artifacts, trained_model
+from helpers.fork_server import ForkServer
 from hydra_helpers import QUIET_TRAINER
 
 # Tests run two at a time on two cores (pytest -n 2): one intra-op thread each.
@@ -41,3 +42,26 @@ def artifacts(tmp_path_factory) -> Artifacts:
     """A flip+translate-TTA SimpleCNN with its checkpoint, weights and exports, shared by the
     inference and serve tests (built once per test process)."""
     return trained_artifacts(tmp_path_factory.mktemp("artifacts"))
+
+
+# The environment a command of the docs (or a test's command line) runs in, and the fork
+# server that runs it starts in (an import-time variable that differs means a fresh interpreter).
+FORK_ENV = {"OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="session")
+def fork_env() -> dict:
+    return {**os.environ, **FORK_ENV}
+
+
+@pytest.fixture(scope="session")
+def fork_server(fork_env):
+    """A Python that has imported torch, Lightning and Hydra and forks per command
+    (tests/helpers/fork_server.py): ``python -m lightning_cls.*`` without ~8 s of imports.
+    Started on first use, kept for the session."""
+    server = ForkServer(fork_env)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -194,21 +193,18 @@ def test_unknown_model_from_the_command_line(tmp_path):
         train(cfg)
 
 
-def _run(args: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-    )
+def _run(server, env: dict, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m ARGS`` as typed, forked from the pre-imported server (tests/conftest.py)."""
+    proc = server.run(["-m", *args], cwd, env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
 
 @pytest.mark.slow
-def test_multirun_gives_one_directory_per_job(tmp_path):
+def test_multirun_gives_one_directory_per_job(fork_server, fork_env, tmp_path):
     _run(
+        fork_server,
+        fork_env,
         [
             "lightning_cls.train",
             "-m",
@@ -229,8 +225,10 @@ def test_multirun_gives_one_directory_per_job(tmp_path):
 
 
 @pytest.mark.slow
-def test_command_line_as_documented(tmp_path):
+def test_command_line_as_documented(fork_server, fork_env, tmp_path):
     proc = _run(
+        fork_server,
+        fork_env,
         [
             "lightning_cls.train",
             "model=simplecnn",

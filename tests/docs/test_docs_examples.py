@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from doc_blocks import doc_pages, parse_blocks, with_overrides
-from fork_client import run_in_server
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("run_page.py")
@@ -40,7 +36,7 @@ SKIPPED = [b for blocks in PAGES.values() for b in blocks if b.action == "skip"]
 
 @pytest.mark.slow  # a page runs several entry points, each ~5 s of imports alone
 @pytest.mark.parametrize("page", RUN_PAGES)
-def test_page_examples_run(page: str, tmp_path: Path, fork_server, docs_env):
+def test_page_examples_run(page: str, tmp_path: Path, fork_server, fork_env):
     blocks = [b for b in PAGES[page] if b.action == "run"]
     needed = {m for b in blocks for m in b.options.get("requires", "").split(",") if m}
     missing = sorted(m for m in needed if importlib.util.find_spec(m) is None)
@@ -66,23 +62,17 @@ def test_page_examples_run(page: str, tmp_path: Path, fork_server, docs_env):
     (work / "examples").symlink_to(REPO / "examples")
     # `python` is this interpreter (as in an activated venv); a block's `python -m
     # lightning_cls.*` runs in the pre-imported fork server unless the block says fresh="true".
-    env = {**docs_env, "PATH": fork_server.path(docs_env["PATH"])}
+    env = {**fork_env, "PATH": fork_server.path(fork_env["PATH"])}
     for s, b in zip(spec, blocks):
         if b.options.get("fresh") == "true":
-            s["PATH"] = fork_server.path(docs_env["PATH"], shim=False)
+            s["PATH"] = fork_server.path(fork_env["PATH"], shim=False)
     asked = len(fork_server.requests())
-    log = tmp_path / "page.log"
-    argv = [str(RUNNER), str(tmp_path / "blocks.json")]
+    runner = [str(RUNNER), str(tmp_path / "blocks.json")]
     timeout = sum(s["timeout"] for s in spec) + 60
-    with open(log, "w") as out, open(os.devnull) as devnull:
-        fds = [devnull.fileno(), out.fileno(), out.fileno()]
-        code = run_in_server(fork_server.socket, argv, str(work), env, fds, timeout)
-        if code is None:  # the server cannot take it: a fresh interpreter, as before
-            code = subprocess.run(
-                [sys.executable, *argv], cwd=work, env=env, stdout=out, stderr=out, timeout=timeout
-            ).returncode
-    output = log.read_text()
-    assert code == 0, f"a code block of {page} failed (exit {code}):\n{output[-6000:]}"
+    proc = fork_server.run(runner, work, env, timeout, merge_stderr=True)
+    output = proc.stdout
+    (tmp_path / "page.log").write_text(output)
+    assert proc.returncode == 0, f"a code block of {page} failed:\n{output[-6000:]}"
     # A command that fell back to a fresh interpreter pays its imports again: say why.
     fresh = [line for line in fork_server.requests()[asked:] if line.startswith("fresh")]
     assert not fresh, f'{page}: commands not run in the fork server (fresh="true"?): {fresh}'

@@ -275,7 +275,7 @@ def _kill(pid: int, signum: int) -> None:
 
 
 SHIM = """#!/bin/sh
-# Written by tests/docs/fork_server.py: `python -m {prefix}*` runs in the pre-imported server.
+# Written by tests/helpers/fork_server.py: `python -m {prefix}*` runs in the pre-imported server.
 case "$1" in -m) case "$2" in {prefix}*)
   exec {python} -S -E -s {client} {socket} {python} "$@";;
 esac;; esac
@@ -320,6 +320,26 @@ class ForkServer:
         if not line.startswith("ready"):
             raise RuntimeError(f"fork server did not start: {line!r}, rc={self.proc.poll()}")
         self.threads = int(line.split("threads=")[1])
+
+    def run(
+        self, argv: list[str], cwd, env: dict, timeout: float, merge_stderr: bool = False
+    ) -> subprocess.CompletedProcess:
+        """``python ARGV`` in a forked child (a fresh interpreter when the server says so),
+        output captured as ``subprocess.run(..., capture_output=True, text=True)`` does; a
+        command past ``timeout`` is killed (returncode -9)."""
+        from helpers.fork_client import run_in_server
+
+        with tempfile.TemporaryDirectory() as tmp:
+            out, err = Path(tmp, "out"), Path(tmp, "err")
+            with open(out, "w") as o, open(err, "w") as e, open(os.devnull) as devnull:
+                e = o if merge_stderr else e
+                fds = [devnull.fileno(), o.fileno(), e.fileno()]
+                code = run_in_server(self.socket, argv, str(cwd), env, fds, timeout)
+                if code is None:
+                    code = subprocess.run([self.python, *argv], cwd=cwd, env=env, stdin=devnull,
+                                          stdout=o, stderr=e, timeout=timeout).returncode  # fmt: skip
+            stderr = None if merge_stderr else err.read_text()
+            return subprocess.CompletedProcess([self.python, *argv], code, out.read_text(), stderr)
 
     def requests(self) -> list[str]:
         """One line per request so far: "fork | argv" or "fresh: reason | argv"."""

@@ -1,4 +1,4 @@
-"""The pre-imported runner of the docs' commands (fork_server.py, fork_client.py): a command run
+"""The pre-imported runner of command lines (fork_server.py, fork_client.py): a command run
 through it behaves as in a fresh interpreter (folder, environment, files, exit codes, signals),
 and it hands a command to a real interpreter when a fork could not be faithful."""
 
@@ -10,8 +10,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from fork_client import run_in_server
-from fork_server import ForkServer
+
+from helpers.fork_server import ForkServer
 
 PROBE = """
 import os, sys, time
@@ -139,21 +139,38 @@ print(len(set(sys.modules) & {"pytorch_lightning", "hydra", "lightning_cls.modul
 """
 
 
-@pytest.mark.slow  # the docs' server: ~10 s of imports unless a docs page started it already
-def test_the_docs_server_forks_from_one_thread(fork_server, docs_env, tmp_path):
+def test_run_captures_like_subprocess_run(probe_server, tmp_path):
+    env = {**probe_server.env, "X": "z"}
+    forked = probe_server.run(["-m", "probe_job", "exit3"], tmp_path, env, timeout=60)
+    assert (forked.returncode, forked.stderr) == (3, "to stderr\n")
+    assert f"X z path0 True ppid {probe_server.proc.pid} " in forked.stdout
+    fresh = probe_server.run(["-m", "probe_loaded", "boom"], tmp_path, env, 60, merge_stderr=True)
+    assert fresh.returncode == 1 and fresh.stderr is None
+    assert "to stderr" in fresh.stdout and fresh.stdout.endswith("ValueError: boom\n")
+    assert f"ppid {probe_server.proc.pid} " not in fresh.stdout
+    slow = probe_server.run(["-m", "probe_job", "sleep"], tmp_path, env, timeout=1)
+    assert slow.returncode == -9 and "sleeping" in slow.stdout
+
+
+TORCH_IN_CHILD = """
+import sys, torch
+torch.set_num_threads(2)
+x = torch.randn(256, 256)
+print(len(set(sys.modules) & {"pytorch_lightning", "hydra", "lightning_cls.module"}),
+      torch.get_num_threads(), (x @ x).shape[0], torch.initial_seed())
+"""
+
+
+@pytest.mark.slow  # the suite's server: ~10 s of imports unless a docs page started it already
+def test_the_suite_server_forks_from_one_thread(fork_server, fork_env, tmp_path):
     """The pre-imported server has one thread (nothing to deadlock a child), and its children
     run torch's intra-op pool and draw their own seeds, as fresh interpreters do."""
     assert fork_server.threads == 1
     script = tmp_path / "child.py"
     script.write_text(TORCH_IN_CHILD)
-    lines = []
-    for n in range(2):
-        log = tmp_path / f"{n}.log"
-        with open(log, "w") as out, open(os.devnull) as devnull:
-            fds = [devnull.fileno(), out.fileno(), out.fileno()]
-            code = run_in_server(fork_server.socket, [str(script)], str(tmp_path), docs_env,
-                                 fds, timeout=120)  # fmt: skip
-        assert code == 0, log.read_text()
-        lines.append(log.read_text().split())
+    runs = [fork_server.run([str(script)], tmp_path, fork_env, timeout=120) for _ in range(2)]
+    assert [run.returncode for run in runs] == [0, 0], runs[0].stderr
+    lines = [run.stdout.split() for run in runs]
     assert lines[0][:3] == ["3", "2", "256"] == lines[1][:3]
     assert lines[0][3] != lines[1][3]
+    assert [line.split(" | ")[0] for line in fork_server.requests()[-2:]] == ["fork", "fork"]
