@@ -1,11 +1,8 @@
-"""Run a benchmark script's ``--quick`` mode in a subprocess and parse its last output line."""
+"""Run a benchmark script's ``--quick`` mode in a forked child and parse its last output line."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,17 +11,13 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture
-def run_quick():
+def run_quick(fork_server, fork_env):
+    """``python benchmarks/SCRIPT --quick ARGS``, forked from the pre-imported server
+    (tests/conftest.py), so the script does not pay torch's and Lightning's imports."""
+
     def run(script: str, *args: str, cwd: Path | None = None, timeout: int = 300) -> dict:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.run(
-            [sys.executable, str(BENCHMARKS / script), "--quick", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            cwd=cwd,
-        )
+        argv = [str(BENCHMARKS / script), "--quick", *args]
+        proc = fork_server.run(argv, cwd or Path.cwd(), fork_env, timeout=timeout)
         assert proc.returncode == 0, proc.stderr[-3000:]
         last = proc.stdout.strip().splitlines()[-1]
         return json.loads(last)

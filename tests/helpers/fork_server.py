@@ -45,6 +45,7 @@ CLIENT = HERE / "fork_client.py"
 PRELOAD = (
     "numpy",
     "PIL.Image",
+    "sklearn.datasets",  # the digits; sets KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK
     "torch",
     "torchvision",
     "torchmetrics",
@@ -80,8 +81,10 @@ class Job:
         import-time variables when it started; ``set_by_imports``: what its imports set."""
         if len(self.argv) >= 2 and self.argv[0] == "-m":
             name = self.argv[1]
-            if name in sys.modules or f"{name}.__main__" in sys.modules:
-                return f"{name} is imported in the server"
+            package = hasattr(sys.modules.get(name), "__path__")  # -m runs its __main__
+            main = f"{name}.__main__" if package else name
+            if main in sys.modules:
+                return f"{main} is imported in the server"
         elif not self.argv or self.argv[0].startswith("-"):
             return f"not 'python -m MODULE' or 'python SCRIPT': {self.argv[:2]}"
         env = import_time_env(self.env)

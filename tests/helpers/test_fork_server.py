@@ -37,12 +37,16 @@ if __name__ == "__main__":
 
 @pytest.fixture(scope="module")
 def probe_server(tmp_path_factory):
-    """A server that routes `python -m probe*` and has `probe_loaded` imported already."""
+    """A server that routes `python -m probe*` and has `probe_loaded` and `probe_pkg` (not its
+    __main__) imported already."""
     mods = tmp_path_factory.mktemp("mods")
     (mods / "probe_job.py").write_text(PROBE)
     (mods / "probe_loaded.py").write_text(PROBE)
+    (mods / "probe_pkg").mkdir()  # a package: imported, but not its __main__
+    (mods / "probe_pkg" / "__init__.py").write_text("")
+    (mods / "probe_pkg" / "__main__.py").write_text(PROBE)
     env = {**os.environ, "PYTHONPATH": str(mods), "OMP_NUM_THREADS": "1"}
-    server = ForkServer(env, prefix="probe", modules=["probe_loaded"])
+    server = ForkServer(env, prefix="probe", modules=["probe_loaded", "probe_pkg"])
     server.wait_ready(timeout=120)
     yield server
     server.stop()
@@ -80,6 +84,13 @@ def test_a_forked_command_is_like_a_fresh_one(probe_server, tmp_path):
     assert "Traceback" in boom and boom.endswith("ValueError: boom\n")
     assert f"{probe_server.python}: No module named probe_nosuch" in proc.stderr
     assert [line.split(" | ")[0] for line in probe_server.requests()[asked:]] == ["fork"] * 4
+
+
+def test_a_package_already_imported_runs_its_main_forked(probe_server, tmp_path):
+    proc = probe_server.run(["-m", "probe_pkg", "x"], tmp_path, probe_server.env, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("argv ['x']")
+    assert f"ppid {probe_server.proc.pid} name __main__" in proc.stdout
+    assert probe_server.requests()[-1].startswith("fork | ")
 
 
 def test_signals_reach_the_command(probe_server, tmp_path):
