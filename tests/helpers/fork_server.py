@@ -161,6 +161,8 @@ class Server:
         self.listener.listen(32)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, ("accept", None))
+        # stdin is a pipe from the test process that started the server: EOF = it is gone.
+        self.selector.register(sys.stdin, selectors.EVENT_READ, ("parent", None))
         self.jobs: dict[int, tuple[socket.socket, int]] = {}  # pid -> (connection, pidfd)
 
     def serve(self) -> Job:
@@ -172,6 +174,8 @@ class Server:
                     job = self._accept()
                     if job is not None:
                         return job
+                elif kind == "parent":
+                    self._orphaned()
                 elif kind == "exited":
                     self._finish(pid)
                 else:
@@ -237,6 +241,12 @@ class Server:
             pass
         _send(conn, f"X {status}")
         conn.close()
+
+    def _orphaned(self) -> None:
+        """The test process died without stopping the server: take its commands along."""
+        for pid in self.jobs:
+            _kill(pid, signal.SIGKILL)
+        os._exit(0)
 
     def _close_all(self) -> None:
         """In the child: let go of the server's socket and of every other caller."""
@@ -304,7 +314,7 @@ class ForkServer:
         self.proc = subprocess.Popen(
             [self.python, str(Path(__file__)), self.socket, *modules],
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,  # never written: the server exits when this process does
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -354,7 +364,7 @@ class ForkServer:
         return os.pathsep.join([str(self.bin)] * shim + [os.path.dirname(self.python), env_path])
 
     def stop(self) -> None:
-        self.proc.terminate()
+        self.proc.stdin.close()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

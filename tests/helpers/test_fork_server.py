@@ -5,8 +5,11 @@ and it hands a command to a real interpreter when a fork could not be faithful."
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -185,3 +188,34 @@ def test_the_suite_server_forks_from_one_thread(fork_server, fork_env, tmp_path)
     assert lines[0][:3] == ["3", "2", "256"] == lines[1][:3]
     assert lines[0][3] != lines[1][3]
     assert [line.split(" | ")[0] for line in fork_server.requests()[-2:]] == ["fork", "fork"]
+
+
+def test_the_server_ends_with_the_process_that_started_it(tmp_path):
+    """A test process that dies (a crashed xdist worker) leaves no server holding memory."""
+    code = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from fork_server import ForkServer
+        server = ForkServer(dict(os.environ), prefix="probe", modules=[])
+        server.wait_ready(timeout=60)
+        print(server.proc.pid, server.dir, flush=True)
+        os._exit(0)  # no stop()
+    """)
+    started = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=90
+    )
+    pid, folder = started.stdout.split()
+    pid = int(pid)
+    deadline = time.monotonic() + 20
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    shutil.rmtree(folder)
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
