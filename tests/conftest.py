@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from helpers import Artifacts, Trained, trained_artifacts, trained_model
-from helpers.fork_server import ForkServer
+from helpers.fork_runner import ForkServer
 from hydra_helpers import QUIET_TRAINER
 
 # Tests run two at a time on two cores (pytest -n 2): one intra-op thread each.
@@ -57,8 +57,8 @@ def fork_env() -> dict:
 @pytest.fixture(scope="session")
 def fork_server(fork_env):
     """A Python that has imported torch, Lightning and Hydra and forks per command
-    (tests/helpers/fork_server.py): ``python -m lightning_cls.*`` without ~8 s of imports.
-    Started on first use, kept for the session."""
+    (tests/helpers/fork_server.py, fork_runner.py): ``python -m lightning_cls.*`` without ~8 s
+    of imports. Started on first use, kept for the session."""
     server = ForkServer(fork_env)
     try:
         server.wait_ready()

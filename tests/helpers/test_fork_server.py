@@ -1,5 +1,5 @@
-"""The pre-imported runner of command lines (fork_server.py, fork_client.py): a command run
-through it behaves as in a fresh interpreter (folder, environment, files, exit codes, signals),
+"""The pre-imported runner of command lines (fork_server.py, fork_client.py, fork_runner.py): a
+command run through it behaves as in a fresh interpreter (folder, environment, files, exit codes, signals),
 and it hands a command to a real interpreter when a fork could not be faithful."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.fork_server import ForkServer
+from helpers.fork_runner import ForkServer
 
 PROBE = """
 import os, sys, time
@@ -195,7 +195,7 @@ def test_the_server_ends_with_the_process_that_started_it(tmp_path):
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from fork_server import ForkServer
+        from fork_runner import ForkServer
         server = ForkServer(dict(os.environ), prefix="probe", modules=[])
         server.wait_ready(timeout=60)
         print(server.proc.pid, server.dir, flush=True)
