@@ -1,41 +1,66 @@
 # The set-up commands of the README: `make train`, `make test` (and `make lint`).
+#
+# Everything installs into a virtual environment of its own ($(VENV), created on first use),
+# never into whatever the machine's Python has, and from constraints.txt: the exact versions
+# the suite last passed with. A new release of any dependency reaches this project only through
+# `make refresh-constraints` (resolve the newest versions, run the suite, rewrite the file), a
+# deliberate step reviewed in its own commit.
 PYTHON ?= python3
-PIP := $(PYTHON) -m pip
+VENV ?= .venv
+VPYTHON := $(VENV)/bin/python
+PIP := $(VPYTHON) -m pip
+CONSTRAINTS ?= constraints.txt
+CONSTRAIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 # torch/torchvision first, pinned to releases that satisfy pyproject's ranges; where a pip
 # constraint file caps them (as on our CI machines) the pin matches the cap.
 TORCH := torch==2.14.1 torchvision==0.29.1
+REFRESH_VENV := .venv-refresh
 
-.PHONY: install install-dev train test test-fast lint docs clean
+.PHONY: install install-dev train test test-fast lint docs clean refresh-constraints
 
-install:
-	$(PYTHON) -c "import torch, torchvision" 2>/dev/null || $(PIP) install $(TORCH)
-	$(PIP) install -e .
+$(VPYTHON):
+	$(PYTHON) -m venv $(VENV)
 
-install-dev:
-	$(PYTHON) -c "import torch, torchvision" 2>/dev/null || $(PIP) install $(TORCH)
-	$(PIP) install -e ".[dev,export,serve,sweep,streaming,timm,openvino,ray]"
+install: $(VPYTHON)
+	$(PIP) install $(CONSTRAIN) $(TORCH)
+	$(PIP) install $(CONSTRAIN) -e .
+
+install-dev: $(VPYTHON)
+	$(PIP) install $(CONSTRAIN) $(TORCH)
+	$(PIP) install $(CONSTRAIN) -e ".[dev,export,serve,sweep,streaming,timm,openvino,ray]"
 
 train: install
-	$(PYTHON) -m lightning_cls.train
+	$(VPYTHON) -m lightning_cls.train
 
 # A test whose xdist worker process dies (killed, or a native crash) runs once more in a fresh
 # worker; any other failure is never rerun, and a crash that repeats still fails the run.
 RERUN_CRASHED := --reruns 1 --only-rerun "crashed while running"
 
 test: install-dev
-	$(PYTHON) -m pytest -n 2 --timeout 600 $(RERUN_CRASHED)
+	$(VPYTHON) -m pytest -n 2 --timeout 600 --durations=20 $(RERUN_CRASHED)
 
 test-fast: install-dev
-	$(PYTHON) -m pytest -n 2 -m "not slow" $(RERUN_CRASHED)
+	$(VPYTHON) -m pytest -n 2 -m "not slow" $(RERUN_CRASHED)
 
 # ruff's rules and formatting, as configured in pyproject.toml (`ruff format .` fixes the latter).
 lint: install-dev
-	$(PYTHON) -m ruff check .
-	$(PYTHON) -m ruff format --check .
+	$(VPYTHON) -m ruff check .
+	$(VPYTHON) -m ruff format --check .
 
 docs: install  # the documentation site, into site/ (broken links and missing references fail)
-	$(PIP) install -e ".[docs]"
-	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
+	$(PIP) install $(CONSTRAIN) -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(VPYTHON) -m mkdocs build --strict
+
+# The newest versions pyproject's ranges admit, in a fresh environment, with no constraints:
+# the docs build and the whole suite must pass before constraints.txt is rewritten.
+refresh-constraints:
+	rm -rf $(REFRESH_VENV)
+	$(MAKE) docs test VENV=$(REFRESH_VENV) CONSTRAINTS=
+	{ echo "# The versions the suite last passed with; rewritten by 'make refresh-constraints'."; \
+	  $(REFRESH_VENV)/bin/python -m pip freeze --exclude-editable; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+	rm -rf $(REFRESH_VENV)
+	$(MAKE) install-dev docs  # the project's own environment back on the pinned versions
 
 clean:
 	rm -rf build dist *.egg-info outputs .pytest_cache

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import hydra
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
@@ -45,6 +45,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     from lightning_cls.inference.mosaic import write_split_mosaic
     from lightning_cls.inference.network import check_same_data
     from lightning_cls.module import ClassificationModule
+    from lightning_cls.training.precision import resolve_precision
 
     pl.seed_everything(cfg.seed, workers=True)
     module = ClassificationModule.load_from_checkpoint(cfg.ckpt_path, map_location="cpu")
@@ -58,6 +59,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     where = f"The checkpoint {cfg.ckpt_path}"
     check_same_data(trained, datamodule.spec, where, data_name=f"data={cfg.data.name}")
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
+    with open_dict(cfg.trainer):  # precision=auto: bf16 only where the hardware runs it natively
+        cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     trainer: pl.Trainer = instantiate(cfg.trainer, logger=loggers or False)
     run = trainer.test if split == "test" else trainer.validate
     metrics = to_floats(run(module, datamodule=datamodule)[0])

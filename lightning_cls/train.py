@@ -88,11 +88,12 @@ def train(cfg: DictConfig) -> dict:
 
     from lightning_cls.callbacks.best_metric import BestMetric
     from lightning_cls.callbacks.optuna_pruning import OptunaPruning
-    from lightning_cls.inference.mosaic import write_split_mosaic
     from lightning_cls.export.callback import ExportCallback
+    from lightning_cls.inference.mosaic import write_split_mosaic
     from lightning_cls.module import ClassificationModule
     from lightning_cls.training.cluster import fill_slurm_tasks_per_node
     from lightning_cls.training.loggers import close_loggers
+    from lightning_cls.training.precision import resolve_precision
     from lightning_cls.training.resume import check_compatible
 
     if rank_zero_only.rank == 0:
@@ -137,6 +138,8 @@ def train(cfg: DictConfig) -> dict:
         pruning = OptunaPruning(**cfg.optuna, monitor=cfg.optimized_metric)
         callbacks.append(pruning)
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
+    with open_dict(cfg.trainer):  # precision=auto: bf16 only where the hardware runs it natively
+        cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     fill_slurm_tasks_per_node()  # sbatch -n N: the --ntasks-per-node Lightning asks for
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     datamodule.batch_size = per_device_batch_size(cfg.data.batch_size, trainer.world_size)
@@ -181,6 +184,7 @@ def train(cfg: DictConfig) -> dict:
         "test": test_metrics,
         "per_class_test": per_class,
         "wall_time_s": round(time.time() - started, 2),
+        "precision": str(trainer.precision),  # what ran (trainer.precision=auto resolved)
         "torch_threads": torch.get_num_threads(),  # a parallel launcher's share of the cores
         "overrides": list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [],
     }
