@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from lightning_cls.fileio import atomic_path
-from lightning_cls.inference.checks import check_num_outputs
+from lightning_cls.inference.artifact_checks import check_num_outputs
 from lightning_cls.inference.images import load_image_batch
 from lightning_cls.inference.runtimes import Runtime, runtime_for
 from lightning_cls.inference.spec import InputSpec, SpecError
