@@ -247,7 +247,16 @@ def _resume_from(cfg: DictConfig) -> str | None:
 
 
 def _best_score(trainer: pl.Trainer) -> float | None:
-    score = getattr(trainer.checkpoint_callback, "best_model_score", None)
+    """The best checkpoint's monitored score. A spawned DDP fit (``trainer=ddp_sim``) hands the
+    main process only the best checkpoint's path, so the score is read back from that file's
+    ModelCheckpoint state."""
+    callback = trainer.checkpoint_callback
+    score = getattr(callback, "best_model_score", None)
+    if score is None and callback is not None and Path(callback.best_model_path or "").is_file():
+        import torch
+
+        state = torch.load(callback.best_model_path, map_location="cpu", weights_only=False)
+        score = state.get("callbacks", {}).get(callback.state_key, {}).get("best_model_score")
     return float(score) if score is not None else None
 
 

@@ -115,6 +115,9 @@ def test_two_ranks_draw_the_shards_of_one_class_balanced_order(tmp_path):
     ]
     summary = train(compose(overrides=overrides, tmp=tmp_path))
     assert summary["best_ckpt"] and summary["val"]["val/acc"] > 0  # training finished
+    # The best score of a spawned fit, read back from its checkpoint (it was None).
+    assert summary["best_val_acc"] is not None
+    assert summary["best_val_acc"] >= summary["val"]["val/acc"] - 1e-6  # the best, not the last
     dm = ImbalancedDigits(str(tmp_path), seed=42)  # the run's split (seed=42 in conf/train.yaml)
     dm.setup()
     labels = dm.splits["train"].labels  # (N,)

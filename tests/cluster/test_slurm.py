@@ -52,9 +52,9 @@ def wait_done(job: str, timeout: float = 240) -> tuple[str, int]:
 
 
 def same_training(ours: dict, ddp_sim: dict) -> bool:
-    """Equal metrics; ddp_sim's best_val_acc is None (ddp_spawn does not bring the checkpoint
-    callback's best score back to the parent), so it is left out."""
-    return {**ours, "best_val_acc": None} == ddp_sim
+    """Equal metrics, the best checkpoint's score included (ddp_sim reads it back from the
+    checkpoint: ddp_spawn does not return it to the parent)."""
+    return ours["best_val_acc"] is not None and ours == ddp_sim
 
 
 def run_folders(root: Path) -> list[Path]:
