@@ -7,10 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
-
-jsonschema = pytest.importorskip("jsonschema")
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "cluster.md"
 
