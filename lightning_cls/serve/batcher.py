@@ -14,6 +14,7 @@ or for a multi-label model every label whose probability reaches its threshold.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
@@ -49,13 +50,17 @@ class Batcher:
         self._busy = False
         self._timer: asyncio.TimerHandle | None = None
 
-    async def predict(self, images: np.ndarray, top_k: int) -> tuple[list, list, int]:
+    async def predict(
+        self, images: np.ndarray, top_k: int, deadline: float | None = None
+    ) -> tuple[list, list, int]:
         """uint8 (N, C, H, W) -> (the predicted labels' probabilities per image, their class
         indices, images in the largest model call that served it); ``Expired`` after
-        ``timeout`` seconds."""
+        ``timeout`` seconds, or at ``deadline`` (``time.monotonic()``: the server's clock runs
+        from admission, decoding included)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        expiry = loop.call_later(self.timeout, _expire, future)
+        delay = self.timeout if deadline is None else deadline - time.monotonic()
+        expiry = loop.call_later(max(0.0, delay), _expire, future)
         self._waiting.append((images, top_k, future))
         self._start(loop)
         try:
