@@ -225,7 +225,8 @@ def _channels_last(net):
 def _torchscript(net, meta, out: Path):
     """Traced, then frozen and optimized for inference: the usual TorchScript CPU deployment."""
     module, _ = load_torchscript(
-        export_torchscript(net, meta, out / "model_trace.torchscript", "trace")
+        export_torchscript(net, meta, out / "model_trace.torchscript", "trace"),
+        trust_artifact=True,  # written just above
     )
     with quiet_jit():
         frozen = torch.jit.optimize_for_inference(torch.jit.freeze(module))

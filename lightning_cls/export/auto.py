@@ -131,9 +131,9 @@ def int8_candidates(
 
 def _load(path: Path, threads: int | None) -> Callable[[torch.Tensor], torch.Tensor]:
     """The inference runtime for ``path`` (the one ``predict`` and the server would use)."""
-    from lightning_cls.inference.runtimes import runtime_for
+    from lightning_cls.inference.runtimes import open_runtime
 
-    return runtime_for(path)(path, threads=threads)
+    return open_runtime(path, trust_artifact=True, threads=threads)  # files this run wrote
 
 
 def measure(fns: dict[str, Callable], spec: InputSpec, val, cfg: AutoConfig) -> dict:

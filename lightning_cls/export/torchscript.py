@@ -79,7 +79,10 @@ def export_torchscript(
     return write_verified(writer, net, spec, path, check_batch_sizes, atol, rtol)
 
 
-def load_torchscript(path: str | Path) -> tuple[torch.jit.ScriptModule, InputSpec]:
-    """The scripted module (eval mode, CPU) and the spec stored inside it."""
-    runtime = TorchScriptRuntime(Path(path))
+def load_torchscript(
+    path: str | Path, trust_artifact: bool = False
+) -> tuple[torch.jit.ScriptModule, InputSpec]:
+    """The scripted module (eval mode, CPU) and the spec stored inside it; a TorchScript file
+    runs code when loaded, so it needs ``trust_artifact=True``."""
+    runtime = TorchScriptRuntime(Path(path), trust_artifact=trust_artifact)
     return runtime.module, runtime.spec

@@ -27,7 +27,7 @@ from torch import nn
 
 from lightning_cls.export.checks import check_outputs_close, example_batch
 from lightning_cls.fileio import atomic_path, atomic_paths
-from lightning_cls.inference.runtimes import runtime_for
+from lightning_cls.inference.runtimes import open_runtime
 from lightning_cls.inference.spec import InputSpec
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class Writer:
 
     def read_back(self, path: Path) -> tuple[Callable[[torch.Tensor], torch.Tensor], InputSpec]:
         """The file opened as it will be served: the runtime ``RUNTIMES`` picks by suffix."""
-        runtime = runtime_for(path)(path)
+        runtime = open_runtime(path, trust_artifact=True)  # our own file, just written
         return runtime, runtime.spec
 
 

@@ -22,7 +22,11 @@ import torch.nn.functional as F
 from lightning_cls.fileio import atomic_path
 from lightning_cls.inference.artifact_checks import check_num_outputs
 from lightning_cls.inference.images import load_image_batch
-from lightning_cls.inference.runtimes import Runtime, runtime_for
+from lightning_cls.inference.runtimes import (  # noqa: F401 (UntrustedArtifactError: re-exported)
+    Runtime,
+    UntrustedArtifactError,
+    open_runtime,
+)
 from lightning_cls.inference.spec import InputSpec, SpecError
 from lightning_cls.inference.tasks import Task, create_task
 
@@ -156,10 +160,6 @@ def _check_batch_size(batch_size: int) -> None:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
 
 
-class UntrustedArtifactError(ValueError):
-    """A file that can run code when loaded (``.pt2``, TorchScript) was not marked trusted."""
-
-
 def load_artifact(
     path: str | Path,
     model_name: str | None = None,
@@ -184,17 +184,10 @@ def load_artifact(
     is a ``ValueError`` naming the field, not a runtime crash later.
     """
     path = Path(path)
-    runtime_cls = runtime_for(path)
-    if runtime_cls.runs_code and not trust_artifact:
-        raise UntrustedArtifactError(
-            f"Refusing to load {path}: a {runtime_cls.kind} file can run arbitrary code when it "
-            "is loaded, so only load one from a source you trust. If you do, pass "
-            "trust_artifact=true (Python: trust_artifact=True); otherwise use an ONNX export "
-            "(export=onnx), which is data only."
-        )
     overrides = spec.to_dict() if isinstance(spec, InputSpec) else dict(spec or {})
-    runtime: Runtime = runtime_cls(
+    runtime: Runtime = open_runtime(
         path,
+        trust_artifact=trust_artifact,
         spec=overrides,
         threads=threads,
         device=device,

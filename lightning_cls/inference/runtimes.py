@@ -7,6 +7,12 @@ Adding a runtime (e.g. OpenVINO for ``.xml``) is one subclass of ``Runtime`` tha
 ``kind``, loads in ``__init__`` (setting ``self.spec``) and implements ``__call__``, plus one
 line: ``RUNTIMES[".xml"] = OpenVINORuntime`` (or ``register_runtime(".xml", OpenVINORuntime)``).
 ``Predictor`` and the server pick it up from the suffix; nothing else changes.
+
+Trust: a runtime whose loading can run code from the file (``runs_code = True``: ``.pt2``,
+TorchScript) takes ``trust_artifact`` and refuses the file with an ``UntrustedArtifactError``
+unless it is ``True``, so every way in (``load_artifact``, ``open_runtime``,
+``runtime_for(path)(path)``, ``RUNTIMES[".pt2"](path)``) refuses an untrusted file before
+a byte of it is unpickled.
 """
 
 from __future__ import annotations
@@ -37,8 +43,8 @@ class Runtime:
     """
 
     kind: ClassVar[str] = ""
-    # True where loading the file can run code from it (pickle, TorchScript): ``load_artifact``
-    # then refuses it unless the caller trusts its source (``trust_artifact``).
+    # True where loading the file can run code from it (pickle, TorchScript): such a runtime
+    # takes ``trust_artifact`` and calls ``refuse_untrusted`` before it opens the file.
     runs_code: ClassVar[bool] = False
     spec: InputSpec
 
@@ -85,8 +91,17 @@ class TorchScriptRuntime(Runtime):
     runs_code = True
 
     def __init__(
-        self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
+        self,
+        path,
+        *,
+        spec=None,
+        threads=None,
+        device="cpu",
+        model_name=None,
+        model_kwargs=None,
+        trust_artifact: bool = False,
     ):
+        refuse_untrusted(path, self.kind, trust_artifact)
         self.device = torch.device(device)
         extra = {META_FILE: ""}
         with quiet_jit(), unreadable_as(path, "a TorchScript archive"):
@@ -110,8 +125,17 @@ class Pt2Runtime(Runtime):
     runs_code = True
 
     def __init__(
-        self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
+        self,
+        path,
+        *,
+        spec=None,
+        threads=None,
+        device="cpu",
+        model_name=None,
+        model_kwargs=None,
+        trust_artifact: bool = False,
     ):
+        refuse_untrusted(path, self.kind, trust_artifact)
         self.device = torch.device(device)
         extra = {META_FILE: ""}
         with unreadable_as(path, "a torch.export .pt2 program"):
@@ -153,6 +177,22 @@ class OnnxRuntime(Runtime):
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         (logits,) = self.session.run(None, {self.input_name: x.detach().cpu().contiguous().numpy()})
         return torch.from_numpy(logits)
+
+
+class UntrustedArtifactError(ValueError):
+    """A file that can run code when loaded (``.pt2``, TorchScript) was not marked trusted."""
+
+
+def refuse_untrusted(path: str | Path, kind: str, trust_artifact: bool) -> None:
+    """Raise ``UntrustedArtifactError`` for a ``kind`` file that can run code, unless trusted
+    (``True`` itself: a truthy string such as ``"false"`` is not trust)."""
+    if trust_artifact is not True:
+        raise UntrustedArtifactError(
+            f"Refusing to load {path}: a {kind} file can run arbitrary code when it is loaded, "
+            "so only load one from a source you trust. If you do, pass trust_artifact=true "
+            "(Python: trust_artifact=True); otherwise use an ONNX export (export=onnx), which "
+            "is data only."
+        )
 
 
 def _stored_json(text: str, path: Path) -> dict | None:
@@ -207,7 +247,11 @@ def register_runtime(suffix: str, runtime: type[Runtime]) -> None:
 
 
 def runtime_for(path: Path) -> type[Runtime]:
-    """The runtime class for ``path``, from its suffix (and, for ``.pt``/``.pth``, its content)."""
+    """The runtime class for ``path``, from its suffix (and, for ``.pt``/``.pth``, its content).
+
+    A class with ``runs_code`` refuses the file when called without ``trust_artifact=True``.
+    """
+    path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Model artifact not found: {path}; check the path.")
     runtime = RUNTIMES.get(path.suffix)
@@ -217,11 +261,31 @@ def runtime_for(path: Path) -> type[Runtime]:
             f"use one of {', '.join(sorted(RUNTIMES))}."
         )
     # A TorchScript archive holds compiled code; a state_dict archive holds only data.
-    if path.suffix in (".pt", ".pth") and zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
-            if any("/code/" in n for n in archive.namelist()):
-                return TorchScriptRuntime
+    if path.suffix in (".pt", ".pth") and holds_torchscript(path):
+        return TorchScriptRuntime
     return runtime
+
+
+def holds_torchscript(path: Path) -> bool:
+    """Whether ``path`` is a TorchScript archive (a zip with compiled ``code/`` inside)."""
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return any("/code/" in name for name in archive.namelist())
+
+
+def open_runtime(path: str | Path, *, trust_artifact: bool = False, **options: Any) -> Runtime:
+    """``path`` loaded by the runtime for its suffix (``options``: ``spec``, ``threads``, ...).
+
+    A file that can run code when loaded needs ``trust_artifact=True``, else
+    ``UntrustedArtifactError`` before it is opened; other runtimes never see the flag.
+    """
+    path = Path(path)
+    runtime_cls = runtime_for(path)
+    if runtime_cls.runs_code:
+        refuse_untrusted(path, runtime_cls.kind, trust_artifact)
+        options["trust_artifact"] = trust_artifact
+    return runtime_cls(path, **options)
 
 
 @contextmanager

@@ -2,7 +2,9 @@
 
 No Lightning needed: a checkpoint is read as plain tensors and containers
 (``weights_only=True``), the network is rebuilt from the registry (``model_name`` +
-``model_kwargs``) and its weights loaded strictly.
+``model_kwargs``) and its weights loaded strictly. A TorchScript archive (compiled code, which
+``torch.load`` would hand to ``torch.jit.load``) is never loaded here: it is refused with an
+``UntrustedArtifactError`` naming ``load_artifact(path, trust_artifact=True)``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 from torch import nn
 
 from lightning_cls.inference.network import build_network, network_state_dict
+from lightning_cls.inference.runtimes import UntrustedArtifactError, holds_torchscript
 from lightning_cls.inference.spec import (
     META_FILE,
     REQUIRED_KEYS,
@@ -41,6 +44,12 @@ def load_torch_model(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Checkpoint not found: {path}; check the path.")
+    if holds_torchscript(path):
+        raise UntrustedArtifactError(
+            f"Refusing to read {path} as weights: it is a TorchScript archive, compiled code that "
+            "runs when it is loaded. If you trust its source, load it with "
+            "load_artifact(path, trust_artifact=True) (command line: trust_artifact=true)."
+        )
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated file, not a torch file, unsafe pickle, ...

@@ -18,7 +18,7 @@ from lightning_cls.models import create_model
 
 def test_torchscript_trace_reloads_with_same_outputs(trained, tmp_path):
     path = export_torchscript(trained.net, trained.spec, tmp_path / "m.torchscript", "trace")
-    module, meta = load_torchscript(path)
+    module, meta = load_torchscript(path, trust_artifact=True)
     assert meta == trained.spec
     x = example_batch(meta, 5, seed=3)
     with torch.no_grad(), quiet_jit():
@@ -28,7 +28,7 @@ def test_torchscript_trace_reloads_with_same_outputs(trained, tmp_path):
 def test_torchscript_script_reloads_with_same_outputs(trained, tmp_path):
     net = create_model("mlp", num_classes=4, in_channels=3, image_size=16, hidden=8).eval()
     path = export_torchscript(net, trained.spec, tmp_path / "m.torchscript", "script")
-    module, meta = load_torchscript(path)
+    module, meta = load_torchscript(path, trust_artifact=True)
     assert meta == trained.spec
     assert "forward" in module.code  # compiled from source, not a recorded trace
     x = example_batch(meta, 3, seed=4)
@@ -57,7 +57,7 @@ def test_torchscript_rejects_unknown_mode(trained, tmp_path):
 
 def test_pt2_reloads_with_a_different_batch_size(trained, tmp_path):
     path = export_pt2(trained.net, trained.spec, tmp_path / "m.pt2")  # exported at batch 2
-    runtime = Pt2Runtime(path)
+    runtime = Pt2Runtime(path, trust_artifact=True)
     module, meta = runtime.module, runtime.spec
     assert meta == trained.spec
     for batch_size in (1, 11):

@@ -1,6 +1,8 @@
 """Artifacts are code and metadata is input: what a stranger's file can and cannot do.
 
-- ``.pt2``/TorchScript can run code when loaded: refused unless ``trust_artifact``.
+- ``.pt2``/TorchScript can run code when loaded: refused unless ``trust_artifact``, on every
+  public way in (``load_artifact``, ``open_runtime``, ``runtime_for(path)(path)``,
+  ``RUNTIMES[suffix](path)``, ``load_torch_model``, ``load_torchscript``).
 - The spec an artifact carries (or ``+spec.`` overrides) is checked against the model before
   use: one ``ValueError`` naming the field and the fix, never NaN probabilities, an
   ``IndexError`` or an ONNX Runtime error at the first batch.
@@ -22,8 +24,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_cls.inference import UntrustedArtifactError, load_artifact
+from lightning_cls.export.torchscript import load_torchscript
+from lightning_cls.inference import RUNTIMES, UntrustedArtifactError, load_artifact, runtime_for
 from lightning_cls.inference.images import load_image_batch
+from lightning_cls.inference.runtimes import open_runtime
+from lightning_cls.inference.torch_models import load_torch_model
 
 
 class _MakeDir:
@@ -81,6 +86,62 @@ def test_torchscript_in_a_pt_suffix_is_refused_too(artifacts, tmp_path):
     disguised.write_bytes(artifacts.paths["torchscript"].read_bytes())
     with pytest.raises(UntrustedArtifactError, match=r"model_weights\.pt: a torchscript file"):
         load_artifact(disguised)
+
+
+# Every public way to turn a path into a loaded model; each must refuse code without trust.
+LOADERS = {
+    "load_artifact": lambda path, **kw: load_artifact(path, **kw),
+    "open_runtime": lambda path, **kw: open_runtime(path, **kw),
+    "runtime_for(path)(path)": lambda path, **kw: runtime_for(path)(path, **kw),
+    "RUNTIMES[suffix](path)": lambda path, **kw: RUNTIMES[path.suffix](path, **kw),
+}
+REFUSAL = r"Refusing to load .*evil\.pt2: a pt2 file can run arbitrary code.*trust_artifact=true"
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+def test_every_public_loader_refuses_a_crafted_pt2_before_it_runs(artifacts, tmp_path, loader):
+    marker = tmp_path / "code_ran"
+    evil = crafted_pt2(artifacts.paths["pt2"], tmp_path / "evil.pt2", marker)
+    load = LOADERS[loader]
+    for untrusted in ({}, {"trust_artifact": False}, {"trust_artifact": "true"}):
+        with pytest.raises(UntrustedArtifactError, match=REFUSAL):
+            load(evil, **untrusted)
+    assert not marker.exists(), f"{loader} ran the file's code"
+    with pytest.raises(ValueError, match=r"Cannot read .*evil\.pt2 as a torch\.export \.pt2"):
+        load(evil, trust_artifact=True)
+    assert marker.is_dir()  # trusted, the same call does open the file
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+@pytest.mark.parametrize("kind", ["pt2", "torchscript"])
+def test_every_public_loader_needs_trust_and_then_loads(artifacts, loader, kind):
+    path = artifacts.paths[kind]
+    with pytest.raises(UntrustedArtifactError, match=rf"{path.name}: a {kind} file can run"):
+        LOADERS[loader](path)
+    trusted = LOADERS[loader](path, trust_artifact=True)
+    assert trusted.spec.classes == artifacts.spec.classes
+
+
+def test_torchscript_behind_a_weights_suffix_is_refused_on_every_path(artifacts, tmp_path):
+    disguised = tmp_path / "model_weights.pt"
+    disguised.write_bytes(artifacts.paths["torchscript"].read_bytes())
+    for name in ("open_runtime", "runtime_for(path)(path)"):
+        with pytest.raises(UntrustedArtifactError, match=r"model_weights\.pt: a torchscript"):
+            LOADERS[name](disguised)
+    # The weights loaders never run code: they refuse it even when told to trust it.
+    refusal = r"Refusing to read .*model_weights\.pt as weights: it is a TorchScript archive"
+    with pytest.raises(UntrustedArtifactError, match=refusal + r".*trust_artifact=True"):
+        RUNTIMES[".pt"](disguised)
+    with pytest.raises(UntrustedArtifactError, match=refusal):
+        load_torch_model(disguised)
+
+
+def test_load_torchscript_needs_trust(artifacts):
+    path = artifacts.paths["torchscript"]
+    with pytest.raises(UntrustedArtifactError, match=r"a torchscript file can run arbitrary"):
+        load_torchscript(path)
+    module, spec = load_torchscript(path, trust_artifact=True)
+    assert spec.classes == artifacts.spec.classes
 
 
 def _onnx_with_props(source: Path, dst: Path, **props) -> Path:
