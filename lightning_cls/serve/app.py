@@ -28,7 +28,7 @@ from lightning_cls.serve.inputs import (
     content_kind,
     decode_all,
     parse_json,
-    pixel_count,
+    request_pixels,
     too_large,
 )
 from lightning_cls.serve.metrics import ServeMetrics
@@ -113,30 +113,18 @@ class ServeApp:
             raise Reject(503, reason, {"retry-after": str(config.retry_after_s)})
         self.in_flight += 1
         self.metrics.queue_depth(+1)
-        try:
-            if kind == "image":
-                encoded, top_k = [raw], config.top_k
-            else:
-                encoded, top_k = parse_json(raw, config.max_images_per_request, config.top_k)
-            index = (lambda i: i) if len(encoded) > 1 else (lambda i: None)
-            pixels = sum(
-                pixel_count(data, index(i), config.max_pixels) for i, data in enumerate(encoded)
-            )
-            if pixels <= INLINE_DECODE_PIXELS:
-                images = decode_all(encoded, self.spec)
-            else:  # a big decode must not stall the event loop (other requests, /health)
-                loop = asyncio.get_running_loop()
-                images = await loop.run_in_executor(self.decoder, decode_all, encoded, self.spec)
-            try:
-                probs, indices, batch_images = await self.batcher.predict(images, top_k)
-            except Expired:
-                raise Reject(
-                    504,
-                    f"not answered within serve.timeout={config.timeout} s (server overloaded)",
-                ) from None
+        try:  # serve.timeout runs from here: header checks, decoding and the model
+            answer = await self._admitted(kind, raw, time.monotonic() + config.timeout)
+        except (TimeoutError, asyncio.TimeoutError, Expired):  # one class from Python 3.11
+            raise Reject(
+                504,
+                f"not answered within serve.timeout={config.timeout} s of admission "
+                "(decoding included; the server is overloaded or the request too large)",
+            ) from None
         finally:
             self.in_flight -= 1
             self.metrics.queue_depth(-1)
+        probs, indices, batch_images = answer
         classes = self.classes
         predictions = [
             {"labels": [classes[i] for i in idx], "probs": p} for p, idx in zip(probs, indices)
@@ -150,6 +138,25 @@ class ServeApp:
             + str(batch_images).encode()
             + b"}"
         )
+
+    async def _admitted(self, kind: str, raw: bytes, deadline: float) -> tuple:
+        """An admitted body -> the batcher's answer, all before ``deadline``
+        (``time.monotonic()``); ``TimeoutError`` or ``Expired`` after it."""
+        config = self.config
+        if kind == "image":
+            encoded, top_k = [raw], config.top_k
+        else:
+            encoded, top_k = parse_json(raw, config.max_images_per_request, config.top_k)
+        pixels = request_pixels(encoded, config.max_pixels, config.max_request_pixels)
+        if pixels <= INLINE_DECODE_PIXELS:
+            images = decode_all(encoded, self.spec)
+        else:  # a big decode must not stall the event loop (other requests, /health)
+            loop = asyncio.get_running_loop()
+            # At the deadline the request is answered 504 and leaves its queue slot; the
+            # decode thread stops before its next image (decode_all checks the deadline).
+            decoding = loop.run_in_executor(self.decoder, decode_all, encoded, self.spec, deadline)
+            images = await asyncio.wait_for(decoding, max(0.0, deadline - time.monotonic()))
+        return await self.batcher.predict(images, top_k, deadline)
 
     async def _read_body(self, receive) -> bytes:
         seconds = self.config.body_timeout_s

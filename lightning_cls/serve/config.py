@@ -41,6 +41,12 @@ class ServeConfig:
     body_timeout_s: float = 10.0  # the whole body must arrive within this: else 408
     max_images_per_request: int = 64
     max_pixels: int = 36_000_000  # width x height per image, read from its header: else 413
+    # width x height summed over a request's images, from their headers: else 413 (the decode
+    # work one request may ask for: 64 images just under max_pixels took tens of seconds)
+    max_request_pixels: int = 64_000_000
+    header_timeout_s: float = 10.0  # a request's headers not in within this: 408, closed
+    keep_alive_s: float = 5.0  # an idle keep-alive connection is closed after this
+    max_connections: int = 1000  # open connections per worker; more are answered 503, closed
     top_k: int = 5
     drain_s: float = 10.0  # SIGTERM: finish admitted requests, exit within this
     accelerator: str = "cpu"  # device of the PyTorch kinds (.ckpt, weights, .pt2, TorchScript)
@@ -70,13 +76,15 @@ class ServeConfig:
             "max_body_bytes",
             "max_images_per_request",
             "max_pixels",
+            "max_request_pixels",
+            "max_connections",
             "top_k",
             "retry_after_s",
         ):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"serve.{key}={value!r} must be an integer >= 1.")
-        for key in ("timeout", "body_timeout_s", "drain_s"):
+        for key in ("timeout", "body_timeout_s", "header_timeout_s", "keep_alive_s", "drain_s"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"serve.{key}={getattr(self, key)!r} must be > 0 seconds.")
         if self.workers > MAX_WORKERS:

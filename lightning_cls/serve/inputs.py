@@ -8,8 +8,9 @@ the others batched with it:
 - bad JSON (also nested too deep, or numbers too large), bad base64, bytes PIL cannot
   decode -> 400 naming the reason;
 - JSON without an image, too many images, a bad ``top_k`` -> 422;
-- an image whose header says more than ``max_pixels`` pixels -> 413, before any decoding
-  (``PIL.Image.open`` reads only the header).
+- an image whose header says more than ``max_pixels`` pixels, or images whose headers sum to
+  more than ``max_request_pixels`` -> 413, before any decoding (``PIL.Image.open`` reads only
+  the header): pixels, not bytes, set the decode cost.
 
 Images of any size, mode or channel count are converted as ``predict`` does
 (``lightning_cls.inference.images.decode_image``).
@@ -21,6 +22,7 @@ import base64
 import binascii
 import io
 import json
+import time
 import warnings
 
 import numpy as np
@@ -141,10 +143,32 @@ def pixel_count(data: bytes, index: int | None, max_pixels: int) -> int:
     return width * height
 
 
-def decode_all(encoded: list[bytes], spec: InputSpec) -> np.ndarray:
-    """Encoded images -> uint8 (N, C, H, W); 400 naming the first undecodable one."""
+def request_pixels(encoded: list[bytes], max_pixels: int, max_request_pixels: int) -> int:
+    """Pixels of a request's images from their headers alone: 413 when one is over
+    ``max_pixels`` or all together are over ``max_request_pixels`` (nothing decoded yet)."""
+    index = (lambda i: i) if len(encoded) > 1 else (lambda i: None)
+    total = 0
+    for i, data in enumerate(encoded):
+        total += pixel_count(data, index(i), max_pixels)
+        if total > max_request_pixels:
+            raise Reject(
+                413,
+                f"the request's images hold at least {total} pixels (width x height summed over "
+                f"{i + 1} of {len(encoded)} images), over serve.max_request_pixels="
+                f"{max_request_pixels}; send fewer or smaller images per request or raise "
+                "serve.max_request_pixels",
+            )
+    return total
+
+
+def decode_all(encoded: list[bytes], spec: InputSpec, deadline: float | None = None) -> np.ndarray:
+    """Encoded images -> uint8 (N, C, H, W); 400 naming the first undecodable one.
+    ``TimeoutError`` once ``time.monotonic()`` passes ``deadline`` (checked before each image:
+    a decode thread working for an expired request is free within one image)."""
     arrays = []
     for i, data in enumerate(encoded):
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"decoding stopped before image {i} of {len(encoded)}")
         try:
             arrays.append(decode_image(data, spec.image_size, spec.num_channels, spec.resize_size))
         except DECODE_ERRORS as err:

@@ -31,6 +31,7 @@ from lightning_cls.inference.predictor import Predictor, UntrustedArtifactError,
 from lightning_cls.serve.app import ServeApp
 from lightning_cls.serve.batcher import warm_up
 from lightning_cls.serve.config import ServeConfig
+from lightning_cls.serve.connections import guarded_protocol
 from lightning_cls.serve.metrics import ServeMetrics
 
 log = logging.getLogger(__name__)
@@ -38,9 +39,12 @@ log = logging.getLogger(__name__)
 
 def load_predictor(config: ServeConfig, threads: int) -> Predictor:
     """The artifact as a ``Predictor`` with ``threads`` intra-op threads."""
-    import torch
+    from lightning_cls.inference.runtimes import runtime_for
 
-    torch.set_num_threads(threads)  # PyTorch's pool is process-wide; ORT's is per session
+    if runtime_for(Path(config.artifact)).arrays == "torch":  # ONNX, OpenVINO: no torch at all
+        import torch
+
+        torch.set_num_threads(threads)  # PyTorch's pool is process-wide; ORT's is per session
     try:
         predictor = load_artifact(
             config.artifact,
@@ -103,8 +107,14 @@ def run_worker(config: ServeConfig, metrics: ServeMetrics, reuse_port: bool) -> 
     warm_up(predictor, config.max_batch_size)
     app = ServeApp(config, predictor, metrics, model_info(config, predictor))
     sock = bind(config.host, config.port, reuse_port)
+    _descriptors_for(config.max_connections)
     uv_config = uvicorn.Config(
         app,
+        # the header timeout and connection cap uvicorn lacks (connections.py)
+        http=guarded_protocol(
+            config.header_timeout_s, config.max_connections, config.retry_after_s
+        ),
+        timeout_keep_alive=config.keep_alive_s,
         lifespan="off",
         access_log=False,
         log_level=config.log_level,
@@ -119,6 +129,29 @@ def run_worker(config: ServeConfig, metrics: ServeMetrics, reuse_port: bool) -> 
         server.run(sockets=[sock])
     finally:
         app.close()
+
+
+def _descriptors_for(max_connections: int, spare: int = 256) -> None:
+    """Raise this process's soft open-file limit to hold ``max_connections`` sockets beside
+    the model's and the runtimes' files; a warning when the hard limit is lower."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + spare
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    if new < wanted:
+        log.warning(
+            "serve.max_connections=%d needs about %d file descriptors; the limit is %d "
+            "(ulimit -n): lower serve.max_connections or raise the limit",
+            max_connections,
+            wanted,
+            new,
+        )
 
 
 def bind(host: str, port: int, reuse_port: bool) -> socket.socket:

@@ -29,6 +29,10 @@ def test_thread_budget_is_cores_over_workers_and_never_oversubscribed():
         ({"engine": "litserve"}, r"serve\.engine='litserve'; use one of asgi \(LitServe was"),
         ({"max_pixels": 0}, r"serve\.max_pixels=0 must be an integer >= 1"),
         ({"drain_s": 0}, r"serve\.drain_s=0 must be > 0 seconds"),
+        ({"max_request_pixels": 0}, r"serve\.max_request_pixels=0 must be an integer >= 1"),
+        ({"max_connections": 0}, r"serve\.max_connections=0 must be an integer >= 1"),
+        ({"header_timeout_s": 0}, r"serve\.header_timeout_s=0 must be > 0 seconds"),
+        ({"keep_alive_s": -1}, r"serve\.keep_alive_s=-1 must be > 0 seconds"),
         ({"workers": 65}, r"serve\.workers=65 exceeds 64"),
     ],
 )

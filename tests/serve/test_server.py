@@ -72,6 +72,7 @@ def test_each_bad_input_gets_its_status_while_a_good_request_succeeds(server, ar
         ({"content": b"\0" * 70_000, "headers": {"Content-Type": "image/png"}}, 413),
         ({"content": b"{not json", "headers": {"Content-Type": "application/json"}}, 400),
         ({"json": {"images": []}}, 422),
+        ({"json": {"images": ["aGk="] * 65}}, 422),  # max_images_per_request=64
         ({"json": {"image": "%%%"}}, 400),
         ({"json": {"image": base64.b64encode(good["content"]).decode(), "top_k": 0}}, 422),
         ({"content": gray.getvalue(), "headers": {"Content-Type": "image/png"}}, 200),  # converted
@@ -82,7 +83,25 @@ def test_each_bad_input_gets_its_status_while_a_good_request_succeeds(server, ar
     assert "not a readable image" in responses[1].json()["detail"]
     assert "max_body_bytes=65536" in responses[4].json()["detail"]
     assert "Content-Type 'text/plain'" in responses[3].json()["detail"]
+    assert '"images" must be a list of 1 to 64' in responses[7].json()["detail"]
     assert responses[0].json()["predictions"] == responses[-1].json()["predictions"]
+
+
+def test_a_chunked_body_over_max_body_bytes_gets_413_counted_while_reading(server, artifacts):
+    def chunks():  # no Content-Length: httpx sends Transfer-Encoding: chunked
+        for _ in range(10):
+            yield b"\0" * 10_000
+
+    r = httpx.post(
+        server.url + "/predict",
+        content=chunks(),
+        headers={"Content-Type": "image/png"},
+        timeout=30,
+    )
+    assert r.request.headers["transfer-encoding"] == "chunked"
+    assert r.status_code == 413, r.text
+    assert "at least" in r.json()["detail"] and "max_body_bytes=65536" in r.json()["detail"]
+    assert _post_all(server.url, [_png(artifacts.images[0])])[0].status_code == 200
 
 
 def test_overload_gets_503_with_retry_after_and_nothing_crashes(server, artifacts):
@@ -132,10 +151,13 @@ def test_sigterm_drains_accepted_requests(artifacts, tmp_path):
             server.proc.send_signal(15)
             await asyncio.sleep(0.2)
             health = await client.get("/health")  # a new connection while draining
-            return health, await asyncio.gather(*pending)
+            late = await client.post("/predict", **_png(artifacts.images[0]))
+            return health, late, await asyncio.gather(*pending)
 
-    health, responses = asyncio.run(run())
+    health, late, responses = asyncio.run(run())
     assert health.status_code == 503 and "draining" in health.json()["detail"]
+    assert late.status_code == 503 and "draining" in late.json()["detail"]
+    assert late.headers["retry-after"] == "1"
     assert [r.status_code for r in responses] == [200] * 6
     assert server.proc.wait(timeout=8) == 0
     with pytest.raises(httpx.TransportError):
