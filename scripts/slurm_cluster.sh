@@ -62,6 +62,9 @@ AuthInfo=cred_expire=5
 ReturnToService=2
 MpiDefault=none
 SchedulerType=sched/backfill
+# A job that became eligible (a requeued one, after cred_expire) starts within a second or two,
+# not at the next 30 s backfill pass.
+SchedulerParameters=bf_interval=1,sched_interval=2
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 KillWait=5

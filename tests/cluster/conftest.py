@@ -62,3 +62,15 @@ def ddp_sim(tmp_path_factory):
     proc = train(run, "trainer=ddp_sim", "trainer.max_epochs=1")
     assert proc.returncode == 0, proc.stdout[-3000:]
     return results(run)
+
+
+@pytest.fixture(scope="session")
+def submitit():
+    """submitit and Hydra's submitit launcher (the ``sweep`` extra)."""
+    try:
+        import submitit
+
+        from hydra_plugins import hydra_submitit_launcher  # noqa: F401
+    except ImportError:
+        unavailable("hydra-submitit-launcher is not installed: pip install -e '.[sweep]'")
+    return submitit

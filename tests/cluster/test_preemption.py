@@ -9,7 +9,11 @@ import signal
 
 import pytest
 import torch
+from signal_at import SignalAt
 from train_runs import results, train
+
+from helpers import make_data, make_module, make_trainer
+from lightning_cls.callbacks.preemption import Preemption
 
 SIGNAL_AT = ["+callbacks.signal_at._target_=signal_at.SignalAt", "+callbacks.signal_at.step=30"]
 
@@ -48,3 +52,47 @@ def test_without_the_callback_the_signal_loses_the_epoch(uninterrupted, tmp_path
     assert first.returncode == -signal.SIGUSR1
     state = torch.load(run / "checkpoints" / "digits_simplecnn" / "last.ckpt", weights_only=True)
     assert state["global_step"] == 21  # the end of epoch 0: epoch 1's 10 steps are lost
+
+
+def test_a_requeue_signal_outranks_a_stop_signal_in_either_order(tmp_path):
+    for first, second in [(signal.SIGTERM, signal.SIGUSR1), (signal.SIGUSR1, signal.SIGTERM)]:
+        preemption = Preemption(tmp_path)
+        preemption._handle(first, None)
+        preemption._handle(second, None)
+        assert preemption.received == signal.SIGUSR1
+
+
+@pytest.fixture
+def submitit_job(tmp_path, monkeypatch):
+    """submitit's own handlers in this process (SIGTERM/SIGCONT: bypass, SIGUSR2: checkpoint
+    and requeue), as a job of hydra/launcher=slurm has them; the old ones restored after."""
+    submitit = pytest.importorskip("submitit")  # the sweep extra
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    monkeypatch.delenv("SUBMITIT_PREEMPT_SIGNAL", raising=False)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGCONT, signal.SIGUSR2)}
+    job = submitit.JobEnvironment()
+    job._handle_signals(
+        submitit.core.utils.JobPaths(tmp_path, "1"), submitit.helpers.DelayedSubmission(print)
+    )
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def test_under_submitit_its_signal_requeues_and_sigterm_only_saves(submitit_job, tmp_path):
+    """submitit ignores SIGTERM and sends it before its own signal on a preemption: the
+    callback saves (mid-epoch) and trains on, and takes SIGUSR2 as a requeue signal."""
+    data = make_data()  # 3 steps
+    preemption = Preemption(tmp_path / "ckpt")
+    signal_at = SignalAt(step=1, signal="SIGTERM")
+    trainer = make_trainer(tmp_path, [preemption, signal_at])
+    trainer.fit(make_module(data), datamodule=data)
+    assert trainer.state.finished and trainer.global_step == trainer.num_training_batches == 3
+    state = torch.load(tmp_path / "ckpt" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert state["global_step"] == 2  # saved at the end of the signalled batch
+    assert preemption._active == {
+        signal.SIGUSR1: "requeue",
+        signal.SIGTERM: "save",
+        signal.SIGUSR2: "requeue",
+    }
+    assert "submitit" in signal.getsignal(signal.SIGUSR2).__module__  # handed back after fit
