@@ -15,6 +15,7 @@ and exit code 1."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -30,17 +31,21 @@ def predict(cfg: DictConfig) -> list[dict]:
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise ValueError(f"{key}={cfg[key]} must be an integer >= 1; e.g. {key}=32.")
     # Imported here: --help and config errors load no runtime (tests/test_layers.py).
-    import torch
-
     from lightning_cls.inference import (
         find_images,
         load_artifact,
         predict_files,
         write_predictions_csv,
     )
+    from lightning_cls.inference.runtimes import runtime_for
 
-    device = "cuda" if cfg.device == "auto" and torch.cuda.is_available() else cfg.device
-    device = "cpu" if device == "auto" else device
+    device = cfg.device
+    if device == "auto":  # a GPU where there is one, for the PyTorch kinds
+        device = "cpu"
+        if runtime_for(Path(cfg.ckpt_path)).arrays == "torch":  # ONNX, OpenVINO: no torch
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
     spec = OmegaConf.to_container(cfg.spec) if cfg.get("spec") else None
     predictor = load_artifact(
         cfg.ckpt_path,

@@ -8,18 +8,50 @@ extras) only where they are used. Running an artifact is ``lightning_cls.inferen
 
 Each file format is a ``Writer`` registered in ``FORMATS`` (``export.writer``); a new format is
 one module with a ``Writer`` and a ``register_format`` call, read back by the runtime that
-``inference.runtimes.RUNTIMES`` has for its suffix.
+``inference.runtimes.RUNTIMES`` has for its suffix. The built-in formats register on the first
+use of ``FORMATS``.
+
+The public names below are imported on first use (PEP 562): the exporter and the writers
+import torch, which ``python -m lightning_cls.export --help`` never needs (tests/test_layers.py).
 """
 
-from lightning_cls.export.errors import AccuracyDropError, ExportCheckError
-from lightning_cls.export.exporter import ExportConfig, ExportResult, QuantizeConfig, export_model
-from lightning_cls.export.writer import FORMATS, Writer, register_format, write_verified
+from __future__ import annotations
 
-# The built-in formats, in the order export_model writes them (OpenVINO converts the ONNX
-# file); each module registers its writers on import.
-# isort: off
-from lightning_cls.export import onnx, onnx_e2e, torchscript, pt2, openvino  # noqa: F401
-# isort: on
+import importlib
+from typing import TYPE_CHECKING
+
+from lightning_cls.export.errors import AccuracyDropError, ExportCheckError
+
+if TYPE_CHECKING:
+    from lightning_cls.export.exporter import (
+        ExportConfig,
+        ExportResult,
+        QuantizeConfig,
+        export_model,
+    )
+    from lightning_cls.export.writer import FORMATS, Writer, register_format, write_verified
+
+# public name -> the module of this package that defines it
+_LAZY = {
+    "ExportConfig": "exporter",
+    "ExportResult": "exporter",
+    "QuantizeConfig": "exporter",
+    "export_model": "exporter",
+    "FORMATS": "writer",
+    "Writer": "writer",
+    "register_format": "writer",
+    "write_verified": "writer",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
 
 __all__ = [
     "FORMATS",

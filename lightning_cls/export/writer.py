@@ -16,8 +16,9 @@ skeleton is here once, for every format:
 
 from __future__ import annotations
 
+import importlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,13 +72,59 @@ class Writer:
 
 # format name -> writers(config, out): the Writers an ExportConfig asks of it, into folder out
 WriterFactory = Callable[["ExportConfig", Path], list[Writer]]
-FORMATS: dict[str, WriterFactory] = {}
+# The built-in formats' modules, in the order export_model writes them (OpenVINO converts the
+# ONNX file); each registers its writers when imported.
+BUILTIN_FORMATS = ("onnx", "onnx_e2e", "torchscript", "pt2", "openvino")
+
+
+class FormatRegistry(MutableMapping):
+    """``FORMATS``: format name -> ``WriterFactory``. The built-in formats are imported on the
+    first read (they import torch, onnx, ...), not when ``lightning_cls.export`` is, so
+    ``python -m lightning_cls.export --help`` stays light (tests/test_layers.py). Reads list
+    the built-ins first, in ``BUILTIN_FORMATS`` order (ONNX before OpenVINO, which converts
+    it), then the others in registration order. Registering never imports anything: a
+    built-in module registers itself while it is imported, whichever is imported first."""
+
+    def __init__(self, builtins: Sequence[str]):
+        self._writers: dict[str, WriterFactory] = {}
+        self._builtins, self._loaded = tuple(builtins), False
+
+    def _load(self) -> dict[str, WriterFactory]:
+        if not self._loaded:
+            for module in self._builtins:
+                importlib.import_module(f"lightning_cls.export.{module}")
+            order = [*(n for n in self._builtins if n in self._writers), *self._writers]
+            self._writers = {name: self._writers[name] for name in order}
+            self._loaded = True
+        return self._writers
+
+    def __getitem__(self, name: str) -> WriterFactory:
+        return self._load()[name]
+
+    def __setitem__(self, name: str, writers: WriterFactory) -> None:
+        """Register (``register_format`` refuses a taken name); imports no built-in."""
+        if self._writers.get(name, writers) is not writers:
+            raise ValueError(f"Export format '{name}' is already registered; pick another name.")
+        self._writers[name] = writers
+
+    def __delitem__(self, name: str) -> None:
+        del self._load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __repr__(self) -> str:
+        return f"FormatRegistry({list(self)})"
+
+
+FORMATS = FormatRegistry(BUILTIN_FORMATS)
 
 
 def register_format(name: str, writers: WriterFactory) -> None:
     """Make ``export.formats=[name]`` write ``writers(config, out)``; a taken name is an error."""
-    if name in FORMATS and FORMATS[name] is not writers:
-        raise ValueError(f"Export format '{name}' is already registered; pick another name.")
     FORMATS[name] = writers
 
 

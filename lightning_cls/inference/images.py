@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 # Suffixes taken when scanning folders (an image folder dataset, ``predict`` inputs).
@@ -159,11 +158,13 @@ def _file_kind(path: Path) -> str:
 
 def load_image_batch(
     paths: Sequence[Path], image_size: int, num_channels: int, resize_size: int | None = None
-) -> tuple[torch.Tensor, list[Path], list[tuple[Path, str]]]:
+) -> tuple[np.ndarray, list[Path], list[tuple[Path, str]]]:
     """Decode ``paths``; return (uint8 batch (B, C, H, W), paths read, [(path, reason)] failed).
 
-    Only regular files are opened (a symlink to one counts): a FIFO, socket, device or folder
-    with an image suffix is a failure row, never a read that blocks."""
+    The batch is a numpy array (``torch.from_numpy`` makes it a tensor without a copy): the
+    ONNX and OpenVINO paths of ``predict`` never import torch. Only regular files are opened
+    (a symlink to one counts): a FIFO, socket, device or folder with an image suffix is a
+    failure row, never a read that blocks."""
     arrays, ok, failed = [], [], []
     for path in paths:
         if not path.is_file():  # a FIFO would block open() forever; a folder is no image
@@ -175,5 +176,5 @@ def load_image_batch(
         except DECODE_ERRORS as err:
             failed.append((path, decode_error_reason(err)))
     if not arrays:
-        return torch.empty(0, num_channels, image_size, image_size, dtype=torch.uint8), ok, failed
-    return torch.from_numpy(np.stack(arrays)), ok, failed  # (B, C, H, W) uint8
+        return np.empty((0, num_channels, image_size, image_size), np.uint8), ok, failed
+    return np.stack(arrays), ok, failed  # (B, C, H, W) uint8

@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from lightning_cls.inference.arrays import call_numpy
 from lightning_cls.inference.artifact_checks import check_declared_shapes, unreadable_as
 from lightning_cls.inference.runtimes import Runtime
 from lightning_cls.inference.spec import InputSpec, merge_spec, props_to_dict
@@ -51,6 +50,7 @@ class OpenVINORuntime(Runtime):
     """An OpenVINO IR model (``model.xml`` with ``model.bin`` beside it) on the CPU plugin."""
 
     kind = "openvino"
+    arrays = "numpy"  # takes and gives numpy: predict and serve of a .xml never import torch
 
     def __init__(
         self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
@@ -63,7 +63,7 @@ class OpenVINORuntime(Runtime):
                 f"{path.name} needs its weights file {path.with_suffix('.bin').name} beside it; "
                 "copy both files of the OpenVINO export."
             )
-        self.device = torch.device("cpu")
+        self.device = "cpu"
         with unreadable_as(path, "an OpenVINO IR model"):
             model = ov.Core().read_model(str(path))
         props = read_rt_props(model)
@@ -79,9 +79,14 @@ class OpenVINORuntime(Runtime):
         self.compiled = compile_model(model, threads, self.precision)
         self.request = self.compiled.create_infer_request()
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        result = self.request.infer({0: x.detach().cpu().contiguous().numpy()})
-        return torch.from_numpy(result[self.compiled.output(0)].copy())
+    def __call__(self, x):
+        """Normalized float (B, C, H, W) -> logits (B, K): numpy in, numpy out (a tensor in, a
+        tensor out)."""
+        return call_numpy(self._infer, x)
+
+    def _infer(self, x):
+        result = self.request.infer({0: x})
+        return result[self.compiled.output(0)].copy()
 
 
 def _dims(shape) -> list[int | None]:

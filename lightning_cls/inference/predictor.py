@@ -5,6 +5,11 @@ normalized with the artifact's mean/std, and the artifact's test-time augmentati
 ``tta_translate``; ``tta``) is applied to the logits before the task turns them into
 probabilities (``spec.decision``: softmax, or a sigmoid per class for a multi-label model), as
 in training's evaluation.
+
+Arrays in, arrays out: a numpy batch gives numpy results and a torch batch torch results, for
+every runtime. A runtime that takes numpy (``Runtime.arrays``: ONNX Runtime, OpenVINO) is run
+with numpy throughout (``inference.arrays``), so predict and serve of those files never import
+torch; the PyTorch kinds (.ckpt, weights, TorchScript, .pt2) run in torch as before.
 """
 
 from __future__ import annotations
@@ -14,12 +19,12 @@ import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.nn.functional as F
+import numpy as np
 
 from lightning_cls.fileio import atomic_path
+from lightning_cls.inference import arrays
 from lightning_cls.inference.artifact_checks import check_num_outputs
 from lightning_cls.inference.images import load_image_batch
 from lightning_cls.inference.runtimes import (  # noqa: F401 (UntrustedArtifactError: re-exported)
@@ -30,12 +35,15 @@ from lightning_cls.inference.runtimes import (  # noqa: F401 (UntrustedArtifactE
 from lightning_cls.inference.spec import InputSpec, SpecError
 from lightning_cls.inference.tasks import Task, create_task
 
+if TYPE_CHECKING:
+    import torch
+
 log = logging.getLogger(__name__)
 
 
 def flip_tta(forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """Mean logits of ``x`` and its horizontal mirror (airbench's flip TTA). (B, C, H, W) -> (B, K)."""
-    return (forward(x) + forward(x.flip(-1))) / 2
+    return (forward(x) + forward(arrays.flip_lr(x))) / 2
 
 
 def tta(
@@ -49,7 +57,8 @@ def tta(
     ``flip``: the mean of each image's and its mirror's logits. ``translate`` = p > 0
     (airbench's TTA level 2): half that, plus half the mean over two copies shifted by p pixels
     up-left and down-right (edges reflect-padded), each also flip-averaged when ``flip``.
-    The one implementation: ``ClassificationModule``'s evaluation calls it too.
+    The one implementation: ``ClassificationModule``'s evaluation calls it too. ``x`` is a
+    tensor or a numpy array, as ``forward`` takes.
     """
     once = (lambda v: flip_tta(forward, v)) if flip else forward
     logits = once(x)
@@ -57,7 +66,7 @@ def tta(
         raise ValueError(f"tta_translate must be >= 0 pixels, got {translate}.")
     if translate:
         p, (h, w) = translate, x.shape[-2:]
-        padded = F.pad(x, (p, p, p, p), mode="reflect")
+        padded = arrays.reflect_pad(x, p)
         shifted = once(padded[..., :h, :w]) + once(padded[..., 2 * p :, 2 * p :])
         logits = (logits + shifted / 2) / 2
     return logits
@@ -73,7 +82,8 @@ class Predictor:
     """Runs one artifact on normalized float batches; ``predict_images`` takes uint8 images.
 
     ``runtime`` is any callable (B, C, H, W) -> logits: a ``Runtime`` from ``load_artifact``
-    or an ``nn.Module`` (``Predictor(net, spec)`` runs eager PyTorch).
+    or an ``nn.Module`` (``Predictor(net, spec)`` runs eager PyTorch). Every method takes a
+    numpy array or a tensor and answers in the same kind.
     """
 
     def __init__(
@@ -87,7 +97,13 @@ class Predictor:
         self.runtime, self.spec = runtime, spec
         self.kind = kind or getattr(runtime, "kind", "eager")
         self.path = Path(path) if path else Path(f"<{self.kind}>")
-        self.device = torch.device(device or getattr(runtime, "device", "cpu"))
+        # "numpy": the runtime takes and gives numpy arrays, and so does everything around it.
+        self.arrays = getattr(runtime, "arrays", "torch")
+        self.device = device or getattr(runtime, "device", "cpu")
+        if self.arrays == "torch":
+            import torch
+
+            self.device = torch.device(self.device)
 
     def __repr__(self) -> str:
         return f"Predictor({self.kind}: {self.path}, {self.spec.num_classes} classes)"
@@ -97,22 +113,33 @@ class Predictor:
         """The artifact's task (decision half): probabilities, predicted labels, score."""
         return self.spec.decision
 
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
+    def logits(self, x):
         """Normalized float (B, C, H, W) -> logits (B, classes) of one pass (no TTA), on the CPU."""
         self._check_input(x)
-        with torch.inference_mode():
-            return self.runtime(x.float().contiguous().to(self.device)).cpu()
+        return self._run(x, lambda forward, v: forward(v))
 
-    def tta_logits(self, x: torch.Tensor) -> torch.Tensor:
+    def tta_logits(self, x):
         """Logits with the artifact's TTA (``spec.tta_flip``, ``spec.tta_translate``), on the CPU."""
-        if not (self.spec.tta_flip or self.spec.tta_translate):
+        flip, translate = self.spec.tta_flip, self.spec.tta_translate
+        if not (flip or translate):
             return self.logits(x)
         self._check_input(x)
-        with torch.inference_mode():
-            x = x.float().contiguous().to(self.device)
-            return tta(self.runtime, x, self.spec.tta_flip, self.spec.tta_translate).cpu()
+        return self._run(x, lambda forward, v: tta(forward, v, flip, translate))
 
-    def predict_proba(self, x: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
+    def _run(self, x, compute: Callable):
+        """``compute(forward, batch)`` with ``x`` as the runtime takes it (float32, contiguous,
+        on its device); the logits back on the CPU, of ``x``'s kind (numpy or tensor)."""
+        if self.arrays == "numpy":
+            forward = lambda v: self.runtime(np.ascontiguousarray(v))  # noqa: E731
+            return arrays.as_kind(compute(forward, arrays.as_numpy(x)), x)
+        import torch
+
+        with torch.inference_mode():
+            batch = torch.from_numpy(x) if arrays.is_numpy(x) else x
+            out = compute(self.runtime, batch.float().contiguous().to(self.device)).cpu()
+        return out.numpy() if arrays.is_numpy(x) else out
+
+    def predict_proba(self, x, batch_size: int = 64):
         """Normalized float (N, C, H, W) -> probabilities (N, classes), in batches, as the
         task makes them: softmax, or a sigmoid per class for a multi-label model."""
         _check_batch_size(batch_size)
@@ -121,16 +148,16 @@ class Predictor:
             task.probabilities(self.tta_logits(x[i : i + batch_size]))
             for i in range(0, len(x), batch_size)
         ]
-        return torch.cat(outs) if outs else torch.empty(0, self.spec.num_classes)
+        return arrays.concat(outs, x, self.spec.num_classes)
 
-    def predict_images(self, images: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
+    def predict_images(self, images, batch_size: int = 64):
         """uint8 (N, C, H, W) -> probabilities (N, classes), preprocessed as in training."""
         _check_batch_size(batch_size)
         outs = [
             self.predict_proba(self.spec.preprocess(images[i : i + batch_size]), batch_size)
             for i in range(0, len(images), batch_size)
         ]
-        return torch.cat(outs) if outs else torch.empty(0, self.spec.num_classes)
+        return arrays.concat(outs, images, self.spec.num_classes)
 
     @property
     def score_name(self) -> str:
@@ -203,7 +230,7 @@ def check_spec_against_model(predictor: Predictor) -> None:
     """Run one blank image of the spec's shape: the model must take it and give one logit per
     class. Raises ``SpecError`` naming the field to override."""
     spec, name = predictor.spec, predictor.path.name
-    x = torch.zeros(1, *spec.input_shape)
+    x = np.zeros((1, *spec.input_shape), np.float32)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -258,10 +285,10 @@ def predict_files(
 
 def top_k_labels(spec: InputSpec, probs: torch.Tensor, k: int) -> list[list[dict[str, Any]]]:
     """Probabilities (B, classes) -> per row the ``k`` best ``{"label", "prob"}``, best first."""
-    top = probs.topk(min(k, spec.num_classes), dim=1)
+    indices, values = arrays.top_k(probs, k)
     return [
         [{"label": spec.classes[i], "prob": p} for p, i in zip(ps, idx)]
-        for ps, idx in zip(top.values.tolist(), top.indices.tolist())
+        for ps, idx in zip(values, indices)
     ]
 
 

@@ -23,16 +23,18 @@ import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
+from lightning_cls.inference.arrays import call_numpy
 from lightning_cls.inference.artifact_checks import (
     check_declared_shapes,
     quiet_logger,
     unreadable_as,
 )
 from lightning_cls.inference.spec import META_FILE, InputSpec, merge_spec, props_to_dict
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Runtime:
@@ -46,6 +48,9 @@ class Runtime:
     # True where loading the file can run code from it (pickle, TorchScript): such a runtime
     # takes ``trust_artifact`` and calls ``refuse_untrusted`` before it opens the file.
     runs_code: ClassVar[bool] = False
+    # What ``__call__`` takes and gives: "torch" tensors, or "numpy" arrays (ONNX Runtime,
+    # OpenVINO: ``Predictor`` then computes with numpy, and predict/serve never import torch).
+    arrays: ClassVar[str] = "torch"
     spec: InputSpec
 
     def __init__(
@@ -76,6 +81,8 @@ class TorchRuntime(Runtime):
         from lightning_cls.inference.torch_models import load_torch_model
 
         self.kind = "ckpt" if path.suffix == ".ckpt" else "weights"
+        import torch  # here: the ONNX and OpenVINO paths never import it
+
         self.device = torch.device(device)
         net, self.spec = load_torch_model(path, model_name, spec, model_kwargs)
         self.net = net.to(self.device)
@@ -102,6 +109,8 @@ class TorchScriptRuntime(Runtime):
         trust_artifact: bool = False,
     ):
         refuse_untrusted(path, self.kind, trust_artifact)
+        import torch  # here: the ONNX and OpenVINO paths never import it
+
         self.device = torch.device(device)
         extra = {META_FILE: ""}
         with quiet_jit(), unreadable_as(path, "a TorchScript archive"):
@@ -136,6 +145,8 @@ class Pt2Runtime(Runtime):
         trust_artifact: bool = False,
     ):
         refuse_untrusted(path, self.kind, trust_artifact)
+        import torch  # here: the ONNX and OpenVINO paths never import it
+
         self.device = torch.device(device)
         extra = {META_FILE: ""}
         with unreadable_as(path, "a torch.export .pt2 program"):
@@ -160,11 +171,12 @@ class OnnxRuntime(Runtime):
     """
 
     kind = "onnx"
+    arrays = "numpy"
 
     def __init__(
         self, path, *, spec=None, threads=None, device="cpu", model_name=None, model_kwargs=None
     ):
-        self.device = torch.device("cpu")
+        self.device = "cpu"
         with unreadable_as(path, "an ONNX model"):
             self.session = make_session(path, threads)
         props = self.session.get_modelmeta().custom_metadata_map
@@ -174,9 +186,14 @@ class OnnxRuntime(Runtime):
         self.input_name = first.name
         check_declared_shapes(path, self.spec, first.shape, out.shape)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        (logits,) = self.session.run(None, {self.input_name: x.detach().cpu().contiguous().numpy()})
-        return torch.from_numpy(logits)
+    def __call__(self, x):
+        """Normalized float (B, C, H, W) -> logits (B, K): numpy in, numpy out (a tensor in, a
+        tensor out)."""
+        return call_numpy(self._run, x)
+
+    def _run(self, x):
+        (logits,) = self.session.run(None, {self.input_name: x})
+        return logits
 
 
 class UntrustedArtifactError(ValueError):

@@ -15,11 +15,15 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+import numpy as np
 
+from lightning_cls.inference.arrays import check_channels, normalize_numpy
 from lightning_cls.inference.tasks import TASKS, Task, create_task
+
+if TYPE_CHECKING:
+    import torch
 
 CHANNEL_ORDERS = {1: "L", 3: "RGB"}
 PREPROCESSING = "x = (uint8_pixels / 255 - mean) / std, per channel, NCHW float32"
@@ -145,8 +149,9 @@ class InputSpec:
     def input_shape(self) -> tuple[int, int, int]:
         return (self.num_channels, self.image_size, self.image_size)
 
-    def preprocess(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 (B, C, H, W) -> normalized float32 (B, C, H, W), exactly as in training."""
+    def preprocess(self, images: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
+        """uint8 (B, C, H, W) -> normalized float32 (B, C, H, W), exactly as in training; a
+        numpy array gives a numpy array (the same numbers), a tensor a tensor."""
         return normalize(images, self.mean, self.std)
 
     def to_dict(self) -> dict[str, Any]:
@@ -268,12 +273,18 @@ def merge_spec(
     return InputSpec.from_dict(merged, source)
 
 
-def normalize(images: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
+def normalize(images, mean: Sequence[float], std: Sequence[float]):
     """uint8 (B, C, H, W) in [0, 255] -> float32 normalized per channel (ToTensor+Normalize).
 
     The one implementation: training's ``lightning_cls.data.augment.normalize`` calls it, so a
-    served image is normalized exactly as in training, without importing Lightning here.
+    served image is normalized exactly as in training, without importing Lightning here. A
+    numpy array (the ONNX/OpenVINO paths, which never import torch) gives a numpy array, with
+    the same constants and operations (``inference.arrays.normalize_numpy``).
     """
+    if isinstance(images, np.ndarray):
+        return normalize_numpy(images, mean, std)
+    import torch
+
     if images.dtype != torch.uint8:
         raise TypeError(f"normalize expects uint8 images in [0, 255], got {images.dtype}.")
     scale, shift = normalize_constants(mean, std, images.shape[1], images.device)
@@ -293,11 +304,9 @@ def normalize_constants(
     (mean, std, device): building them cost more than the ONNX Runtime call itself in a
     profile of the server's model thread (docs/serving.md). The tensors are shared: read only.
     """
-    if len(mean) != channels or len(std) != channels:
-        raise ValueError(
-            f"mean/std have {len(mean)}/{len(std)} values but the batch has {channels} "
-            "channels; pass one value per channel."
-        )
+    import torch
+
+    check_channels(mean, std, channels)
     return _constants(tuple(map(float, mean)), tuple(map(float, std)), torch.device(device))
 
 
@@ -305,6 +314,8 @@ def normalize_constants(
 def _constants(
     mean: tuple[float, ...], std: tuple[float, ...], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
     mean_t = torch.tensor(mean, dtype=torch.float64)
     std_t = torch.tensor(std, dtype=torch.float64)
     scale = (1.0 / (255.0 * std_t)).to(device, torch.float32).view(1, -1, 1, 1)

@@ -14,24 +14,27 @@ neither Lightning nor Hydra, so predict and serve stay light.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
+from lightning_cls.inference import arrays
+from lightning_cls.inference.arrays import Decision
 from lightning_cls.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_THRESHOLD = 0.5  # a multi-label model's decision threshold before one is chosen on val
 
 TASKS = Registry("task", "lightning_cls.tasks")
 register_task = TASKS.register
 
-Decision = tuple[list[list[int]], list[list[float]]]  # per row: class indices, probabilities
-
 
 class Task:
     """The decision half of a task. These defaults are the multi-class ones (one label per
     image: softmax, the top-k classes, top-1 accuracy); a subclass overrides what differs.
-    ``threshold`` is ``None`` for a task without one.
+    ``threshold`` is ``None`` for a task without one. ``probabilities`` and ``decide`` take a
+    numpy array or a torch tensor (``inference.arrays``): the ONNX and OpenVINO paths of
+    predict and serve never import torch.
     """
 
     name: ClassVar[str] = "multiclass"
@@ -45,15 +48,14 @@ class Task:
         extra = "" if self.threshold is None else f"threshold={self.threshold:g}"
         return f"{type(self).__name__}({extra})"
 
-    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
-        """(B, K) logits -> (B, K) probabilities."""
-        return logits.float().softmax(1)
+    def probabilities(self, logits):
+        """(B, K) logits -> (B, K) float32 probabilities, of the kind given (numpy or torch)."""
+        return arrays.softmax(logits)
 
-    def decide(self, probs: torch.Tensor, k: int) -> Decision:
+    def decide(self, probs, k: int) -> Decision:
         """(B, K) probabilities -> per row the predicted class indices, most probable first,
         and their probabilities: here the ``k`` most probable classes."""
-        top = probs.topk(min(k, probs.shape[1]), dim=1)  # (B, k)
-        return top.indices.tolist(), top.values.tolist()
+        return arrays.top_k(probs, k)
 
     def predicted(self, probs: torch.Tensor) -> torch.Tensor:
         """(B, K) probabilities -> the prediction as a label tensor: (B,) class indices."""
@@ -61,11 +63,15 @@ class Task:
 
     def encode(self, names: Sequence[str], classes: Sequence[str]) -> torch.Tensor:
         """Predicted class names (most probable first) -> the label tensor of one image."""
+        import torch
+
         return torch.tensor(list(classes).index(names[0]))
 
     def label_of_folder(self, folder: str, classes: Sequence[str]) -> torch.Tensor | None:
         """The true label of a file in an ImageFolder layout (its parent folder's name), or
         None when the folder says nothing."""
+        import torch
+
         return torch.tensor(list(classes).index(folder)) if folder in classes else None
 
     def score(self, probs: torch.Tensor, labels: torch.Tensor) -> float:
@@ -129,13 +135,12 @@ class MultiLabel(Task):
             )
         self.threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
 
-    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
-        return logits.float().sigmoid()
+    def probabilities(self, logits):
+        return arrays.sigmoid(logits)
 
-    def decide(self, probs: torch.Tensor, k: int) -> Decision:
+    def decide(self, probs, k: int) -> Decision:
         """Every label at or above the threshold (``k`` does not cut them)."""
-        order = probs.argsort(dim=1, descending=True)
-        ranked = probs.gather(1, order)
+        order, ranked = arrays.ranked(probs)  # (B, K) each, most probable first
         keep = (ranked >= self.threshold).sum(1).tolist()
         return (
             [row[:n] for row, n in zip(order.tolist(), keep)],
@@ -146,6 +151,8 @@ class MultiLabel(Task):
         return probs >= self.threshold  # (B, K) bool
 
     def encode(self, names: Sequence[str], classes: Sequence[str]) -> torch.Tensor:
+        import torch
+
         hot = torch.zeros(len(classes), dtype=torch.bool)
         hot[[list(classes).index(n) for n in names]] = True
         return hot

@@ -8,7 +8,9 @@ Runtime, OpenVINO and PyTorch release the GIL), leaving the event loop free for 
 ``max_batch_size`` counts images: requests are taken whole while they fit, and a request
 longer than ``max_batch_size`` is split into several model calls. Each request's labels are
 what the model's task decides (``spec.decision``, in the model thread): its ``top_k`` classes,
-or for a multi-label model every label whose probability reaches its threshold.
+or for a multi-label model every label whose probability reaches its threshold. Images and
+probabilities stay numpy arrays here: with an ONNX or OpenVINO model the server never imports
+torch (``Predictor`` answers in the kind it is given).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import torch
 
 from lightning_cls.inference.predictor import Predictor
 from lightning_cls.serve.metrics import ServeMetrics
@@ -100,13 +101,12 @@ class Batcher:
     def _run(self, pixels: np.ndarray, requests: list[tuple[int, int]]) -> list[tuple]:
         """In the model thread: probabilities, then each request's labels as the task decides
         them: per request (probabilities per image, class indices per image)."""
-        images = torch.from_numpy(pixels)  # (N, C, H, W) uint8
         chunks = []
-        for start in range(0, len(images), self.max_batch_size):
-            part = images[start : start + self.max_batch_size]
+        for start in range(0, len(pixels), self.max_batch_size):
+            part = pixels[start : start + self.max_batch_size]  # (n, C, H, W) uint8
             chunks.append(self.predictor.predict_images(part, batch_size=len(part)))
             self.metrics.batch_size.observe(len(part))
-        probs = torch.cat(chunks)  # (N, K)
+        probs = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)  # (N, K) float32
         answers, start = [], 0
         for n, top_k in requests:
             indices, values = self.task.decide(probs[start : start + n], top_k)
@@ -142,4 +142,4 @@ def warm_up(predictor: Predictor, max_batch_size: int) -> None:
     """One call at batch 1 and one at ``max_batch_size``: the first requests are not slow."""
     for size in sorted({1, max_batch_size}):
         shape = (size, *predictor.spec.input_shape)
-        predictor.predict_images(torch.zeros(shape, dtype=torch.uint8), size)
+        predictor.predict_images(np.zeros(shape, np.uint8), size)
