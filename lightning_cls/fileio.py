@@ -4,7 +4,9 @@
 file or the new complete one — never a half-written file, even if the process is killed or a
 check on the new file fails. Every file a command writes goes through here: checkpoints,
 weights, exports (``atomic_paths`` for OpenVINO's ``.xml``/``.bin`` pair), ``meta.json``,
-reports, ``results.json``, caches and CSVs (``atomic_write_text`` for small text files).
+reports, ``results.json``, ``config_resolved.yaml``, caches and CSVs (``atomic_write_text``
+for small text files), plots (``atomic_savefig``). Every landing is one ``replace_atomically``
+call (``tests/test_fileio.py`` records them to list what a command wrote this way).
 
 Temp files are hidden (``.<name>...tmp...``): a kill can leave one behind, but never under a
 final name, and ``is_temp_file`` tells them apart.
@@ -47,10 +49,13 @@ def temp_path_for(filepath: str | os.PathLike, keep_suffix: bool = False) -> Pat
     return path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}{suffix}")
 
 
-def replace_atomically(tmp: str | os.PathLike, filepath: str | os.PathLike) -> None:
-    """fsync ``tmp``, rename it over ``filepath``, fsync the folder (a symlink at
-    ``filepath`` is replaced itself, its target is left alone)."""
-    fsync_file(tmp)
+def replace_atomically(
+    tmp: str | os.PathLike, filepath: str | os.PathLike, *, synced: bool = False
+) -> None:
+    """fsync ``tmp`` (unless ``synced``: the caller did), rename it over ``filepath``, fsync
+    the folder (a symlink at ``filepath`` is replaced itself, its target is left alone)."""
+    if not synced:
+        fsync_file(tmp)
     os.replace(tmp, filepath)
     fsync_dir(os.path.dirname(os.path.abspath(filepath)))
 
@@ -76,6 +81,15 @@ def atomic_write_text(filepath: str | os.PathLike, text: str) -> Path:
     with atomic_path(filepath) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(filepath)
+
+
+def atomic_savefig(fig, filepath: str | os.PathLike, **savefig_kwargs) -> Path:
+    """Save a matplotlib ``fig`` to ``filepath`` through ``atomic_path`` (the format is the
+    target's suffix, e.g. ``.png``); return the path."""
+    path = Path(filepath)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip("."), **savefig_kwargs)
+    return path
 
 
 def pair_temp_path(filepath: str | os.PathLike) -> Path:
@@ -110,9 +124,7 @@ def atomic_paths(*filepaths: str | os.PathLike) -> Iterator[list[Path]]:
             fsync_file(tmp)
         paths[-1].unlink(missing_ok=True)
         for tmp, path in zip(temps, paths):
-            os.replace(tmp, path)
-        for folder in {os.path.dirname(os.path.abspath(p)) for p in paths}:
-            fsync_dir(folder)
+            replace_atomically(tmp, path, synced=True)
 
 
 def is_temp_file(path: str | os.PathLike) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import logging
 import math
@@ -25,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from lightning_cls.cli import run_cli
+from lightning_cls.fileio import atomic_savefig, atomic_write_text
 
 log = logging.getLogger(__name__)
 _HIDDEN = ("optuna.",)  # overrides every trial job gets; not parameters of the search
@@ -177,7 +179,7 @@ def plot(rows: list[dict], swept: list[str], path: Path) -> None:
         ax.set_ylabel("objective")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_savefig(fig, path, dpi=100)
     plt.close(fig)
 
 
@@ -200,9 +202,10 @@ def summarize(sweep_dir: Path, mode: str = "max") -> dict[str, Path]:
     fold_header, fold_cells = over_folds(rows)
     if fold_cells:
         lines += ["", "Mean ± std over folds:", "", *_markdown(fold_header, fold_cells)]
-    out["md"].write_text("\n".join(lines) + "\n")
-    with out["csv"].open("w", newline="") as f:
-        csv.writer(f).writerows([header, *cells])
+    atomic_write_text(out["md"], "\n".join(lines) + "\n")
+    text = io.StringIO(newline="")
+    csv.writer(text).writerows([header, *cells])
+    atomic_write_text(out["csv"], text.getvalue())
     swept = header[2 : header.index("objective")]
     plot(rows, swept, out["png"])
     return out

@@ -191,7 +191,7 @@ def train(cfg: DictConfig) -> dict:
     if trainer.is_global_zero:
         output_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(output_dir / "results.json", json.dumps(summary, indent=2) + "\n")
-        OmegaConf.save(cfg, output_dir / "config_resolved.yaml", resolve=True)
+        atomic_write_text(output_dir / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         if cfg.get("prediction_mosaic", True) and "val" in getattr(datamodule, "splits", {}):
             write_split_mosaic(module, datamodule, "val", output_dir / "predictions_val.png")
         log.info("Run directory: %s", output_dir)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lightning_cls import fileio
 from lightning_cls.fileio import (
     atomic_path,
     atomic_paths,
@@ -89,3 +90,53 @@ def test_the_entry_file_goes_first_and_comes_back_last(tmp_path, monkeypatch):
         tmp_xml.write_text("graph v2")
     assert seen == [("model.bin", False, "weights v1"), ("model.xml", False, "weights v2")]
     assert (xml.read_text(), bin_.read_text()) == ("graph v2", "weights v2")
+
+
+# Files a command's run folder holds that Lightning or Hydra write, not the library: the CSV
+# logger's metrics.csv and hparams.yaml (appended per step by Lightning's own writer).
+THIRD_PARTY = {"metrics.csv", "hparams.yaml"}
+
+
+@pytest.fixture
+def landed(monkeypatch) -> list[Path]:
+    """Every path ``fileio`` lands (each landing is one ``replace_atomically`` call)."""
+    paths: list[Path] = []
+    real = fileio.replace_atomically
+
+    def record(tmp, filepath, **kwargs):
+        real(tmp, filepath, **kwargs)
+        paths.append(Path(filepath).resolve())
+
+    monkeypatch.setattr(fileio, "replace_atomically", record)
+    return paths
+
+
+@pytest.mark.slow
+def test_every_file_train_export_and_summarize_write_goes_through_fileio(tmp_path, landed):
+    from artifact_helpers import SYNTHETIC_OVERRIDES
+    from hydra_helpers import QUIET_TRAINER, compose
+    from lightning_cls.export.__main__ import export
+    from lightning_cls.summarize import summarize
+    from lightning_cls.train import train
+
+    sweep = tmp_path / "multirun"
+    run = sweep / "0"
+    overrides = [*QUIET_TRAINER, *SYNTHETIC_OVERRIDES, "trainer.max_epochs=2"]
+    summary = train(compose(overrides=[*overrides, f"paths.output_dir={run}"], tmp=tmp_path))
+    export_options = [
+        f"ckpt_path={summary['best_ckpt']}",
+        "export=onnx",
+        f"output_dir={run}/export",
+    ]
+    export(compose("export", export_options, tmp=tmp_path))
+    summarize(sweep)
+
+    written = {p.resolve() for p in tmp_path.rglob("*") if p.is_file()}
+    library = {p for p in written if p.name not in THIRD_PARTY}
+    names = {p.name for p in library}
+    # What the three commands write (a plot, a checkpoint, an export, a summary of each kind).
+    assert {"config_resolved.yaml", "results.json", "curves.png", "confusion_matrix.png"} <= names
+    assert {"predictions_val.png", "last.ckpt", "model_weights.pt", "model.onnx"} <= names
+    assert {"meta.json", "summary.md", "summary.csv", "summary.png"} <= names
+    missed = sorted(str(p.relative_to(tmp_path)) for p in library - set(landed))
+    assert not missed, f"written in place, not through lightning_cls.fileio: {missed}"

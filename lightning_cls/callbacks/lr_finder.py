@@ -12,6 +12,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import LearningRateFinder
 
+from lightning_cls.fileio import atomic_savefig
+
 log = logging.getLogger(__name__)
 
 
@@ -33,7 +35,7 @@ class LRFinderPlot(LearningRateFinder):
 
         matplotlib.use("Agg")
         fig = self.optimal_lr.plot(suggest=True)
-        fig.savefig(folder / "lr_finder.png", dpi=100)
+        atomic_savefig(fig, folder / "lr_finder.png", dpi=100)
         log.info(
             "LR finder suggests optimizer.lr=%.3g (plot: %s)",
             self.suggestion or float("nan"),

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
+from lightning_cls.fileio import atomic_savefig
+
 log = logging.getLogger(__name__)
 
 # Panel -> metrics; a metric the run does not log (val/map of a multi-class run) is not drawn.
@@ -47,7 +49,7 @@ def plot_curves(history: list[dict[str, float]], path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_savefig(fig, path, dpi=100)
     plt.close(fig)
 
 
@@ -80,7 +82,7 @@ def plot_confusion(matrix: torch.Tensor, classes: list[str], path: Path) -> None
                 )
     fig.colorbar(image, ax=ax, fraction=0.046)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_savefig(fig, path, dpi=100)
     plt.close(fig)
 
 
@@ -97,7 +99,7 @@ def plot_per_class_accuracy(matrix: torch.Tensor, classes: list[str], path: Path
     total = matrix.diag().sum().item() / max(1, matrix.sum().item())
     draw_class_bars(ax, matrix, classes, f"per-class accuracy (test, overall {total:.1%})")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_savefig(fig, path, dpi=100)
     plt.close(fig)
 
 
@@ -120,7 +122,7 @@ def plot_per_label(per_label: dict[str, dict], path: Path) -> None:
     title = f"average precision per label (test, mAP {mean:.3f})"
     draw_bars(ax, ap, positives, names, title, xlabel="average precision")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_savefig(fig, path, dpi=100)
     plt.close(fig)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lightning_cls.fileio import atomic_path
+from lightning_cls.fileio import atomic_savefig
 from lightning_cls.inference.tasks import Task, create_task
 
 log = logging.getLogger(__name__)
@@ -155,8 +155,7 @@ def draw_mosaic(
         title = f"{title}: {correct / max(1, len(true)):.1%} of {len(true)} correct"
     fig.suptitle(title)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
+    atomic_savefig(fig, path, dpi=100)
     plt.close(fig)
     return path
 

@@ -1,28 +1,38 @@
 """An export killed at any moment leaves every final-named file complete and loadable.
 
-``python -m lightning_cls.export`` (ONNX, TorchScript, .pt2, OpenVINO, INT8 of each) runs into
-one folder and is SIGKILLed in the middle of writing a file (while a temp file is in the
-folder), twice over the same folder (the second kill lands while files the first run finished
-are being replaced), then runs to the end there. After each kill every file under a final name
-must load; anything else must be a hidden temp file (``fileio.is_temp_file``). The finished run
-must write every file, over what the killed runs left.
+``python -m lightning_cls.export`` (ONNX, TorchScript, .pt2, OpenVINO, INT8 of each) first runs
+to the end once (the reference: which files, how long it wrote, the size of each ``.bin``).
+Then the same command is SIGKILLed at seeded random moments spread over the whole export
+(uniform over the reference's writing time, counted from the run's first write: in a write,
+between writes, between the two renames of a ``.xml``/``.bin`` pair), once into an empty folder
+and once over the reference's finished files. After each kill every file under a final name
+must be complete: each model loads, each ``.xml`` has its ``.bin``, each ``.bin`` has the
+reference's size; anything else must be a hidden temp file (``fileio.is_temp_file``).
+
+The negative control (``inplace_format.py``) is a format whose writer writes in place under its
+final name, the bug this test exists for: the same kill schedule and the same check catch it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
+import inplace_format
 import pytest
 
 from artifact_helpers import SYNTHETIC_OVERRIDES as SYNTHETIC  # the `trained` fixture's data
 from lightning_cls.fileio import is_temp_file
 from lightning_cls.inference import load_artifact
 
+SEED = 27
 FINAL_NAMES = {
     "meta.json",
     "quantization_report.json",
@@ -37,20 +47,16 @@ FINAL_NAMES = {
     "model_int8.xml",
     "model_int8.bin",
 }
+CONTROL_NAMES = {"meta.json", "model.inplace"}
+EXPORT = [sys.executable, "-m", "lightning_cls.export"]
+CONTROL = [sys.executable, str(Path(inplace_format.__file__))]
 
 
-def _command(ckpt, out, tmp_path):
+def _command(program, ckpt, out, tmp_path, *options):
     return [
-        sys.executable,
-        "-m",
-        "lightning_cls.export",
+        *program,
         f"ckpt_path={ckpt}",
-        "export=openvino",
-        "export.formats=[onnx,torchscript,pt2,openvino]",
-        "export.quantize.static=true",
-        "export.quantize.dynamic=true",
-        "export.quantize.latency_runs=2",
-        "export.quantize.calibration_batches=2",
+        *options,
         f"output_dir={out}",
         f"paths.root_dir={tmp_path}",
         f"paths.output_dir={tmp_path}/run",
@@ -58,62 +64,143 @@ def _command(ckpt, out, tmp_path):
     ]
 
 
-def _check_folder(out) -> list[str]:
-    """Load every final-named file; return the names that were there."""
-    names = sorted(p.name for p in out.iterdir()) if out.exists() else []
-    final = [n for n in names if not is_temp_file(n)]
-    assert set(final) <= FINAL_NAMES, f"unexpected files: {set(final) - FINAL_NAMES}"
-    for name in final:
+def _full_export(ckpt, out, tmp_path):
+    return _command(
+        EXPORT,
+        ckpt,
+        out,
+        tmp_path,
+        "export=openvino",
+        "export.formats=[onnx,torchscript,pt2,openvino]",
+        "export.quantize.static=true",
+        "export.quantize.dynamic=true",
+        "export.quantize.latency_runs=2",
+        "export.quantize.calibration_batches=2",
+    )
+
+
+@dataclass
+class Run:
+    first_write: float | None  # seconds from the start to the folder's first change
+    last_write: float | None  # ... and to its last change seen before the exit (or the kill)
+    killed: bool
+
+    @property
+    def writing(self) -> float:
+        """How long the export wrote: from its first change of the folder to its last."""
+        return (self.last_write or 0.0) - (self.first_write or 0.0)
+
+
+def _snapshot(out: Path) -> dict[str, tuple[int, int]]:
+    """Each entry's (mtime, size): a change is a write (a name renamed away is skipped)."""
+    found = {}
+    for entry in list(out.iterdir()) if out.exists() else []:
+        try:
+            stat = entry.stat()
+        except FileNotFoundError:
+            continue
+        found[entry.name] = (stat.st_mtime_ns, stat.st_size)
+    return found
+
+
+def _run(command, out: Path, env, kill_after: float | None = None) -> Run:
+    """Run ``command``; SIGKILL its process group ``kill_after`` seconds after its first write
+    (the start-up before it, seconds of imports that vary with the machine's load, is skipped)."""
+    log = out.parent / f"{out.name}.stderr"
+    start, seen = time.perf_counter(), _snapshot(out)
+    first_write = last_write = None
+    with open(log, "wb") as stderr:
+        proc = subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+        )
+        try:
+            while proc.poll() is None:
+                now, snapshot = time.perf_counter() - start, _snapshot(out)
+                if snapshot != seen:
+                    seen, last_write = snapshot, now
+                    first_write = now if first_write is None else first_write
+                if kill_after is not None and first_write is not None:
+                    if now >= first_write + kill_after:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        break
+                time.sleep(0.005)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+    killed = proc.returncode == -signal.SIGKILL
+    if not killed:
+        assert proc.returncode == 0, log.read_text()[-3000:]
+    return Run(first_write, last_write, killed)
+
+
+def _kill_moments(reference: Run, count: int, seed: int) -> list[float]:
+    """Seeded moments spread uniformly over the export's writing, from its first write."""
+    rng = random.Random(seed)
+    return [rng.random() * reference.writing for _ in range(count)]
+
+
+def _bin_sizes(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in folder.glob("*.bin")}
+
+
+def _check_folder(out: Path, names: set[str], bin_sizes: dict[str, int]) -> set[str]:
+    """Every final-named file is complete; return the names that were there."""
+    present = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    final = {n for n in present if not is_temp_file(n)}
+    assert final <= names, f"unexpected files: {final - names}"
+    for name in sorted(final):
         path = out / name
         if name.endswith(".json"):
             json.loads(path.read_text())
-        elif name.endswith(".bin"):
-            continue  # loaded with its .xml (a lone .bin is never opened)
+        elif name.endswith(".bin"):  # loaded with its .xml below; a lone one must be whole too
+            assert path.stat().st_size == bin_sizes[name], f"{name} is truncated"
         else:
-            predictor = load_artifact(path, trust_artifact=True)
+            if name.endswith(".xml"):
+                assert path.with_suffix(".bin").name in final, f"{name} without its .bin"
+            try:
+                predictor = load_artifact(path, trust_artifact=True)
+            except Exception as err:
+                raise AssertionError(f"{name} does not load: {err}") from err
             assert predictor.spec.num_classes == 4, name
     return final
 
 
-def _kill_mid_write(command, out, env, min_final: int) -> bool:
-    """Run ``command``; SIGKILL it the moment a temp file shows in ``out`` while at least
-    ``min_final`` final-named files are there. True if it was killed before it finished."""
-    proc = subprocess.Popen(
-        command,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        while proc.poll() is None:
-            names = [p.name for p in out.iterdir()] if out.exists() else []
-            temps = [n for n in names if is_temp_file(n)]
-            if temps and len(names) - len(temps) >= min_final:
-                os.killpg(proc.pid, signal.SIGKILL)
-                break
-            time.sleep(0.005)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    return proc.returncode == -signal.SIGKILL
+@pytest.mark.slow
+def test_an_export_killed_at_random_moments_leaves_only_complete_files(trained, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    reference_dir, fresh = tmp_path / "reference", tmp_path / "fresh"
+    reference = _run(_full_export(trained.ckpt, reference_dir, tmp_path), reference_dir, env)
+    sizes = _bin_sizes(reference_dir)
+    assert _check_folder(reference_dir, FINAL_NAMES, sizes) == FINAL_NAMES
+    # Seeded kills: one into an empty folder, one over the reference's finished files.
+    first, second = _kill_moments(reference, 2, SEED)
+    kills = [
+        _run(_full_export(trained.ckpt, fresh, tmp_path), fresh, env, first),
+        _run(_full_export(trained.ckpt, reference_dir, tmp_path), reference_dir, env, second),
+    ]
+    assert all(k.killed for k in kills), (reference, kills)
+    _check_folder(fresh, FINAL_NAMES, sizes)
+    _check_folder(reference_dir, FINAL_NAMES, sizes)
 
 
 @pytest.mark.slow
-def test_an_export_killed_mid_write_leaves_only_complete_files(trained, tmp_path):
+def test_the_kill_test_catches_a_writer_that_writes_in_place(trained, tmp_path):
+    """Negative control: the same kill schedule and check find the in-place writer's torn file."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = tmp_path / "out"
-    command = _command(trained.ckpt, out, tmp_path)
-    # First kill: a few files done, the next one half written.
-    assert _kill_mid_write(command, out, env, min_final=3), "the export finished before the kill"
-    first = set(_check_folder(out))
-    assert len(first) >= 3, first
-    # Second kill, over the same folder: it has replaced the first run's files, and goes further.
-    assert _kill_mid_write(command, out, env, min_final=len(first) + 3), "finished before the kill"
-    second = set(_check_folder(out))
-    assert second > first, (first, second)
-    # The export then runs to the end over what the kills left, and writes every file.
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert set(_check_folder(out)) == FINAL_NAMES
+    reference_dir, out = tmp_path / "reference", tmp_path / "out"
+    options = ("export.formats=[inplace]",)
+    command = _command(CONTROL, trained.ckpt, reference_dir, tmp_path, *options)
+    reference = _run(command, reference_dir, env)
+    assert _check_folder(reference_dir, CONTROL_NAMES, {}) == CONTROL_NAMES  # whole, it loads
+    command = _command(CONTROL, trained.ckpt, out, tmp_path, *options)
+    caught = None
+    for after in _kill_moments(reference, 4, SEED):
+        _run(command, out, env, after)
+        try:
+            _check_folder(out, CONTROL_NAMES, {})
+        except AssertionError as err:
+            caught = str(err)
+            break
+    assert caught is not None, "four kills over the export never caught a file written in place"
+    assert caught.startswith("model.inplace does not load"), caught
