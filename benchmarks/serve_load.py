@@ -10,10 +10,13 @@ a no-op API (``litserve_echo.py``, only where litserve is installed: why the eng
 the FastAPI tutorial server (``tutorial_server.py``, batch 1, eager), lightning_cls serve
 (the default engine and settings, "dynamic"), the same with ``max_batch_size=1``, with ONNX
 Runtime's thread spinning on, with one intra-op thread, with two worker processes, eager
-PyTorch behind the same server, and ResNet-18 served vs in-process ONNX Runtime at batch 32.
+PyTorch behind the same server (against the tutorial: the engine alone; the default server is
+engine + ONNX Runtime), and ResNet-18 served vs in-process ONNX Runtime at batch 32, measured
+just before and just after the served figure in the same round (drift printed; the run exits 1
+when serving beats in-process by more than that noise: ``serve_report.resnet18_check``).
 Then an overload phase at 10x the queue depth. Models have random weights (throughput does not
 depend on them); every 200 is checked against in-process ``Predictor`` output on the same
-image. Last line: one JSON object (medians over rounds).
+image, labels and probabilities. Last line: one JSON object (medians over rounds).
 
     python benchmarks/serve_load.py                  # 3 rounds, 5 s per measurement, 20 s overload
     python benchmarks/serve_load.py --quick          # smoke: 1 round, 1 s, 2 s overload, and
@@ -27,24 +30,31 @@ import asyncio
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import torch
 from http_client import Connection
-from paired import cpu_name, summarize
-from serve_setup import QUIET, SERVE_BASE, Server, make_model, png_images
+from serve_report import summary
+from serve_setup import (
+    QUIET,
+    SERVE_BASE,
+    Server,
+    correct_answer,
+    inprocess_img_s,
+    make_model,
+    png_images,
+)
 
 
 async def _load(
     url: str,
     bodies: list[bytes],
     expected: torch.Tensor | None,
+    classes: list[str],
     concurrency: int,
     seconds: float,
     warmup: float = 0.3,
@@ -73,8 +83,8 @@ async def _load(
                 latencies.append(time.perf_counter() - now)
                 codes[r.status_code] = codes.get(r.status_code, 0) + 1
                 body = json.loads(r.content) if r.status_code == 200 else None
-                if body is not None and expected is not None and not _correct(body, expected[idx]):
-                    wrong += 1
+                if body is not None and expected is not None:
+                    wrong += not correct_answer(body, expected[idx], classes)
         finally:
             await conn.close()
 
@@ -92,41 +102,25 @@ async def _load(
     }
 
 
-def _correct(body: dict, probs: torch.Tensor, atol: float = 1e-4) -> bool:
-    """The served top-k (labels and probabilities) equals the in-process one."""
-    got = body["predictions"][0] if "predictions" in body else body
-    top = probs.topk(len(got["probs"]))
-    return bool(np.allclose(got["probs"], top.values.numpy(), atol=atol))
-
-
 def _quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-def measure(server: Server, bodies, expected, concurrency: int, seconds: float) -> dict:
+def measure(server: Server, bodies, expected, classes, concurrency: int, seconds: float) -> dict:
     before = server.batch_stats()
     if server.litserve_echo:  # JSON in, JSON out, nothing decoded: LitServe's own path
         bodies, expected, kind = [b'{"n": 1}'], None, "application/json"
     else:
         kind = "image/png"
-    out = asyncio.run(_load(server.url, bodies, expected, concurrency, seconds, content_type=kind))
+    out = asyncio.run(
+        _load(server.url, bodies, expected, classes, concurrency, seconds, content_type=kind)
+    )
     after = server.batch_stats()
     calls = after[1] - before[1]
     if not server.is_bare and out["codes"].get(200) and not calls:
         raise RuntimeError(f"{server.url}/metrics counted no model call for {out['codes']}")
     out["mean_batch"] = (after[0] - before[0]) / calls if calls else 1.0
     return out
-
-
-def inprocess_img_s(predictor, images: torch.Tensor, batch: int, seconds: float) -> float:
-    """In-process ONNX Runtime on uint8 batches (normalization included), images per second."""
-    x = images[:batch]
-    predictor.predict_images(x, batch)
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        predictor.predict_images(x, batch)
-        n += batch
-    return n / (time.perf_counter() - start)
 
 
 # (measurement name, server, concurrency); run in this order in every round (interleaved).
@@ -159,12 +153,19 @@ def run_rounds(servers: dict, data: dict, rounds: int, seconds: float, plan: lis
 
     threads = max(1, (os.cpu_count() or 1))
     resnet_inproc = load_artifact(data["resnet18"]["onnx"], threads=threads)
+    resnet_images = data["resnet18"]["images"]
     results = []
     for r in range(rounds):
         row = {}
         for name, server, conc in plan:
             if server not in servers:  # litserve_echo without litserve installed
                 continue
+            if name == "resnet18_c32":  # in-process just before and just after (all suspended)
+                for each in servers.values():
+                    each.suspend()
+                row["resnet18_inprocess_before"] = inprocess_img_s(
+                    resnet_inproc, resnet_images, 32, seconds
+                )
             for other in servers:  # only the measured server runs (see Server.suspend)
                 if other != server:
                     servers[other].suspend()
@@ -172,15 +173,22 @@ def run_rounds(servers: dict, data: dict, rounds: int, seconds: float, plan: lis
             model = "resnet18" if server.startswith("resnet18") else "simplecnn"
             kind = "eager" if server in ("eager", "tutorial", "echo") else "onnx"
             expected = None if server == "echo" else data[model]["expected"][kind]
-            row[name] = measure(servers[server], data[model]["bodies"], expected, conc, seconds)
+            bodies, classes = data[model]["bodies"], data[model]["classes"]
+            row[name] = measure(servers[server], bodies, expected, classes, conc, seconds)
             print(f"round {r} {name}: {_fmt(row[name])}", file=sys.stderr)
-        for server in servers.values():
-            server.suspend()  # quiet for the in-process measurement
-        row["resnet18_inprocess_b32"] = inprocess_img_s(
-            resnet_inproc, data["resnet18"]["images"], 32, seconds
-        )
+            if name == "resnet18_c32":
+                servers[server].suspend()
+                row["resnet18_inprocess_after"] = inprocess_img_s(
+                    resnet_inproc, resnet_images, 32, seconds
+                )
+                print(f"round {r} resnet18 in-process: {_bracket(row)}", file=sys.stderr)
         results.append(row)
     return results
+
+
+def _bracket(row: dict) -> str:
+    before, after = row["resnet18_inprocess_before"], row["resnet18_inprocess_after"]
+    return f"{before:.0f} img/s before, {after:.0f} after ({after / before - 1:+.1%} drift)"
 
 
 def overload(data: dict, work: Path, queue: int, seconds: float) -> dict:
@@ -195,6 +203,7 @@ def overload(data: dict, work: Path, queue: int, seconds: float) -> dict:
                 server.url,
                 data["simplecnn"]["bodies"],
                 data["simplecnn"]["expected"]["onnx"],
+                data["simplecnn"]["classes"],
                 queue,
                 1.0,
             )
@@ -205,6 +214,7 @@ def overload(data: dict, work: Path, queue: int, seconds: float) -> dict:
                 server.url,
                 data["simplecnn"]["bodies"],
                 data["simplecnn"]["expected"]["onnx"],
+                data["simplecnn"]["classes"],
                 10 * queue,
                 seconds,
             )
@@ -238,80 +248,6 @@ def _fmt(m: dict) -> str:
     )
 
 
-_SKIPPED = object()
-
-
-def _unless_skipped(fn, names: list[str]):
-    """``fn(*measurements)``, or ``_SKIPPED`` when one of them was not taken."""
-    return lambda *ns: fn(*ns) if all(n in names for n in ns) else _SKIPPED
-
-
-def summary(results: list[dict], over: dict, args) -> dict:
-    names = [name for name, _, _ in PLAN if name in results[0]]
-    med = {n: statistics.median(r[n]["rps"] for r in results) for n in names}
-    ratio = lambda a, b: summarize([r[a]["rps"] / r[b]["rps"] for r in results])  # noqa: E731
-    p99 = lambda n: statistics.median(r[n]["p99_ms"] for r in results)  # noqa: E731
-    if args.quick:  # a measurement --quick skipped (QUICK_SKIP) leaves its keys out
-        med = {n: med.get(n, _SKIPPED) for n, _, _ in PLAN}
-        ratio = _unless_skipped(ratio, names)
-        p99 = _unless_skipped(p99, names)
-    out = {
-        "quick": args.quick,
-        "rounds": args.rounds,
-        "seconds": args.seconds,
-        "cpu": cpu_name(),
-        "cpu_count": os.cpu_count(),
-        "load_average_1m": os.getloadavg()[0],
-        "echo_rps_c64": med["echo_c64"],
-        "tutorial_rps_c64": med["tutorial_c64"],
-        "batch1_rps_c64": med["batch1_c64"],
-        "dynamic_rps_c64": med["dynamic_c64"],
-        "spin_rps_c64": med["spin_c64"],
-        "threads1_rps_c64": med["threads1_c64"],
-        "workers2_rps_c64": med["workers2_c64"],
-        "eager_rps_c64": med["eager_c64"],
-        "dynamic_rps_c1": med["dynamic_c1"],
-        "tutorial_rps_c16": med["tutorial_c16"],
-        "p99_ms_c16": p99("dynamic_c16"),
-        "p50_ms_c16": statistics.median(r["dynamic_c16"]["p50_ms"] for r in results),
-        "p99_ms_c16_spin": p99("spin_c16"),
-        "p99_ms_c16_batch1": p99("batch1_c16"),
-        "p99_ms_c16_tutorial": p99("tutorial_c16"),
-        "mean_batch_c64": statistics.median(r["dynamic_c64"]["mean_batch"] for r in results),
-        # The load generator's CPU (cores busy) while measuring each server at c=64.
-        "client_cpu_cores": {
-            n: statistics.median(r[n]["client_cpu_cores"] for r in results) for n in names
-        },
-        "resnet18_served_img_s_c32": med["resnet18_c32"],
-        "resnet18_spin_served_img_s_c32": med["resnet18_spin_c32"],
-        "resnet18_inprocess_img_s_b32": statistics.median(
-            r["resnet18_inprocess_b32"] for r in results
-        ),
-        "resnet18_served_over_inprocess": summarize(
-            [r["resnet18_c32"]["rps"] / r["resnet18_inprocess_b32"] for r in results]
-        ),
-        "dynamic_over_tutorial_c64": ratio("dynamic_c64", "tutorial_c64"),
-        # The most any server here could beat the tutorial one by: the HTTP-only echo server.
-        "echo_over_tutorial_c64": ratio("echo_c64", "tutorial_c64"),
-        "dynamic_over_batch1_c64": ratio("dynamic_c64", "batch1_c64"),
-        "dynamic_over_spin_c64": ratio("dynamic_c64", "spin_c64"),
-        "dynamic_over_threads1_c64": ratio("dynamic_c64", "threads1_c64"),
-        "dynamic_over_workers2_c64": ratio("dynamic_c64", "workers2_c64"),
-        "onnx_over_eager_c64": ratio("dynamic_c64", "eager_c64"),
-        "wrong_answers": sum(
-            m["wrong"] for r in results for n, m in r.items() if isinstance(m, dict)
-        ),
-        "overload_bad_5xx": over["bad_5xx"],
-        "overload_rss_growth_mb": over["rss_growth_mb"],
-        "overload": over,
-    }
-    out = {key: value for key, value in out.items() if value is not _SKIPPED}
-    if "litserve_echo_c64" in names:  # LitServe with a no-op API: the ceiling of the old engine
-        out["litserve_echo_rps_c64"] = med["litserve_echo_c64"]
-        out["dynamic_over_litserve_echo_c64"] = ratio("dynamic_c64", "litserve_echo_c64")
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run (1 round, 1 s each)")
@@ -338,7 +274,15 @@ def main() -> None:
                 server.resume()
                 server.stop()
         over = overload(data, work, args.queue, args.overload_seconds)
-    print(json.dumps(summary(results, over, args)))
+    out = summary(results, over, args, PLAN)
+    print(json.dumps(out))
+    check = out["resnet18_check"]
+    if not check["ok"]:
+        sys.exit(
+            "error: ResNet-18 served faster than in-process by more than the noise "
+            f"(served/in-process per round {check['served_over_inprocess']['per_round']}, "
+            f"noise {check['noise_per_round']}): the measurement is broken, not the server"
+        )
 
 
 def start_servers(data: dict, work: Path, skip: set[str]) -> dict:

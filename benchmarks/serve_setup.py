@@ -55,7 +55,40 @@ def make_model(name: str, out: Path, image_size: int = 32, classes: int = 10) ->
         kind: load_artifact(path).predict_images(images)
         for kind, path in (("onnx", onnx), ("eager", weights))
     }
-    return {"weights": weights, "onnx": onnx, "images": images, "expected": expected}
+    return {
+        "weights": weights,
+        "onnx": onnx,
+        "images": images,
+        "expected": expected,
+        "classes": list(spec.classes),
+    }
+
+
+def correct_answer(body: dict, probs: torch.Tensor, classes: list[str], atol: float = 1e-4) -> bool:
+    """The served top-k equals the in-process one: each label is the in-process label at its
+    rank (or one tied with it within ``atol``: a reordering of equal probabilities), each
+    probability is the in-process probability of that label."""
+    got = body["predictions"][0] if "predictions" in body else body
+    labels, served = got["labels"], got["probs"]
+    if len(labels) != len(served) or len(set(labels)) != len(labels):
+        return False
+    top = probs.topk(len(labels)).values.numpy()
+    index = {name: i for i, name in enumerate(classes)}
+    if any(label not in index for label in labels):
+        return False
+    mine = probs.numpy()[[index[label] for label in labels]]  # in-process prob of each label
+    return bool(np.allclose(mine, top, atol=atol) and np.allclose(served, mine, atol=atol))
+
+
+def inprocess_img_s(predictor, images: torch.Tensor, batch: int, seconds: float) -> float:
+    """In-process ``Predictor`` on uint8 batches (normalization included), images per second."""
+    x = images[:batch]
+    predictor.predict_images(x, batch)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        predictor.predict_images(x, batch)
+        n += batch
+    return n / (time.perf_counter() - start)
 
 
 def png_images(images: torch.Tensor) -> list[bytes]:
