@@ -30,6 +30,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     OmegaConfBaseException,  # missing mandatory value (???), unknown key
 )
 DEBUG_FLAGS = ("debug=true", "debug=True", "debug=1")
+HELP_FLAGS = ("--help", "-h", "--hydra-help")
 # Set for child processes (DDP re-launches the command) so they report like their parent.
 _FULL_ERROR_ENV = "LIGHTNING_CLS_FULL_ERROR"
 
@@ -43,6 +44,10 @@ def run_cli(main: Callable[[], Any]) -> None:
     # Hydra prints its own shortened traceback unless HYDRA_FULL_ERROR=1: let the error reach
     # us instead, and decide here how to show it.
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    if any(a in HELP_FLAGS for a in args):  # Hydra's help text, without its repository copies
+        from lightning_cls.cli.hydra_help import share_group_repository
+
+        share_group_repository()
     try:
         main()
     except (*USER_ERRORS, ImportError) as err:
