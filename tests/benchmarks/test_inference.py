@@ -50,4 +50,6 @@ def test_profile_quick_mode_reports_op_shares(run_quick):
     conv_ops = [op for op in profiles["ort_int8_qdq"]["shares"] if "Conv" in op]
     assert conv_ops, "the int8 profile should show the quantized convolutions"
     for p in profiles.values():
-        assert p["us_per_run"] > 0 and 0 < sum(p["shares"].values()) <= 1.0001
+        # Each share is rounded to 3 decimals: their sum may pass 1 by 0.0005 a share.
+        rounding = 0.0005 * len(p["shares"])
+        assert p["us_per_run"] > 0 and 0 < sum(p["shares"].values()) <= 1 + rounding

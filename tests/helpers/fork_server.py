@@ -16,6 +16,7 @@ flags) in a real interpreter, as does the client whenever the server answers "fr
 - the module is already imported in the server (running it as ``__main__`` would run it twice);
 - an environment variable read when a library loads (PYTHON*, OMP_*, MKL_*, ...) differs from
   the server's (``OMP_NUM_THREADS=4 python -m ...`` gets a fresh interpreter with 4 threads);
+- a project file the server imported was edited since it started (its copy is stale);
 - the server has more than one thread after its imports: a fork copies only the forking
   thread, so a lock held by another (torch's intra-op pool, a logging handler) would stay
   held in the child. The server imports but never runs a torch op, and counts its threads.
@@ -130,6 +131,7 @@ class Server:
         self.env = import_time_env(started)
         # e.g. torchvision sets TORCHINDUCTOR_CACHE_DIR, Lightning PYTORCH_NVML_BASED_CUDA_CHECK
         self.set_by_imports = {k: v for k, v in os.environ.items() if started.get(k) != v}
+        self.sources = _project_sources()
         self.log = open(f"{sock_path}.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the server
         gc.freeze()  # keep the imported objects' pages shared with the children
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -166,7 +168,7 @@ class Server:
             request = json.loads(_recv_exact(conn, size))
             job = Job(request["argv"], request["cwd"], request["env"], request["umask"],
                       dict(zip(request["fds"], fds)))  # fmt: skip
-            reason = job.fresh_reason(self.env, self.set_by_imports)
+            reason = job.fresh_reason(self.env, self.set_by_imports) or self._stale()
             reason = reason if self.threads == 1 else f"{self.threads} threads in the server"
         except (OSError, ValueError, KeyError) as err:
             reason = f"bad request: {err}"
@@ -218,6 +220,12 @@ class Server:
         _send(conn, f"X {status}")
         conn.close()
 
+    def _stale(self) -> str | None:
+        """A project file imported here was edited since: a fresh interpreter would read the new
+        one (and a new module importing it would meet the old one here)."""
+        changed = [path for path, mtime in self.sources.items() if _mtime(path) != mtime]
+        return f"edited since the server started: {changed[0]}" if changed else None
+
     def _orphaned(self) -> None:
         """The test process died without stopping the server: take its commands along."""
         for pid in self.jobs:
@@ -232,6 +240,25 @@ class Server:
         for conn, pidfd in self.jobs.values():
             conn.close()
             os.close(pidfd)
+
+
+def _project_sources() -> dict[str, float]:
+    """mtime of every imported module file outside the interpreter and its site-packages."""
+    installed = (sys.prefix, sys.base_prefix)
+    sources = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None) or ""
+        site = "site-packages" in path or "dist-packages" in path
+        if os.path.isabs(path) and not site and not path.startswith(installed):
+            sources[path] = _mtime(path)
+    return sources
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
 
 
 def _recv_exact(conn: socket.socket, size: int) -> bytes:

@@ -45,11 +45,12 @@ def probe_server(tmp_path_factory):
     mods = tmp_path_factory.mktemp("mods")
     (mods / "probe_job.py").write_text(PROBE)
     (mods / "probe_loaded.py").write_text(PROBE)
+    (mods / "probe_lib.py").write_text("")
     (mods / "probe_pkg").mkdir()  # a package: imported, but not its __main__
     (mods / "probe_pkg" / "__init__.py").write_text("")
     (mods / "probe_pkg" / "__main__.py").write_text(PROBE)
     env = {**os.environ, "PYTHONPATH": str(mods), "OMP_NUM_THREADS": "1"}
-    server = ForkServer(env, prefix="probe", modules=["probe_loaded", "probe_pkg"])
+    server = ForkServer(env, prefix="probe", modules=["probe_loaded", "probe_pkg", "probe_lib"])
     server.wait_ready(timeout=120)
     yield server
     server.stop()
@@ -137,6 +138,19 @@ def test_a_real_interpreter_where_a_fork_would_differ(probe_server, tmp_path, co
     assert "argv" in proc.stdout and f"ppid {probe_server.proc.pid} " not in proc.stdout
     new = [line.split(" | ")[0] for line in probe_server.requests()[asked:]]
     assert new == ([logged] if logged else [])
+
+
+def test_an_edited_source_means_a_fresh_interpreter(probe_server, tmp_path):
+    """The server's copy of a module edited since it started is stale: fresh, naming the file."""
+    lib = Path(probe_server.env["PYTHONPATH"]) / "probe_lib.py"
+    before = lib.stat()
+    os.utime(lib, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
+    try:
+        proc = probe_server.run(["-m", "probe_job"], tmp_path, probe_server.env, timeout=60)
+    finally:
+        os.utime(lib, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert proc.returncode == 0 and f"ppid {probe_server.proc.pid} " not in proc.stdout
+    assert probe_server.requests()[-1].startswith(f"fresh: edited since the server started: {lib}")
 
 
 def test_a_fresh_block_gets_no_shim(probe_server, tmp_path):
