@@ -33,7 +33,8 @@ def trained(tmp_path_factory):
 
 def test_default_training_reaches_high_accuracy(trained):
     tmp, summary = trained
-    assert summary["test"]["test/acc"] > 0.90  # chance is 0.10
+    # README's "> 95% test acc" for `make train` (this config; 0.972 measured). Chance is 0.10.
+    assert summary["test"]["test/acc"] > 0.95
     assert Path(summary["best_ckpt"]).is_file()
     results = json.loads((tmp / RUN / "results.json").read_text())
     assert results["test"] == pytest.approx(summary["test"])
