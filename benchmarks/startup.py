@@ -145,6 +145,24 @@ def peak_rss_mb(pid: int) -> float:
     raise RuntimeError(f"/proc/{pid}/status has no VmHWM line")
 
 
+def machine(load_before: float, load_after: float) -> str:
+    """The CPU as /proc/cpuinfo names it, its vector extensions, and the load the run saw."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    fields = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in lines if ":" in ln)}
+    flags = set(fields.get("flags", "").split())
+    vector = (
+        "AVX-512" if "avx512f" in flags else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2"
+    )
+    where = f"family {fields['cpu family']} model {fields['model']}; " if "model" in fields else ""
+    return (
+        f"{cpu_name()} ({where}{vector}), {os.cpu_count()} vCPUs; 1-minute load average "
+        f"{load_before:.1f} at the start, {load_after:.1f} at the end (other jobs share the machine)"
+    )
+
+
 def measure(rounds: int, warmup: int, src: Path, work: Path) -> list[dict[str, dict]]:
     """Per round, per case: {"s": seconds, "mb": peak RSS}. Warm-up rounds are dropped."""
     onnx, png = make_inputs(work)
@@ -202,14 +220,17 @@ def main() -> None:
     parser.add_argument("--write-docs", type=Path, nargs="?", const=ROOT / "docs/benchmarks.md")
     args = parser.parse_args()
     rounds, warmup = (1, 0) if args.quick else (args.rounds, args.warmup)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="startup_") as tmp:
         results = measure(rounds, warmup, args.src.resolve(), Path(tmp))
+    where = machine(load_before, os.getloadavg()[0])
     summary = summarize(results)
     text = table(summary, rounds, args.label)
+    print(where)
     print(text)
     if args.write_docs:
         command = "python benchmarks/startup.py " + " ".join(sys.argv[1:])
-        section = f"{START}\n{cpu_name()}, `{command}`\n\n{text}\n{END}"
+        section = f"{START}\n{where}: `{command}`\n\n{text}\n{END}"
         write_section(args.write_docs, START, END, section)
     print(json.dumps({"cpu": cpu_name(), "rounds": rounds, "cases": summary}))
 
