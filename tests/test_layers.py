@@ -272,8 +272,24 @@ def onnx_and_png(tmp_path_factory) -> tuple[Path, Path]:
     return root / "model.onnx", root / "image.png"
 
 
-def test_predict_with_an_onnx_file_never_imports_torch(onnx_and_png, tmp_path):
+def _as_openvino(onnx_model: Path) -> Path:
+    """The ONNX model converted to OpenVINO IR, its spec in rt_info (as export=openvino writes)."""
+    ov = pytest.importorskip("openvino")
+    from lightning_cls.inference.openvino import RT_SECTION, spec_props
+    from lightning_cls.inference.runtimes import OnnxRuntime
+
+    model = ov.convert_model(str(onnx_model))
+    for key, value in spec_props(OnnxRuntime(onnx_model).spec, "f32").items():
+        model.set_rt_info(value, [RT_SECTION, key])
+    xml = onnx_model.with_name("model.xml")
+    ov.save_model(model, str(xml))
+    return xml
+
+
+@pytest.mark.parametrize("kind", ["onnx", "openvino"])
+def test_predict_with_an_onnx_or_openvino_file_never_imports_torch(kind, onnx_and_png, tmp_path):
     model, png = onnx_and_png
+    model = _as_openvino(model) if kind == "openvino" else model
     args = [f"ckpt_path={model}", f"inputs={png}", f"output={tmp_path}/p.csv"]
     out, modules = _run_and_list_imports(
         ["-m", "lightning_cls.predict", *args, f"hydra.run.dir={tmp_path}/run"], tmp_path
