@@ -53,13 +53,13 @@ def _node_up() -> bool:
 
 
 @pytest.fixture(scope="session")
-def ddp_sim(tmp_path_factory):
+def ddp_sim(tmp_path_factory, fork_server, fork_env):
     """The results of the cluster tests' job on one machine: one epoch, two spawned gloo
     processes (trainer=ddp_sim), the same seed and shards."""
-    from train_runs import results, train
+    from train_runs import results, train_forked
 
     run = tmp_path_factory.mktemp("ddp_sim") / "run"
-    proc = train(run, "trainer=ddp_sim", "trainer.max_epochs=1")
+    proc = train_forked(fork_server, fork_env, run, "trainer=ddp_sim", "trainer.max_epochs=1")
     assert proc.returncode == 0, proc.stdout[-3000:]
     return results(run)
 

@@ -10,7 +10,7 @@ import signal
 import pytest
 import torch
 from signal_at import SignalAt
-from train_runs import results, train
+from train_runs import results, train_forked
 
 from helpers import make_data, make_module, make_trainer
 from lightning_cls.callbacks.preemption import Preemption
@@ -19,7 +19,12 @@ SIGNAL_AT = ["+callbacks.signal_at._target_=signal_at.SignalAt", "+callbacks.sig
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
+def train(fork_server, fork_env):
+    return lambda run, *overrides: train_forked(fork_server, fork_env, run, *overrides)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, train):
     run = tmp_path_factory.mktemp("straight") / "run"
     proc = train(run)
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -28,7 +33,7 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", ["SIGUSR1", "SIGTERM"])
-def test_a_run_preempted_mid_epoch_resumes_to_the_same_results(uninterrupted, tmp_path, sig):
+def test_a_run_preempted_mid_epoch_resumes_to_the_same_results(uninterrupted, train, tmp_path, sig):
     run = tmp_path / "run"
     first = train(run, *SIGNAL_AT, f"+callbacks.signal_at.signal={sig}")
     assert first.returncode == 128 + signal.Signals[sig], first.stdout[-3000:]
@@ -45,7 +50,7 @@ def test_a_run_preempted_mid_epoch_resumes_to_the_same_results(uninterrupted, tm
 
 
 @pytest.mark.slow
-def test_without_the_callback_the_signal_loses_the_epoch(uninterrupted, tmp_path):
+def test_without_the_callback_the_signal_loses_the_epoch(uninterrupted, train, tmp_path):
     """Guards the test above: SIGUSR1's default action kills the run, no checkpoint of it."""
     run = tmp_path / "run"
     first = train(run, *SIGNAL_AT, "~callbacks.preemption")
