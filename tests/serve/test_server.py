@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import time
 
 import httpx
 import numpy as np
@@ -181,7 +182,12 @@ def test_a_request_not_answered_within_the_timeout_gets_504(artifacts, tmp_path)
         assert set(codes) <= {200, 504} and codes.count(504) >= 2, codes
         late = next(r for r in responses if r.status_code == 504)
         assert "serve.timeout=0.2" in late.json()["detail"]
-        fresh = _post_all(server.url, [_png(artifacts.images[1])])[0]
-        assert fresh.status_code == 200  # the server goes on serving
+        # The server goes on serving: a single image is answered once the late requests' work
+        # is gone (a few tries, as one image's 6 TTA forwards can pass 0.2 s on a busy machine).
+        codes = [_post_all(server.url, [_png(artifacts.images[1])])[0].status_code]
+        while codes[-1] != 200 and len(codes) < 5:
+            time.sleep(0.5)
+            codes.append(_post_all(server.url, [_png(artifacts.images[1])])[0].status_code)
+        assert codes[-1] == 200, codes
     finally:
         assert server.stop() == 0
