@@ -36,11 +36,14 @@ train: install
 # worker; any other failure is never rerun, and a crash that repeats still fails the run.
 RERUN_CRASHED := --reruns 1 --only-rerun "crashed while running"
 
+# The environment's own scripts (torchrun, ...) first on PATH, as an activated venv would have them.
+IN_VENV := PATH="$(abspath $(VENV))/bin:$$PATH"
+
 test: install-dev
-	$(VPYTHON) -m pytest -n 2 --timeout 600 --durations=20 $(RERUN_CRASHED)
+	$(IN_VENV) $(VPYTHON) -m pytest -n 2 --timeout 600 --durations=20 $(RERUN_CRASHED)
 
 test-fast: install-dev
-	$(VPYTHON) -m pytest -n 2 -m "not slow" $(RERUN_CRASHED)
+	$(IN_VENV) $(VPYTHON) -m pytest -n 2 -m "not slow" $(RERUN_CRASHED)
 
 # ruff's rules and formatting, as configured in pyproject.toml (`ruff format .` fixes the latter).
 lint: install-dev

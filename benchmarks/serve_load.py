@@ -278,11 +278,15 @@ def main() -> None:
     print(json.dumps(out))
     check = out["resnet18_check"]
     if not check["ok"]:
-        sys.exit(
-            "error: ResNet-18 served faster than in-process by more than the noise "
+        message = (
+            "ResNet-18 served faster than in-process by more than the noise "
             f"(served/in-process per round {check['served_over_inprocess']['per_round']}, "
             f"noise {check['noise_per_round']}): the measurement is broken, not the server"
         )
+        if not args.quick:
+            sys.exit("error: " + message)
+        # --quick's 1-s single-round figures are a smoke test of the script, not a measurement.
+        print("warning (not enforced with --quick): " + message, file=sys.stderr)
 
 
 def start_servers(data: dict, work: Path, skip: set[str]) -> dict:

@@ -25,6 +25,21 @@ def _single_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def _restore_cli_env():
+    """``run_cli`` sets HYDRA_FULL_ERROR and LIGHTNING_CLS_FULL_ERROR for the processes a command
+    starts (DDP children). A test that calls it in-process must not hand them to later tests'
+    subprocesses, whose user errors would then come with a traceback."""
+    names = ("HYDRA_FULL_ERROR", "LIGHTNING_CLS_FULL_ERROR")
+    saved = {name: os.environ.get(name) for name in names}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture
 def quiet_trainer() -> list[str]:
     return list(QUIET_TRAINER)

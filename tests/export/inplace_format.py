@@ -8,7 +8,8 @@ must catch it.
 
 Run as a script it is ``python -m lightning_cls.export`` with the format registered:
 ``python tests/export/inplace_format.py ckpt_path=... export.formats=[inplace] ...``.
-Imported, it registers the runtime (so ``load_artifact`` opens ``.inplace`` files).
+Imported, ``register()`` registers the runtime (so ``load_artifact`` opens ``.inplace`` files)
+and ``unregister()`` removes it.
 """
 
 from __future__ import annotations
@@ -64,12 +65,22 @@ class InPlaceWriter(Writer):
         tmp.write_bytes(data)  # what the skeleton reads back and renames
 
 
-if RUNTIMES.get(".inplace") is None:
-    register_runtime(".inplace", InPlaceRuntime)
-if "inplace" not in FORMATS:
-    register_format("inplace", lambda config, out: [InPlaceWriter()])
+def register() -> None:
+    """Register the runtime and the format (``unregister`` takes them out again)."""
+    if RUNTIMES.get(".inplace") is None:
+        register_runtime(".inplace", InPlaceRuntime)
+    if "inplace" not in FORMATS:
+        register_format("inplace", lambda config, out: [InPlaceWriter()])
+
+
+def unregister() -> None:
+    """Leave the registries as they were: other tests in the process list the formats."""
+    FORMATS.pop("inplace", None)
+    RUNTIMES.pop(".inplace", None)
+
 
 if __name__ == "__main__":
+    register()
     from lightning_cls.cli import run_cli
     from lightning_cls.export.__main__ import main
 

@@ -184,8 +184,16 @@ def test_an_export_killed_at_random_moments_leaves_only_complete_files(trained, 
     _check_folder(reference_dir, FINAL_NAMES, sizes)
 
 
+@pytest.fixture
+def inplace_runtime():
+    """The control's runtime, so its files load here, for this test only."""
+    inplace_format.register()
+    yield
+    inplace_format.unregister()
+
+
 @pytest.mark.slow
-def test_the_kill_test_catches_a_writer_that_writes_in_place(trained, tmp_path):
+def test_the_kill_test_catches_a_writer_that_writes_in_place(trained, tmp_path, inplace_runtime):
     """Negative control: the same kill schedule and check find the in-place writer's torn file."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     reference_dir, out = tmp_path / "reference", tmp_path / "out"
