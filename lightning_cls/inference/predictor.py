@@ -152,9 +152,14 @@ class Predictor:
 
     def predict_images(self, images, batch_size: int = 64):
         """uint8 (N, C, H, W) -> probabilities (N, classes), preprocessed as in training."""
+        return self.task.probabilities(self.image_logits(images, batch_size))
+
+    def image_logits(self, images, batch_size: int = 64):
+        """uint8 (N, C, H, W) -> logits (N, classes) with the artifact's TTA, preprocessed as
+        in training: what the task's probabilities and rejection score are computed from."""
         _check_batch_size(batch_size)
         outs = [
-            self.predict_proba(self.spec.preprocess(images[i : i + batch_size]), batch_size)
+            self.tta_logits(self.spec.preprocess(images[i : i + batch_size]))
             for i in range(0, len(images), batch_size)
         ]
         return arrays.concat(outs, images, self.spec.num_classes)
@@ -259,8 +264,9 @@ def predict_files(
 
     Returns ``rows`` ({"file", "labels", "probs"} per readable image, as the task decides:
     top-k first; for a multi-label model every label at or above ``spec.threshold``, most
-    probable first, and ``"all_probs"``, one per class) and ``failures`` ([(path, reason)] for every file that could not be read as an image), the
-    shapes ``write_predictions_csv`` takes.
+    probable first, and ``"all_probs"``, one per class; with a rejection rule also
+    ``"unknown"`` and ``"score"``) and ``failures`` ([(path, reason)] for every file that
+    could not be read as an image), the shapes ``write_predictions_csv`` takes.
     """
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}.")
@@ -276,10 +282,13 @@ def predict_files(
         failures += bad
         if not ok:
             continue
-        probs = predictor.predict_images(images, batch_size)  # (B, K)
+        logits = predictor.image_logits(images, batch_size)  # (B, K)
+        probs = task.probabilities(logits)  # (B, K), after the model's temperature
         indices, values = task.decide(probs, top_k)
-        for path, idx, p, row in zip(ok, indices, values, probs.tolist()):
-            rows.append({"file": str(path), **task.row(idx, p, row, spec.classes)})
+        verdicts = task.verdicts(logits) or [None] * len(ok)  # the rejection rule, if any
+        for path, idx, p, row, verdict in zip(ok, indices, values, probs.tolist(), verdicts):
+            answer = {"file": str(path), **task.row(idx, p, row, spec.classes)}
+            rows.append(task.judged(answer, verdict))
     return rows, failures
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from lightning_cls.inference.arrays import check_channels, normalize_numpy
 from lightning_cls.inference.tasks import TASKS, Task, create_task
+from lightning_cls.inference.trust import check_reject, check_temperature
 
 if TYPE_CHECKING:
     import torch
@@ -57,6 +58,11 @@ class InputSpec:
     # threshold is chosen on the validation split during training, or set by the user).
     task: str = "multiclass"
     threshold: float | None = None
+    # What the answers are worth (inference/trust.py), chosen on validation by calibration:
+    # logits / temperature before the probabilities (multi-label: a number or one per label);
+    # reject = {score: msp|energy, threshold, keep}: below it the answer is ``unknown``.
+    temperature: float | tuple[float, ...] = 1.0
+    reject: dict[str, Any] | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the types once, here
@@ -128,13 +134,30 @@ class InputSpec:
             ) from None
         if decision.threshold is not None:
             object.__setattr__(self, "threshold", decision.threshold)
+        self._validate_trust(decision)
         self.__dict__["decision"] = decision  # the cached property below, built once
+
+    def _validate_trust(self, decision: Task) -> None:
+        """Temperature and rejection rule (``inference/trust.py``), handed to the task."""
+        try:
+            temperature = 1.0 if self.temperature is None else self.temperature
+            temperature = check_temperature(temperature, self.num_classes, decision.multi_hot)
+        except ValueError as err:
+            raise SpecError("temperature", str(err)) from None
+        try:
+            reject = check_reject(self.reject)
+        except ValueError as err:
+            raise SpecError("reject", str(err)) from None
+        object.__setattr__(self, "temperature", temperature)
+        object.__setattr__(self, "reject", reject)
+        decision.temperature, decision.reject = temperature, reject
 
     @functools.cached_property
     def decision(self) -> Task:
-        """The task's decision half (``lightning_cls.inference.tasks``): probabilities, the
-        labels predicted from them, the score. Predictors and the server ask it."""
-        return create_task(self.task, self.threshold)
+        """The task's decision half (``lightning_cls.inference.tasks``): probabilities (after
+        the temperature), the labels predicted from them, the rejection rule, the score.
+        Predictors and the server ask it."""
+        return create_task(self.task, self.threshold, self.temperature, self.reject)
 
     @property
     def multilabel(self) -> bool:
@@ -157,6 +180,8 @@ class InputSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["classes"], d["mean"], d["std"] = list(self.classes), list(self.mean), list(self.std)
+        if isinstance(self.temperature, tuple):
+            d["temperature"] = list(self.temperature)
         return d
 
     def to_json(self) -> str:
@@ -228,6 +253,8 @@ _KINDS = {
     "model_kwargs": "a mapping",
     "task": "a task name",
     "threshold": "a probability",
+    "temperature": "a number > 0",
+    "reject": "a rejection rule",
 }
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from lightning_cls.inference import arrays
+from lightning_cls.inference import arrays, trust
 from lightning_cls.inference.arrays import Decision
 from lightning_cls.registry import Registry
 
@@ -41,6 +41,12 @@ class Task:
     score_name: ClassVar[str] = "accuracy"  # what ``score`` measures, in reports and gates
     multi_hot: ClassVar[bool] = False  # labels: (N,) class indices, or (N, K) multi-hot rows
 
+    # What the answers are worth (``inference/trust.py``), set by ``create_task``: the logits
+    # are divided by ``temperature`` before the probabilities; ``reject`` ({score, threshold,
+    # keep} or None) turns an image whose confidence is below the threshold into ``unknown``.
+    temperature: float | tuple[float, ...] = 1.0
+    reject: dict[str, Any] | None = None
+
     def __init__(self, threshold: float | None = None):
         self.threshold: float | None = None  # no threshold: a threshold given is not used
 
@@ -49,8 +55,30 @@ class Task:
         return f"{type(self).__name__}({extra})"
 
     def probabilities(self, logits):
-        """(B, K) logits -> (B, K) float32 probabilities, of the kind given (numpy or torch)."""
-        return arrays.softmax(logits)
+        """(B, K) logits -> (B, K) float32 probabilities, of the kind given (numpy or torch),
+        after the temperature."""
+        return arrays.softmax(trust.scaled(logits, self.temperature))
+
+    def energy(self, logits):
+        """(B, K) logits -> (B,) negative free energy ``logsumexp(z / T)`` (Liu et al. 2020):
+        higher means more in-distribution."""
+        return trust.logsumexp(trust.scaled(logits, self.temperature))
+
+    def confidence(self, logits, score: str | None = None):
+        """(B, K) logits -> (B,) confidence by ``score`` (default: the rejection rule's):
+        ``msp`` the largest probability, ``energy`` the task's ``energy``."""
+        score = trust.check_score(score or (self.reject or {}).get("score"))
+        if score == "energy":
+            return self.energy(logits)
+        probs = self.probabilities(logits)
+        return probs.max(axis=1) if arrays.is_numpy(probs) else probs.max(1).values
+
+    def verdicts(self, logits) -> list[tuple[bool, float]] | None:
+        """Per image (unknown, confidence) by the rejection rule; None without one."""
+        if self.reject is None:
+            return None
+        scores = [float(s) for s in self.confidence(logits).tolist()]
+        return [(s < self.reject["threshold"], s) for s in scores]
 
     def decide(self, probs, k: int) -> Decision:
         """(B, K) probabilities -> per row the predicted class indices, most probable first,
@@ -95,18 +123,37 @@ class Task:
         """One row of ``predict_files``: ``labels`` and ``probs``, most probable first."""
         return {"labels": [classes[i] for i in indices], "probs": values}
 
+    def judged(self, row: dict, verdict: tuple[bool, float] | None) -> dict:
+        """``row`` with the rejection rule's answer: ``unknown`` (True when the confidence is
+        below the threshold) and ``score``; unchanged without a rule."""
+        if verdict is None:
+            return row
+        return {**row, "unknown": verdict[0], "score": verdict[1]}
+
+    def answer(self, row: Mapping[str, Any]) -> str:
+        """What the model answers for a judged row: ``unknown``, or its label(s)."""
+        return trust.UNKNOWN if row.get("unknown") else ";".join(row["labels"][:1])
+
+    def _judged_header(self) -> list[str]:
+        return [] if self.reject is None else ["answer", f"{self.reject['score']}_score"]
+
+    def _judged_cells(self, row: Mapping[str, Any]) -> list[str]:
+        return [] if self.reject is None else [self.answer(row), f"{row['score']:.6f}"]
+
     def csv_header(self, classes: Sequence[str], top_k: int) -> list[str]:
-        """The predictions CSV's columns: file, label_1..k, prob_1..k, error."""
+        """The predictions CSV's columns: file, label_1..k, prob_1..k, error; with a rejection
+        rule, answer (the label or ``unknown``) and the confidence score after file."""
         labels = [f"label_{i + 1}" for i in range(top_k)]
-        return ["file", *labels, *(f"prob_{i + 1}" for i in range(top_k)), "error"]
+        probs = [f"prob_{i + 1}" for i in range(top_k)]
+        return ["file", *self._judged_header(), *labels, *probs, "error"]
 
     def csv_row(self, row: Mapping[str, Any], top_k: int) -> list[str]:
         labels = row["labels"] + [""] * (top_k - len(row["labels"]))
         probs = [f"{p:.6f}" for p in row["probs"]] + [""] * (top_k - len(row["probs"]))
-        return [row["file"], *labels, *probs, ""]
+        return [row["file"], *self._judged_cells(row), *labels, *probs, ""]
 
     def csv_failure(self, path: str, reason: str, classes: Sequence[str], top_k: int) -> list:
-        return [path, *[""] * (2 * top_k), reason]
+        return [path, *[""] * (len(self._judged_header()) + 2 * top_k), reason]
 
 
 class MultiClass(Task):
@@ -136,7 +183,15 @@ class MultiLabel(Task):
         self.threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
 
     def probabilities(self, logits):
-        return arrays.sigmoid(logits)
+        return arrays.sigmoid(trust.scaled(logits, self.temperature))
+
+    def energy(self, logits):
+        """JointEnergy ``sum_k softplus(z_k / T_k)`` (Wang et al. 2021): the labels' evidence
+        summed, higher means more in-distribution."""
+        return trust.softplus_sum(trust.scaled(logits, self.temperature))
+
+    def answer(self, row: Mapping[str, Any]) -> str:
+        return trust.UNKNOWN if row.get("unknown") else ";".join(row["labels"])
 
     def decide(self, probs, k: int) -> Decision:
         """Every label at or above the threshold (``k`` does not cut them)."""
@@ -170,21 +225,33 @@ class MultiLabel(Task):
 
     def csv_header(self, classes: Sequence[str], top_k: int) -> list[str]:
         """file, labels (joined by ``;``: the format a multi-label index reads), one
-        ``prob_<class>`` column per class, error."""
-        return ["file", "labels", *(f"prob_{name}" for name in classes), "error"]
+        ``prob_<class>`` column per class, error (with a rejection rule, answer and the score
+        after file)."""
+        probs = [f"prob_{name}" for name in classes]
+        return ["file", *self._judged_header(), "labels", *probs, "error"]
 
     def csv_row(self, row: Mapping[str, Any], top_k: int) -> list[str]:
         probs = [f"{p:.6f}" for p in row["all_probs"]]
-        return [row["file"], ";".join(row["labels"]), *probs, ""]
+        return [row["file"], *self._judged_cells(row), ";".join(row["labels"]), *probs, ""]
 
     def csv_failure(self, path: str, reason: str, classes: Sequence[str], top_k: int) -> list:
-        return [path, "", *[""] * len(classes), reason]
+        return [path, *[""] * len(self._judged_header()), "", *[""] * len(classes), reason]
 
 
 register_task("multiclass")(MultiClass)
 register_task("multilabel")(MultiLabel)
 
 
-def create_task(name: str = "multiclass", threshold: float | None = None) -> Task:
-    """The decision task registered as ``name``; ``threshold`` for a task that has one."""
-    return TASKS.get(str(name))(threshold=threshold)
+def create_task(
+    name: str = "multiclass",
+    threshold: float | None = None,
+    temperature: float | Sequence[float] = 1.0,
+    reject: Mapping[str, Any] | None = None,
+) -> Task:
+    """The decision task registered as ``name``; ``threshold`` for a task that has one;
+    ``temperature`` and ``reject`` as ``inference/trust.py`` describes (checked by
+    ``InputSpec``)."""
+    task = TASKS.get(str(name))(threshold=threshold)
+    task.temperature = temperature if isinstance(temperature, (int, float)) else tuple(temperature)
+    task.reject = None if reject is None else dict(reject)
+    return task

@@ -124,11 +124,13 @@ class ServeApp:
         finally:
             self.in_flight -= 1
             self.metrics.queue_depth(-1)
-        probs, indices, batch_images = answer
+        probs, indices, verdicts, batch_images = answer
         classes = self.classes
         predictions = [
             {"labels": [classes[i] for i in idx], "probs": p} for p, idx in zip(probs, indices)
         ]
+        for prediction, verdict in zip(predictions, verdicts or ()):  # the rejection rule's
+            prediction["unknown"], prediction["score"] = verdict
         return (
             b'{"predictions":'
             + dumps(predictions)

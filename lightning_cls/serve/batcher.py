@@ -8,7 +8,8 @@ Runtime, OpenVINO and PyTorch release the GIL), leaving the event loop free for 
 ``max_batch_size`` counts images: requests are taken whole while they fit, and a request
 longer than ``max_batch_size`` is split into several model calls. Each request's labels are
 what the model's task decides (``spec.decision``, in the model thread): its ``top_k`` classes,
-or for a multi-label model every label whose probability reaches its threshold. Images and
+or for a multi-label model every label whose probability reaches its threshold, and with a
+rejection rule (``spec.reject``) whether each image is ``unknown``. Images and
 probabilities stay numpy arrays here: with an ONNX or OpenVINO model the server never imports
 torch (``Predictor`` answers in the kind it is given).
 """
@@ -53,9 +54,10 @@ class Batcher:
 
     async def predict(
         self, images: np.ndarray, top_k: int, deadline: float | None = None
-    ) -> tuple[list, list, int]:
+    ) -> tuple[list, list, list | None, int]:
         """uint8 (N, C, H, W) -> (the predicted labels' probabilities per image, their class
-        indices, images in the largest model call that served it); ``Expired`` after
+        indices, (unknown, score) per image by the model's rejection rule or None without one,
+        images in the largest model call that served it); ``Expired`` after
         ``timeout`` seconds, or at ``deadline`` (``time.monotonic()``: the server's clock runs
         from admission, decoding included)."""
         loop = asyncio.get_running_loop()
@@ -104,13 +106,16 @@ class Batcher:
         chunks = []
         for start in range(0, len(pixels), self.max_batch_size):
             part = pixels[start : start + self.max_batch_size]  # (n, C, H, W) uint8
-            chunks.append(self.predictor.predict_images(part, batch_size=len(part)))
+            chunks.append(self.predictor.image_logits(part, batch_size=len(part)))
             self.metrics.batch_size.observe(len(part))
-        probs = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)  # (N, K) float32
+        logits = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)  # (N, K) float32
+        probs = self.task.probabilities(logits)  # after the model's temperature
+        verdicts = self.task.verdicts(logits)  # None without a rejection rule
         answers, start = [], 0
         for n, top_k in requests:
             indices, values = self.task.decide(probs[start : start + n], top_k)
-            answers.append((values, indices))
+            judged = None if verdicts is None else verdicts[start : start + n]
+            answers.append((values, indices, judged))
             start += n
         return answers
 

@@ -81,6 +81,9 @@ async function classify(file) {
       return;
     }
     const p = answer.predictions[0];
+    if (p.unknown) {  // below the model's rejection threshold: the scores are still shown
+      body.append(el("div", "row unknown", `unknown (confidence ${p.score.toFixed(3)} below the model's threshold)`));
+    }
     if (!p.labels.length) {  // a multi-label model: no label reached its threshold
       body.append(el("div", "row", "no label above the model's threshold"));
     }

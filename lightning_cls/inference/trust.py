@@ -1,0 +1,141 @@
+"""What a model's answers are worth: its temperature and its rejection rule.
+
+Both are chosen on the validation split after training (``lightning_cls.training.calibration``)
+and travel in the ``InputSpec`` (``temperature``, ``reject``), so every artifact carries them and
+the task (``inference/tasks.py``) applies them wherever it answers: predict, the server, the page.
+
+- **Temperature scaling** (Guo et al. 2017, "On Calibration of Modern Neural Networks"): the
+  logits are divided by ``T`` before the softmax (multi-label: one ``T`` per label before its
+  sigmoid). ``T > 1`` softens an over-confident model; the ranking, so the top-1 label, is
+  unchanged. 1 (the default): probabilities as trained.
+- **Rejection**: an image whose confidence score is below ``threshold`` is answered
+  ``unknown`` (its probabilities are still given). The score is ``msp`` (maximum softmax
+  probability, Hendrycks & Gimpel 2017; multi-label: the largest label probability) or
+  ``energy`` (the negative free energy ``logsumexp(z / T)``, Liu et al. 2020; multi-label: the
+  JointEnergy ``sum_k softplus(z_k / T_k)``, Wang et al. 2021). ``keep`` records the share of
+  validation images the threshold keeps. None (the default): every image gets its label.
+
+No torch import: ONNX and OpenVINO predict/serve compute these with numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+REJECT_SCORES = ("msp", "energy")
+UNKNOWN = "unknown"  # the answer for an image below the rejection threshold
+
+
+def check_temperature(value: Any, num_classes: int, per_label: bool) -> float | tuple[float, ...]:
+    """A positive finite number (or, for a multi-label task, one per label); a ``ValueError``
+    naming the bad value and the fix otherwise."""
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        raise ValueError(f"temperature={value!r} is not a number; give a number > 0 (1: off).")
+    if isinstance(value, (int, float)):
+        values: list = [value]
+    else:
+        try:
+            values = [float(v) for v in value]
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"temperature={value!r} is not a number or a list of numbers; give a number > 0."
+            ) from None
+        if not per_label:
+            raise ValueError(
+                f"temperature={list(values)} is a list, but a single-label model takes one "
+                "number (the logits of all classes share it); give temperature=<number > 0>."
+            )
+        if len(values) != num_classes:
+            raise ValueError(
+                f"temperature has {len(values)} values but the model has {num_classes} labels; "
+                "give one per label, or a single number."
+            )
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(
+            f"temperature={value!r} holds a value that is not a number > 0 (the logits are "
+            "divided by it); give a positive number, 1 for none."
+        )
+    if isinstance(value, (int, float)):
+        return float(value)
+    return tuple(float(v) for v in values)
+
+
+def check_reject(value: Any) -> dict[str, Any] | None:
+    """None, or ``{"score": "msp"|"energy", "threshold": float, "keep": float in (0, 1)}``."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"reject={value!r} is not a rejection rule; give a mapping {{score: msp|energy, "
+            "threshold: <number>, keep: <share in (0, 1)>}} or null."
+        )
+    unknown = sorted(set(value) - {"score", "threshold", "keep"})
+    if unknown:
+        raise ValueError(f"reject has unknown key(s) {unknown}; known: score, threshold, keep.")
+    score = check_score(value.get("score"))
+    keep = check_keep(value.get("keep"))
+    threshold = value.get("threshold")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+        raise ValueError(f"reject.threshold={threshold!r} is not a number.")
+    if not math.isfinite(threshold):
+        raise ValueError(f"reject.threshold={threshold!r} is not a finite number.")
+    return {"score": score, "threshold": float(threshold), "keep": keep}
+
+
+def check_score(score: Any) -> str:
+    if score not in REJECT_SCORES:
+        raise ValueError(
+            f"reject={score!r} is not a known confidence score; use one of "
+            f"{', '.join(REJECT_SCORES)} (or null: no rejection)."
+        )
+    return str(score)
+
+
+def check_keep(keep: Any) -> float:
+    if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0 < keep < 1:
+        raise ValueError(
+            f"reject_keep={keep!r} is not a share strictly between 0 and 1; e.g. "
+            "reject_keep=0.95 keeps 95% of the in-distribution validation images."
+        )
+    return float(keep)
+
+
+def scaled(logits, temperature: float | Sequence[float]):
+    """(B, K) logits / temperature (one number, or one per column), float32, same kind."""
+    if isinstance(temperature, (int, float)) and temperature == 1:
+        return logits
+    if isinstance(logits, np.ndarray):
+        return logits.astype(np.float32) / np.asarray(temperature, np.float32)
+    import torch
+
+    return logits.float() / torch.as_tensor(temperature, dtype=torch.float32, device=logits.device)
+
+
+def logsumexp(x):
+    """(B, K) -> (B,) ``log(sum(exp(x)))`` per row, stable, float32, same kind."""
+    if not isinstance(x, np.ndarray):
+        return x.float().logsumexp(1)
+    top = x.max(axis=1, keepdims=True)
+    return (top[:, 0] + np.log(np.exp(x - top).sum(axis=1))).astype(np.float32)
+
+
+def softplus_sum(x):
+    """(B, K) -> (B,) ``sum_k log(1 + exp(x_k))``, stable, float32, same kind."""
+    if not isinstance(x, np.ndarray):
+        import torch.nn.functional as F
+
+        return F.softplus(x.float()).sum(1)
+    return (np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))).sum(axis=1).astype(np.float32)
+
+
+def quantile_threshold(scores: Sequence[float] | np.ndarray, keep: float) -> float:
+    """The score threshold that keeps the ``keep`` share of ``scores`` (those >= it): their
+    ``1 - keep`` quantile (numpy's linear interpolation)."""
+    values = np.asarray(scores, np.float64).ravel()
+    if values.size == 0:
+        raise ValueError("Cannot choose a rejection threshold on an empty validation split.")
+    return float(np.quantile(values, 1.0 - check_keep(keep)))
