@@ -12,8 +12,10 @@ from torchmetrics import MeanMetric
 
 from lightning_cls.inference.network import build_network, class_names
 from lightning_cls.inference.predictor import tta as test_time_augment
+from lightning_cls.inference.spec import InputSpec
 from lightning_cls.inference.tasks import Task
 from lightning_cls.models import fill_input_options
+from lightning_cls.training.distill import Distiller
 from lightning_cls.training.optim import apply_group_scales
 from lightning_cls.training.tasks import TrainingTask, create_training_task
 
@@ -52,7 +54,8 @@ class ClassificationModule(pl.LightningModule):
     (``label_smoothing``, ``class_weights``, MixUp/CutMix for multi-class; ``threshold``,
     ``pos_weight`` for multi-label: one sigmoid per class, BCE, mAP/AUROC/F1) go to it, and
     what it chooses while learning (a multi-label threshold, ``"auto"`` weights) appears in
-    ``hparams`` and so in every checkpoint.
+    ``hparams`` and so in every checkpoint. ``distill`` (a ``Distiller``) adds a teacher's
+    soft targets to the training loss; the teacher is not part of the module or its checkpoints.
     """
 
     def __init__(
@@ -80,9 +83,12 @@ class ClassificationModule(pl.LightningModule):
         task: str = "multiclass",  # or "multilabel", or a registered task's name
         threshold: float | None = None,  # multilabel: None = chosen on val (max micro-F1)
         pos_weight: str | Sequence[float] | None = None,  # multilabel BCE; "auto": train counts
+        distill: Distiller | None = None,  # a teacher's soft targets (training/distill.py)
     ):
         super().__init__()
-        self.save_hyperparameters(ignore=["net", "optimizer", "scheduler", "param_groups"])
+        self.save_hyperparameters(
+            ignore=["net", "optimizer", "scheduler", "param_groups", "distill"]
+        )
         if net is None:
             if model_name is None:
                 raise ValueError("ClassificationModule needs model_name (a registry name) or net.")
@@ -109,6 +115,7 @@ class ClassificationModule(pl.LightningModule):
         # (Lightning's sync_dist mean averages its integer sample count over ranks with
         # truncation under gloo, e.g. 359 samples on 2 ranks count as 358.)
         self.eval_losses = nn.ModuleDict({stage: MeanMetric() for stage in ("val", "test")})
+        self.distiller = distill  # a plain object: the teacher is no submodule (not saved)
 
     @property
     def hparams(self):
@@ -143,6 +150,8 @@ class ClassificationModule(pl.LightningModule):
         """Checks that the DataModule's labels are this task's, then lets the task compute
         what it needs from the train split (``class_weights``/``pos_weight="auto"``, kept in
         the hyperparameters: the checkpoint records the weights it was trained with)."""
+        if stage == "fit" and self.distiller is not None:  # loads and checks the teacher
+            self.distiller.prepare(InputSpec.from_hparams(self.hparams))
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is None:
             return
@@ -159,6 +168,9 @@ class ClassificationModule(pl.LightningModule):
         logits = self._logits(x, tta=stage != "train")
         loss = self.task.loss(logits, y)
         self.task.update(stage, logits.detach(), y)
+        if stage == "train" and self.distiller is not None:  # the teacher sees this (mixed) x
+            loss, soft = self.distiller.blend(self.task, x, logits, loss)
+            self.log("train/distill_loss", soft, on_step=False, on_epoch=True, sync_dist=True)
         if stage == "train":  # sync_dist: the epoch's train/loss averages all ranks (padded)
             self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, sync_dist=True)
             return loss
@@ -204,8 +216,14 @@ class ClassificationModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """The task takes back what it chose with these weights (a multi-label threshold):
-        ``test`` on the best checkpoint uses the best epoch's."""
-        self.task.restore(checkpoint.get("hyper_parameters") or {})
+        ``test`` on the best checkpoint uses the best epoch's. A calibrated checkpoint's
+        temperature (training/calibration.py) goes to the decision half too."""
+        saved = checkpoint.get("hyper_parameters") or {}
+        self.task.restore(saved)
+        temperature = saved.get("temperature") or 1.0
+        if not isinstance(temperature, (int, float)):
+            temperature = tuple(temperature)  # one per label
+        self.decision.temperature = temperature
 
     def per_class_results(self, stage: str, metrics: Mapping | None = None) -> dict[str, dict]:
         """Per class of the last ``stage`` ("val"/"test") epoch, as the task reports it:

@@ -118,6 +118,8 @@ def train(cfg: DictConfig) -> dict:
         **OmegaConf.to_container(cfg.get("loss") or {}),  # class_weights (auto: train counts)
         **task_options(cfg.get("task")),
         **datamodule.spec,
+        # distill.teacher=<.ckpt/.onnx>: a teacher's soft targets in the loss (Distiller)
+        distill=instantiate(cfg.distill) if OmegaConf.select(cfg, "distill.teacher") else None,
     )
     if cfg.data.get("channels_last"):
         module = module.to(memory_format=torch.channels_last)  # weights too, not just inputs
@@ -126,6 +128,17 @@ def train(cfg: DictConfig) -> dict:
     if cfg.trainer.get("enable_progress_bar") is False:  # the user's flag wins over the preset
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     callbacks += [instantiate(c) for c in (cfg.get("tuner") or {}).values()]  # tuner=lr|batch_size
+    calibration = None  # calibrate=true / reject=...: on validation when fit ends, before export
+    if cfg.get("calibrate") or cfg.get("reject"):
+        from lightning_cls.callbacks.calibration import Calibrate
+
+        calibration = Calibrate(
+            bool(cfg.get("calibrate")),
+            cfg.get("reject"),
+            cfg.get("reject_keep", 0.95),
+            Path(cfg.paths.output_dir) / "reliability.png",
+        )
+        callbacks.append(calibration)
     export_config = instantiate(cfg.export) if cfg.get("export") else None
     if export_config is not None and export_config.enabled:
         callbacks.append(
@@ -183,6 +196,8 @@ def train(cfg: DictConfig) -> dict:
         "val": {k: v for k, v in fit_metrics.items() if k.startswith("val/")},
         "test": test_metrics,
         "per_class_test": per_class,
+        # ECE before/after, the temperature and rejection rule (training/calibration.py)
+        "calibration": calibration.result.report() if calibration and calibration.result else None,
         "wall_time_s": round(time.time() - started, 2),
         "precision": str(trainer.precision),  # what ran (trainer.precision=auto resolved)
         "torch_threads": torch.get_num_threads(),  # a parallel launcher's share of the cores

@@ -32,6 +32,7 @@ from torch import nn
 from lightning_cls.inference.tasks import TASKS as DECISIONS
 from lightning_cls.inference.tasks import MultiClass, Task
 from lightning_cls.registry import Registry
+from lightning_cls.training.distill import softmax_distill_loss
 
 TRAINING_TASKS = Registry("task", "lightning_cls.training_tasks")
 STAGES = ("train", "val", "test")
@@ -106,6 +107,13 @@ class TrainingTask(nn.Module):
 
     def loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} must define loss(logits, target).")
+
+    def distill_loss(
+        self, logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float
+    ) -> torch.Tensor:
+        """The soft-target term of knowledge distillation (``training/distill.py``): here
+        KL of the softmax outputs softened by ``temperature``, times its square."""
+        return softmax_distill_loss(logits, teacher_logits, temperature)
 
     def update(self, stage: str, logits: torch.Tensor, target: torch.Tensor) -> None:
         """Count one batch of ``stage`` ("train", "val", "test") in the epoch's metrics."""

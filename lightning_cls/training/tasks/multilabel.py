@@ -24,6 +24,7 @@ from torchmetrics.utilities import dim_zero_cat
 
 from lightning_cls.inference.scores import best_threshold, multilabel_report, per_label_report
 from lightning_cls.inference.tasks import MultiLabel
+from lightning_cls.training.distill import sigmoid_distill_loss
 from lightning_cls.training.tasks import TrainingTask, register_task
 
 MAX_POS_WEIGHT = 100.0
@@ -161,6 +162,10 @@ class MultiLabelTraining(TrainingTask):
 
     def loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.criterion(logits, target)
+
+    def distill_loss(self, logits, teacher_logits, temperature: float) -> torch.Tensor:
+        """One sigmoid per label: BCE against the teacher's softened probabilities."""
+        return sigmoid_distill_loss(logits, teacher_logits, temperature)
 
     def update(self, stage: str, logits: torch.Tensor, target: torch.Tensor) -> None:
         if stage != "train":
