@@ -107,7 +107,11 @@ def draw_mosaic(
     true: torch.Tensor | None = None,  # like pred, or None (unknown: no marks, no side panels)
     title: str = "predictions",
     tiles: int = 48,
+    heatmaps=None,  # (N, H, W) in [0, 1], or a function of the tiles' images giving them
 ) -> Path:
+    """Draw the mosaic to ``path``. ``heatmaps``: a heat map over each tile (``explain``'s
+    maps, drawn half transparent), or a function of the shown images (n, C, H, W) that gives
+    their maps, so only the tiles drawn are explained."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,6 +122,8 @@ def draw_mosaic(
     cols = min(8, max(1, len(order)))
     rows = max(1, -(-len(order) // cols))
     side = true is not None
+    if callable(heatmaps):
+        heatmaps = dict(zip(order, heatmaps(images[order])))
     fig = plt.figure(figsize=(1.5 * cols + (5 if side else 0), 1.7 * rows + 0.8))
     grid = fig.add_gridspec(rows, cols + (3 if side else 0))
     for n, i in enumerate(order):
@@ -127,6 +133,8 @@ def draw_mosaic(
             ax.imshow(img[0].numpy(), cmap="gray", vmin=0, vmax=255)
         else:
             ax.imshow(img.permute(1, 2, 0).numpy())
+        if heatmaps is not None:
+            ax.imshow(heatmaps[i].numpy(), cmap="jet", alpha=0.45, vmin=0, vmax=1)
         wrong = wrongs is not None and bool(wrongs[i])
         label = _names(pred[i], classes)
         if true is not None:
@@ -194,11 +202,16 @@ def predict_split(module, datamodule, split: str, max_images: int = 2000, batch_
     return images, labels, torch.cat(preds)
 
 
-def write_split_mosaic(module, datamodule, split: str, path: Path, max_images: int = 2000) -> Path:
-    """The mosaic of ``split`` (``val``/``test``) images as ``module`` predicts them."""
+def write_split_mosaic(
+    module, datamodule, split: str, path: Path, max_images: int = 2000, explain=None
+) -> Path:
+    """The mosaic of ``split`` (``val``/``test``) images as ``module`` predicts them;
+    ``explain`` (uint8 images -> (n, H, W) heat maps, e.g. ``Explainer.heatmaps``) draws each
+    tile's heat map over it."""
     images, true, pred = predict_split(module, datamodule, split, max_images)
     classes = list(getattr(module, "classes", None) or datamodule.spec["classes"])
-    draw_mosaic(images, pred, classes, Path(path), true=true, title=f"{split} images")
+    title = f"{split} images" + (" with heat maps" if explain else "")
+    draw_mosaic(images, pred, classes, Path(path), true=true, title=title, heatmaps=explain)
     log.info("Saved %s", path)
     return Path(path)
 

@@ -1,0 +1,128 @@
+"""Heat maps at one layer: Grad-CAM (gradients) and CAM (no gradients), both hook-based.
+
+- Grad-CAM (Selvaraju et al. 2017): the layer's map A (B, C, h, w) weighted per channel by
+  the mean gradient of the target logit, ``relu(sum_c mean_hw(dy/dA_c) * A_c)``. Works for
+  any layer of any convolutional network.
+- CAM (Zhou et al. 2016): ``sum_c W[k, c] * A_c`` with ``W`` the weights of a linear head
+  over the globally pooled map: one forward, no gradients. Only networks whose head is
+  global pooling + one linear layer (resnet18, airbench, torchvision ResNets) have one.
+  For such a network and its pooled layer, Grad-CAM of average pooling equals CAM after
+  the ReLU (the mean gradient of channel c is ``W[k, c] / hw``), which a test checks.
+
+Our own implementation, not the ``grad-cam`` package: that package imports scikit-learn,
+pandas, SciPy and OpenCV on import (5-10 s here), which a server or a one-image command
+should not pay for 20 lines of tensor code.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+METHODS = ("gradcam", "cam")
+
+
+class _Capture:
+    """Forward hooks keeping a layer's output (and, optionally, the head's input) while in
+    ``with``; the layer's output is handed on as a clone, so an in-place op after the layer
+    (``ReLU(inplace=True)``) cannot modify the tensor the gradient is taken at."""
+
+    def __init__(self, layer: nn.Module, head: nn.Module | None = None):
+        self.layer, self.head = layer, head
+        self.map: torch.Tensor | None = None
+        self.pooled: torch.Tensor | None = None
+
+    def __enter__(self) -> _Capture:
+        self.handles = [self.layer.register_forward_hook(self._keep_map)]
+        if self.head is not None:
+            self.handles.append(self.head.register_forward_pre_hook(self._keep_pooled))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+    def _keep_map(self, module, inputs, output):
+        self.map = output
+        return output.clone()
+
+    def _keep_pooled(self, module, inputs):
+        self.pooled = inputs[0]
+
+
+def grad_cam(net: nn.Module, layer: nn.Module, x: torch.Tensor, targets: torch.Tensor):
+    """Grad-CAM of class ``targets`` (B,) for normalized images ``x`` (B, C, H, W) at
+    ``layer``: (B, h, w) float, >= 0, at the layer's resolution; and the logits (B, K)."""
+    with torch.inference_mode(False), torch.enable_grad(), _Capture(layer) as capture:
+        x = x.detach().clone().requires_grad_(True)  # a graph even when the weights are frozen
+        logits = net(x)
+        score = logits.gather(1, targets.view(-1, 1).to(logits.device)).sum()
+        (grads,) = torch.autograd.grad(score, capture.map)  # (B, C, h, w)
+    weights = grads.mean((2, 3), keepdim=True)  # (B, C, 1, 1)
+    cams = F.relu((weights * capture.map).sum(1))  # (B, h, w)
+    return cams.detach().float(), logits.detach().float()
+
+
+def find_head(net: nn.Module, x: torch.Tensor) -> tuple[str, nn.Linear]:
+    """The last ``nn.Linear`` a forward of ``x`` runs: the classifier head."""
+    seen: list[tuple[str, nn.Linear]] = []
+    handles = [
+        m.register_forward_hook(lambda m, i, o, n=n: seen.append((n, m)))
+        for n, m in net.named_modules()
+        if isinstance(m, nn.Linear)
+    ]
+    try:
+        with torch.no_grad():
+            net(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if not seen:
+        raise ValueError(f"{type(net).__name__} has no nn.Linear head; use method=gradcam.")
+    return seen[-1]
+
+
+def cam_pooling(net: nn.Module, layer: nn.Module, layer_name: str, input_shape) -> str:
+    """How the head pools ``layer``'s map (``avg`` or ``max``); a ``ValueError`` saying why
+    CAM cannot explain this network at this layer otherwise. Checked on random images."""
+    x = torch.randn(2, *input_shape, generator=torch.Generator().manual_seed(0))
+    param = next(net.parameters())
+    x = x.to(device=param.device, dtype=param.dtype)
+    head_name, head = find_head(net, x)
+    with torch.no_grad(), _Capture(layer, head) as capture:
+        net(x)
+    maps, pooled = capture.map, capture.pooled
+    if maps is not None and pooled is not None and pooled.shape == maps.shape[:2]:
+        for kind, pool in (("avg", maps.mean((2, 3))), ("max", maps.amax((2, 3)))):
+            if torch.allclose(pooled, pool, rtol=1e-4, atol=1e-5):
+                return kind
+    raise ValueError(
+        f"method=cam needs a head that is global pooling + one linear layer over layer "
+        f"'{layer_name}'; {type(net).__name__}'s head '{head_name}' takes "
+        f"{tuple(pooled.shape) if pooled is not None else 'nothing'} instead of the pooled "
+        f"map of {tuple(maps.shape) if maps is not None else 'nothing'}. Use method=gradcam "
+        "(any convolutional network), or the layer the head pools (layer=null)."
+    )
+
+
+def class_activation_map(
+    net: nn.Module, layer: nn.Module, head: nn.Linear, x: torch.Tensor, targets: torch.Tensor
+):
+    """CAM of class ``targets`` (B,) at ``layer`` (the map ``head`` pools): one forward
+    without gradients. (B, h, w) float, signed; and the logits (B, K)."""
+    with torch.no_grad(), _Capture(layer) as capture:
+        logits = net(x)
+        weights = head.weight[targets.to(head.weight.device)]  # (B, C)
+        cams = torch.einsum("bchw,bc->bhw", capture.map.float(), weights.float())  # (B, h, w)
+    return cams, logits.float()
+
+
+def upsampled(cams: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """(B, h, w) maps -> (B, H, W) in [0, 1]: bilinear to the image size, then each map
+    scaled from its minimum to its maximum (a flat map is all zeros)."""
+    maps = F.interpolate(cams[:, None].float(), size=size, mode="bilinear", align_corners=False)
+    maps = maps[:, 0]  # (B, H, W)
+    low = maps.amin((1, 2), keepdim=True)
+    span = maps.amax((1, 2), keepdim=True) - low
+    return torch.where(span > 0, (maps - low) / span.clamp(min=1e-12), torch.zeros_like(maps))
