@@ -1,0 +1,96 @@
+"""``python -m lightning_cls.calibrate ckpt_path=... [data=...]``: calibrate a trained checkpoint.
+
+Fits temperature scaling and, with ``reject=msp|energy``, a rejection rule on the validation
+split (``lightning_cls.training.calibration``), then writes a calibrated copy of the checkpoint
+to ``output`` (default: ``calibrated.ckpt`` in the run folder; ``output=<ckpt_path>`` replaces
+the given file atomically, with a log line), ``results.json`` (ECE before and after, on
+validation and on the test split when the data has one) and ``reliability.png``. The same
+happens after training with ``calibrate=true``. Export the calibrated checkpoint and every
+artifact carries the temperature and the rule; predict and serve apply them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import hydra
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from lightning_cls import config_dir
+from lightning_cls.cli import run_cli
+from lightning_cls.fileio import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+
+def calibrate_checkpoint(cfg: DictConfig) -> dict:
+    ckpt = Path(str(cfg.ckpt_path))
+    if not ckpt.is_file():
+        raise FileNotFoundError(
+            f"Checkpoint not found: ckpt_path={cfg.ckpt_path!r}; pass the path of a .ckpt file."
+        )
+    if ckpt.suffix != ".ckpt":
+        raise ValueError(
+            f"ckpt_path={str(ckpt)!r} is not a Lightning checkpoint (.ckpt); calibrate the "
+            "checkpoint, then export it (the temperature travels into every artifact)."
+        )
+    from lightning_cls.inference.trust import check_keep, check_score
+
+    if cfg.reject is not None:  # a typo's one line before anything loads
+        check_score(cfg.reject)
+    check_keep(cfg.reject_keep)
+    # Imported here: --help and a config error load no torch (tests/test_layers.py).
+    import pytorch_lightning as pl
+
+    from lightning_cls.inference import load_torch_model
+    from lightning_cls.inference.network import check_same_data
+    from lightning_cls.training.calibration import calibrate, update_checkpoint
+
+    pl.seed_everything(cfg.seed, workers=True)
+    net, spec = load_torch_model(ckpt)
+    datamodule = instantiate(cfg.data)
+    datamodule.mean, datamodule.std = spec.mean, spec.std  # the checkpoint's preprocessing
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    check_same_data(
+        spec.to_dict(), datamodule.spec, f"The checkpoint {ckpt}", f"data={cfg.data.name}"
+    )
+    splits = getattr(datamodule, "splits", None) or {}
+    if "val" not in splits:
+        raise ValueError(
+            f"data={cfg.data.name} keeps no validation images in memory (splits['val']); "
+            "calibrate with an in-memory data source of the same images (e.g. data=imagefolder)."
+        )
+    out = Path(cfg.paths.output_dir)
+    result = calibrate(
+        net,
+        spec,
+        splits["val"],
+        splits.get("test"),
+        temperature=bool(cfg.temperature),
+        reject=cfg.reject,
+        keep=cfg.reject_keep,
+        choose_threshold=bool(cfg.choose_threshold),
+        diagram=out / "reliability.png",
+    )
+    target = update_checkpoint(ckpt, cfg.output, result.spec_updates)
+    report = {
+        "ckpt_path": str(ckpt),
+        "calibrated_ckpt": str(target),
+        "calibration": result.report(),
+    }
+    atomic_write_text(out / "results.json", json.dumps(report, indent=2) + "\n")
+    log.info("Calibrated checkpoint: %s", target)
+    return report
+
+
+@hydra.main(config_path=config_dir(), config_name="calibrate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    calibrate_checkpoint(cfg)
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,68 @@
+"""``Calibrate``: temperature scaling and the rejection rule, when ``fit`` ends.
+
+Added by ``train.py`` for ``calibrate=true`` or ``reject=msp|energy``, before the
+``ExportCallback``: it calibrates the best checkpoint's network (the final weights without
+one) on the validation split (``lightning_cls.training.calibration``), writes what it chose
+into that checkpoint's hyper-parameters (replaced atomically, with a log line) and into the
+module's, so the test run, every exported artifact, predict and the server carry it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+from lightning_cls.inference import load_torch_model
+from lightning_cls.inference.spec import InputSpec
+from lightning_cls.training.calibration import Calibration, calibrate, update_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+class Calibrate(pl.Callback):
+    """``temperature``: fit one (multi-label: one per label); ``reject``: ``msp`` | ``energy``
+    | None with ``keep`` the validation share answered; ``diagram``: the reliability PNG."""
+
+    def __init__(
+        self,
+        temperature: bool = True,
+        reject: str | None = None,
+        keep: float = 0.95,
+        diagram: str | Path | None = None,
+    ):
+        self.temperature, self.reject, self.keep, self.diagram = temperature, reject, keep, diagram
+        self.result: Calibration | None = None
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        splits = getattr(trainer.datamodule, "splits", None) or {}
+        if "val" not in splits:
+            raise ValueError(
+                "calibrate=true / reject=... need the validation images in memory (a data "
+                f"source with splits['val']); {type(trainer.datamodule).__name__} has none. "
+                "Calibrate its checkpoint with python -m lightning_cls.calibrate instead."
+            )
+        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+        if best:
+            net, spec = load_torch_model(best)
+        else:
+            net = copy.deepcopy(getattr(pl_module.net, "_orig_mod", pl_module.net)).cpu()
+            spec = InputSpec.from_hparams(pl_module.hparams)
+        self.result = calibrate(
+            net,
+            spec,
+            splits["val"],
+            splits.get("test"),
+            temperature=self.temperature,
+            reject=self.reject,
+            keep=self.keep,
+            choose_threshold=getattr(pl_module.task, "choose_threshold", True),
+            diagram=self.diagram,
+        )
+        updates = self.result.spec_updates
+        pl_module.hparams.update(updates)
+        pl_module.on_load_checkpoint({"hyper_parameters": updates})  # the task follows
+        if best and trainer.is_global_zero:
+            update_checkpoint(best, best, updates)

@@ -1,0 +1,256 @@
+"""Calibration after training: the temperature and the rejection rule, chosen on validation.
+
+``calibrate(net, spec, val, ...)`` runs the network over the validation images exactly as
+predict does (``Predictor.image_logits``: the artifact's preprocessing and TTA), then
+
+- fits the **temperature** (Guo et al. 2017): ``T = exp(t)`` minimising the negative
+  log-likelihood of the validation labels, by L-BFGS on ``t`` (so ``T`` stays positive). A
+  multi-label model gets one temperature per label on its binary cross-entropy: each label
+  has its own sigmoid, and labels differ in how over-confident they are (the labels'
+  losses are separable, so one L-BFGS over the vector fits each label's own). Dividing logits
+  by a positive ``T`` keeps their order, so the top-1 label (multi-class) and each label's
+  ranking (multi-label mAP) do not change; a multi-label model's decision threshold, chosen
+  on the uncalibrated probabilities, is chosen again on the calibrated ones unless it was
+  fixed by the user (``choose_threshold=False``).
+- chooses the **rejection threshold** (``reject="msp"|"energy"``): the ``1 - keep`` quantile
+  of the validation images' confidence, so ``keep`` of them are answered and the rest
+  ``unknown``.
+
+It reports the expected calibration error (torchmetrics, 15 equal-width bins; multi-label:
+the binary ECE over every (image, label) probability) before and after, on validation and, when
+given, on a held-out split, and draws a reliability diagram. The result's ``spec_updates``
+(``temperature``, ``reject``, ``threshold``) are what the checkpoint's hyper-parameters and
+every exported artifact's ``InputSpec`` carry from then on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lightning_cls.fileio import atomic_savefig
+from lightning_cls.inference.predictor import Predictor
+from lightning_cls.inference.spec import InputSpec, Split
+from lightning_cls.inference.trust import check_keep, check_score, quantile_threshold
+
+log = logging.getLogger(__name__)
+BINS = 15  # reliability-diagram and ECE bins (Guo et al. use 15)
+
+
+@dataclass
+class Calibration:
+    """What ``calibrate`` chose and measured; ``report()`` is the ``results.json`` entry."""
+
+    temperature: float | list[float]
+    reject: dict[str, Any] | None
+    threshold: float | None  # a multi-label model's decision threshold (None: multi-class)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec_updates(self) -> dict[str, Any]:
+        """The hyper-parameters / spec keys that carry the calibration."""
+        updates = {"temperature": self.temperature, "reject": self.reject}
+        if self.threshold is not None:
+            updates["threshold"] = self.threshold
+        return updates
+
+    def report(self) -> dict[str, Any]:
+        return {**self.spec_updates, **self.metrics}
+
+
+def calibrate(
+    net: nn.Module,
+    spec: InputSpec,
+    val: Split,
+    test: Split | None = None,
+    temperature: bool = True,
+    reject: str | None = None,
+    keep: float = 0.95,
+    choose_threshold: bool = True,
+    diagram: str | Path | None = None,
+    batch_size: int = 256,
+) -> Calibration:
+    """Fit the temperature (``temperature=False``: keep the spec's) and the rejection rule
+    (``reject``: ``msp`` | ``energy`` | None) on ``val``; measure on ``val`` and ``test``."""
+    if reject is not None:
+        check_score(reject)
+        check_keep(keep)
+    if len(val) == 0:
+        raise ValueError("Calibration needs validation images, but the val split is empty.")
+    base = replace(spec, temperature=1.0, reject=None)  # the network's own probabilities
+    predictor = Predictor(net.eval(), base)
+    base.decision.check_labels(val.labels, "calibration")
+    logits = predictor.image_logits(val.images, batch_size)  # (N, K) float32
+    multi_hot = base.decision.multi_hot
+    fitted = fit_temperature(logits, val.labels, multi_hot) if temperature else spec.temperature
+    calibrated = replace(base, temperature=_plain(fitted))
+    threshold = spec.threshold
+    if multi_hot and choose_threshold:
+        from lightning_cls.inference.scores import best_threshold
+
+        threshold = best_threshold(calibrated.decision.probabilities(logits), val.labels)
+        calibrated = replace(calibrated, threshold=threshold)
+    rule = None
+    if reject is not None:
+        scores = calibrated.decision.confidence(logits, reject)
+        rule = {
+            "score": reject,
+            "threshold": quantile_threshold(scores.numpy(), keep),
+            "keep": keep,
+        }
+    metrics = {"split": "val", "images": len(val), "bins": BINS}
+    metrics.update(_measure("val", base, calibrated, logits, val.labels))
+    if test is not None and len(test):
+        test_logits = predictor.image_logits(test.images, batch_size)
+        metrics.update(_measure("test", base, calibrated, test_logits, test.labels))
+        if rule is not None:
+            kept = calibrated.decision.confidence(test_logits, reject) >= rule["threshold"]
+            metrics["test_kept"] = round(kept.float().mean().item(), 6)
+    if diagram is not None:
+        probs = (base.decision.probabilities(logits), calibrated.decision.probabilities(logits))
+        metrics["reliability_diagram"] = str(
+            reliability_diagram(*probs, val.labels, multi_hot, diagram)
+        )
+    result = Calibration(_plain(fitted), rule, threshold if multi_hot else None, metrics)
+    log.info("Calibration on %d validation images: %s", len(val), result.report())
+    return result
+
+
+def fit_temperature(
+    logits: torch.Tensor, labels: torch.Tensor, multi_hot: bool = False, steps: int = 100
+) -> float | list[float]:
+    """The temperature (multi-label: one per label) minimising the NLL of ``labels`` given
+    ``logits / T`` (cross-entropy, or the mean binary cross-entropy per label), by L-BFGS on
+    ``log T``. Returns plain floats (a list for multi-label)."""
+    logits = logits.detach().float()
+    width = logits.shape[1] if multi_hot else 1
+    log_t = torch.zeros(width, requires_grad=True)
+    optimizer = torch.optim.LBFGS([log_t], lr=0.5, max_iter=steps, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = _nll(logits / log_t.exp(), labels, multi_hot)
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    temperatures = log_t.detach().exp().clamp(1e-2, 1e2).tolist()
+    if not all(math.isfinite(t) for t in temperatures):
+        raise ValueError("Temperature scaling diverged (non-finite logits on validation?).")
+    return [round(t, 6) for t in temperatures] if multi_hot else round(temperatures[0], 6)
+
+
+def _nll(logits: torch.Tensor, labels: torch.Tensor, multi_hot: bool) -> torch.Tensor:
+    if multi_hot:
+        return F.binary_cross_entropy_with_logits(logits, labels.float())
+    return F.cross_entropy(logits, labels.long())
+
+
+def expected_calibration_error(probs: torch.Tensor, labels: torch.Tensor, multi_hot: bool) -> float:
+    """ECE (torchmetrics, ``BINS`` equal-width bins, L1): multi-class on the top-1 confidence;
+    multi-label as a binary problem over every (image, label) probability."""
+    from torchmetrics.functional.classification import (
+        binary_calibration_error,
+        multiclass_calibration_error,
+    )
+
+    probs = probs.detach().float()
+    if multi_hot:
+        flat = labels.round().int().flatten()
+        return binary_calibration_error(probs.flatten(), flat, n_bins=BINS).item()
+    num_classes = probs.shape[1]
+    return multiclass_calibration_error(probs, labels.long(), num_classes, n_bins=BINS).item()
+
+
+def _measure(split, base: InputSpec, calibrated: InputSpec, logits, labels) -> dict[str, float]:
+    """ECE, NLL and the task's score on ``split`` before and after calibration."""
+    out = {}
+    for when, spec in (("before", base), ("after", calibrated)):
+        probs = spec.decision.probabilities(logits)
+        scaled = logits / torch.as_tensor(spec.temperature, dtype=torch.float32)
+        multi_hot = spec.decision.multi_hot
+        out[f"{split}_ece_{when}"] = round(expected_calibration_error(probs, labels, multi_hot), 6)
+        out[f"{split}_nll_{when}"] = round(_nll(scaled, labels, multi_hot).item(), 6)
+        out[f"{split}_{spec.decision.score_name}_{when}"] = round(
+            spec.decision.score(probs, labels), 6
+        )
+    return out
+
+
+def reliability_diagram(
+    before: torch.Tensor,
+    after: torch.Tensor,
+    labels: torch.Tensor,
+    multi_hot: bool,
+    path: str | Path,
+) -> Path:
+    """Accuracy against confidence per bin, before and after calibration, with the diagonal
+    a calibrated model follows; written atomically (``fileio.atomic_savefig``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="calibrated")
+    for probs, name in ((before, "before"), (after, "after")):
+        confidence, correct = _confidence_and_correct(probs, labels, multi_hot)
+        ece = expected_calibration_error(probs, labels, multi_hot)
+        centres, accuracy = _bins(confidence, correct)
+        ax.plot(centres, accuracy, marker="o", label=f"{name} (ECE {ece:.3f})")
+    ax.set(xlabel="confidence", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1))
+    ax.set_title("Reliability (validation)")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    try:
+        return atomic_savefig(fig, path, dpi=100)
+    finally:
+        plt.close(fig)
+
+
+def _confidence_and_correct(probs, labels, multi_hot):
+    if multi_hot:  # every (image, label) probability against whether the label is true
+        return probs.flatten(), labels.round().flatten().float()
+    confidence, predicted = probs.max(1)
+    return confidence, (predicted == labels).float()
+
+
+def _bins(confidence: torch.Tensor, correct: torch.Tensor) -> tuple[list, list]:
+    index = (confidence * BINS).long().clamp(max=BINS - 1)
+    centres, accuracy = [], []
+    for b in range(BINS):
+        members = index == b
+        if members.any():
+            centres.append(confidence[members].mean().item())
+            accuracy.append(correct[members].mean().item())
+    return centres, accuracy
+
+
+def _plain(temperature: Any) -> float | list[float]:
+    return temperature if isinstance(temperature, (int, float)) else list(temperature)
+
+
+def update_checkpoint(source: str | Path, target: str | Path, updates: dict[str, Any]) -> Path:
+    """``source``'s checkpoint with ``updates`` in its hyper-parameters, written to ``target``
+    through a temp file and an atomic rename (``target`` may be ``source``: replaced whole or
+    not at all, never half-written). Read with ``weights_only=True``: no code runs."""
+    from lightning_cls.fileio import atomic_path
+
+    source, target = Path(source), Path(target)
+    checkpoint = torch.load(source, map_location="cpu", weights_only=True)
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ValueError(f"{source} is not a Lightning checkpoint (no state_dict inside).")
+    checkpoint.setdefault("hyper_parameters", {}).update(updates)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(target) as tmp:
+        torch.save(checkpoint, tmp)
+    verb = "Replaced" if target.resolve() == source.resolve() else "Wrote"
+    log.info("%s %s (atomically) with the calibration: %s", verb, target, updates)
+    return target

@@ -1,0 +1,194 @@
+"""``unknown`` when unsure: the rejection rule chosen on validation, carried through the ONNX
+metadata, answered by predict, the server's JSON and its page; bad rules are one-line errors."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+from dataclasses import dataclass, replace
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from helpers import make_data
+from lightning_cls.inference import InputSpec, load_artifact, predict_files, write_predictions_csv
+from lightning_cls.inference.spec import SpecError, Split
+from lightning_cls.models import create_model
+from lightning_cls.training.calibration import calibrate
+
+
+@dataclass
+class Rejecting:
+    net: torch.nn.Module
+    spec: InputSpec  # with the temperature and the rule chosen on validation
+    test: Split  # in-distribution images the model never saw
+    stripes: torch.Tensor  # uint8 (N, 1, 16, 16): a clearly different family
+
+
+def stripes(n: int, seed: int = 1) -> torch.Tensor:
+    """Sinusoidal stripes of random frequency and phase: nothing like the noisy prototypes."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.arange(16).float().view(1, 1, 1, 16)
+    freq = torch.randint(1, 5, (n, 1, 1, 1), generator=g).float()
+    phase = torch.rand(n, 1, 1, 1, generator=g) * 6.28
+    wave = torch.sin(x * freq * 0.8 + phase) * 0.5 + 0.5  # (n, 1, 1, 16)
+    return (wave.expand(n, 1, 16, 16) * 255).round().to(torch.uint8).contiguous()
+
+
+@pytest.fixture(scope="module")
+def rejecting() -> Rejecting:
+    """A SimpleCNN trained (plain torch, ~2 s) on one generated family, then its energy rule
+    chosen to keep 95% of the validation images."""
+    torch.manual_seed(0)
+    data = make_data(
+        num_classes=4, num_channels=1, image_size=16, train_size=256, test_size=128, val_size=64
+    )
+    data.setup("fit")
+    train, val = data.splits["train"], data.splits["val"]
+    spec = InputSpec.from_dict(dict(data.spec))
+    net = create_model(
+        "simplecnn", num_classes=4, in_channels=1, image_size=16, widths=[8, 16], hidden=32
+    )
+    optimizer = torch.optim.Adam(net.parameters(), 3e-3)
+    x = spec.preprocess(train.images)
+    for _ in range(60):
+        loss = torch.nn.functional.cross_entropy(net(x), train.labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    result = calibrate(net.eval(), spec, val, reject="energy", keep=0.95)
+    spec = InputSpec.from_dict({**spec.to_dict(), **result.spec_updates})
+    return Rejecting(net, spec, data.splits["test"], stripes(128))
+
+
+def unknown_share(spec: InputSpec, net, images: torch.Tensor) -> float:
+    from lightning_cls.inference.predictor import Predictor
+
+    verdicts = spec.decision.verdicts(Predictor(net, spec).image_logits(images))
+    return sum(unknown for unknown, _ in verdicts) / len(verdicts)
+
+
+def test_a_different_family_is_rejected_at_95_percent_kept(rejecting):
+    assert rejecting.spec.reject["keep"] == 0.95
+    assert unknown_share(rejecting.spec, rejecting.net, rejecting.stripes) >= 0.9
+    # The same rule answers most unseen images of the family it learned.
+    assert unknown_share(rejecting.spec, rejecting.net, rejecting.test.images) <= 0.15
+    # Off by default: the same model without the rule never answers unknown.
+    plain = replace(rejecting.spec, reject=None)
+    assert plain.decision.verdicts(torch.zeros(2, 4)) is None
+
+
+@pytest.fixture(scope="module")
+def onnx_file(rejecting, tmp_path_factory):
+    from lightning_cls.export.onnx import export_onnx
+
+    return export_onnx(rejecting.net, rejecting.spec, tmp_path_factory.mktemp("onnx") / "m.onnx")
+
+
+def _png(image: torch.Tensor, path) -> None:
+    Image.fromarray(image[0].numpy()).save(path)
+
+
+def test_the_rule_travels_in_onnx_and_predict_answers_unknown(rejecting, onnx_file, tmp_path):
+    from lightning_cls.export.onnx import read_metadata
+    from lightning_cls.inference.predictor import Predictor
+
+    path = onnx_file
+    stored = read_metadata(path)
+    assert (stored.reject, stored.temperature) == (
+        rejecting.spec.reject,
+        rejecting.spec.temperature,
+    )
+    for i in range(4):
+        _png(rejecting.stripes[i], tmp_path / f"stripes_{i}.png")
+        _png(rejecting.test.images[i], tmp_path / f"known_{i}.png")
+    predictor = load_artifact(path)  # numpy: ONNX Runtime
+    rows, _ = predict_files(predictor, sorted(tmp_path.glob("*.png")), top_k=2)
+    by_name = {r["file"].rsplit("/", 1)[-1]: r for r in rows}
+    assert sum(by_name[f"stripes_{i}.png"]["unknown"] for i in range(4)) >= 3
+    row = by_name["stripes_0.png"]
+    assert len(row["labels"]) == len(row["probs"]) == 2  # the scores are still given
+    write_predictions_csv(tmp_path / "p.csv", rows, [], 2, predictor.spec)
+    table = list(csv.DictReader((tmp_path / "p.csv").open()))
+    assert table[0].keys() >= {"file", "answer", "energy_score", "label_1", "prob_1"}
+    answers = {r["file"].rsplit("/", 1)[-1]: r["answer"] for r in table}
+    assert answers["stripes_0.png"] == ("unknown" if row["unknown"] else row["labels"][0])
+    # The same net without a rule (the default): the rows and CSV columns of before.
+    plain = Predictor(rejecting.net, replace(rejecting.spec, reject=None))
+    rows, _ = predict_files(plain, [tmp_path / "stripes_0.png"], top_k=2)
+    assert "unknown" not in rows[0] and rows[0]["labels"] == row["labels"]
+    write_predictions_csv(tmp_path / "plain.csv", rows, [], 2, plain.spec)
+    header = (tmp_path / "plain.csv").read_text().splitlines()[0]
+    assert header == "file,label_1,label_2,prob_1,prob_2,error"
+
+
+def test_the_server_answers_unknown_with_the_scores(rejecting, onnx_file):
+    from lightning_cls.serve.app import ServeApp
+    from lightning_cls.serve.config import ServeConfig
+    from lightning_cls.serve.metrics import ServeMetrics
+    from lightning_cls.serve.page import PAGE_HTML
+
+    path = onnx_file
+    predictor = load_artifact(path)
+    app = ServeApp(ServeConfig(artifact=str(path)), predictor, ServeMetrics(), {"name": "m"})
+    bodies = []
+    for image in (rejecting.stripes[0], rejecting.test.images[0]):
+        buffer = io.BytesIO()
+        Image.fromarray(image[0].numpy()).save(buffer, format="PNG")
+        bodies.append(buffer.getvalue())
+
+    async def ask():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            headers = {"content-type": "image/png"}
+            return [await client.post("/predict", content=b, headers=headers) for b in bodies]
+
+    try:
+        answers = [a.json()["predictions"][0] for a in asyncio.run(ask())]
+    finally:
+        app.close()
+    odd, known = answers
+    logits = predictor.image_logits(np.stack([rejecting.stripes[0].numpy()]))
+    assert odd["score"] == pytest.approx(float(predictor.task.energy(logits)[0]), abs=1e-4)
+    assert odd["unknown"] is True and odd["labels"] and odd["probs"]  # scores still there
+    assert known["unknown"] is False
+    assert "p.unknown" in PAGE_HTML  # the page shows the server's unknown
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"temperature": 0}, r"temperature=0 holds a value that is not a number > 0"),
+        ({"temperature": -2.0}, r"temperature=-2.0 holds a value that is not a number > 0"),
+        ({"temperature": "hot"}, r"temperature='hot' is not a number"),
+        ({"temperature": [1.0, 2.0]}, r"is a list, but a single-label model takes one number"),
+        (
+            {"reject": {"score": "entropy", "threshold": 0.5, "keep": 0.9}},
+            r"reject='entropy' is not a known confidence score; use one of msp, energy",
+        ),  # fmt: skip
+        (
+            {"reject": {"score": "msp", "threshold": 0.5, "keep": 1.0}},
+            r"reject_keep=1.0 is not a share strictly between 0 and 1",
+        ),  # fmt: skip
+        (
+            {"reject": {"score": "msp", "threshold": 0.5, "keep": 0.9, "x": 1}},
+            r"reject has unknown key\(s\) \['x'\]",
+        ),  # fmt: skip
+    ],
+)
+def test_bad_trust_values_are_one_line_errors(options, match):
+    base = dict(classes=["a", "b"], mean=[0.5], std=[0.5], image_size=8, num_channels=1)
+    with pytest.raises(SpecError, match=match):
+        InputSpec(**base, **options)
+
+
+def test_older_metadata_without_the_fields_loads_with_the_defaults():
+    props = {"classes": '["a", "b"]', "mean": "[0.5]", "std": "[0.5]", "image_size": "8"}
+    spec = InputSpec.from_props({**props, "num_channels": "1"})
+    assert (spec.temperature, spec.reject) == (1.0, None)
+    logits = np.array([[2.0, 0.0]], np.float32)
+    assert spec.decision.probabilities(logits)[0, 0] == pytest.approx(1 / (1 + np.exp(-2.0)))
