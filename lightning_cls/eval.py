@@ -69,7 +69,15 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     results = {"ckpt_path": str(cfg.ckpt_path), "split": split, **tta, split: metrics}
     results[f"per_class_{split}"] = module.per_class_results(split, trainer.callback_metrics)
     if cfg.get("prediction_mosaic", True):
-        write_split_mosaic(module, datamodule, split, out / f"predictions_{split}.png")
+        explain = None
+        if cfg.get("explain"):  # heat maps over the tiles: gradcam or cam
+            from lightning_cls.explain import Explainer
+            from lightning_cls.inference.spec import InputSpec
+
+            spec = InputSpec.from_hparams(module.hparams)
+            explain = Explainer(module.net, spec, cfg.explain).heatmaps
+        mosaic = out / f"predictions_{split}.png"
+        write_split_mosaic(module, datamodule, split, mosaic, explain=explain)
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
     log.info("%s metrics of %s (%s): %s", split, cfg.ckpt_path, tta, json.dumps(metrics))
     return metrics

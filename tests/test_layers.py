@@ -38,6 +38,7 @@ LAYERS = {
     "base": {"__init__", "registry", "fileio", "threads"},
     "models": {"models"},
     "inference": {"inference"},
+    "explain": {"explain"},
     "data": {"data"},
     "training": {"module", "training", "callbacks"},
     "export": {"export"},

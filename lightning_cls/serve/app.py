@@ -3,7 +3,8 @@
 ``POST /predict`` is answered by a plain ASGI function (no framework routing, no per-request
 validation models): read the body under a deadline, admit it to the queue, check and decode
 the images, await the ``Batcher``, send pre-serialised JSON. Everything else (``GET /``,
-``/health``, ``/info``, ``/metrics``) goes to a small Starlette app.
+``/health``, ``/info``, ``/metrics``, ``POST /explain``: the heat map of one image, where the
+served model supports it, ``serve/heatmaps.py``) goes to a small Starlette app.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.routing import Route
 from lightning_cls.inference.predictor import Predictor
 from lightning_cls.serve.batcher import Batcher, Expired
 from lightning_cls.serve.config import ServeConfig
+from lightning_cls.serve.heatmaps import HeatMaps
 from lightning_cls.serve.inputs import (
     INLINE_DECODE_PIXELS,
     Reject,
@@ -60,13 +62,16 @@ class ServeApp:
         self.in_flight = 0  # admitted /predict requests not yet answered, this process
         self.draining = False  # set on SIGTERM: /health and new /predict get 503
         self.model_json = dumps(info)  # the same for every answer: serialised once
+        self.heatmaps = HeatMaps(predictor)
         self.info = {"model": {**info, "spec": self.spec.to_dict(), "config": config.public()}}
+        self.info["model"]["explain"] = self.heatmaps.describe()
         self.routes = Starlette(
             routes=[
                 Route("/", self.page),
                 Route("/health", self.health),
                 Route("/info", self.describe),
                 Route("/metrics", self.prometheus),
+                Route("/explain", self.explain, methods=["POST"]),
             ]
         )
 
@@ -191,6 +196,23 @@ class ServeApp:
     # --- the other endpoints ------------------------------------------------------------
     async def page(self, request) -> Response:
         return HTMLResponse(PAGE_HTML)
+
+    async def explain(self, request) -> Response:
+        """One image's heat map over it (JSON with a PNG data URL); 501 where the served
+        model has no feature maps to read."""
+        if self.heatmaps.explainer is None:
+            return JSONResponse({"detail": self.heatmaps.reason}, 501)
+        config = self.config
+        try:
+            content_kind(request.headers.get("content-type", ""))
+            raw = await self._read_body(request.receive)
+            request_pixels([raw], config.max_pixels, config.max_request_pixels)
+            image = decode_all([raw], self.spec)[0]  # (C, H, W) uint8
+        except Reject as err:
+            return JSONResponse({"detail": err.detail}, err.status, err.headers)
+        loop = asyncio.get_running_loop()
+        answer = await loop.run_in_executor(self.decoder, self.heatmaps.explain, image)
+        return JSONResponse(answer)
 
     async def health(self, request) -> Response:
         if self.draining:

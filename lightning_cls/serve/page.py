@@ -1,7 +1,9 @@
 """``GET /``: one self-contained HTML page (no CDN, works offline) to try the model by hand.
 
 Drop or pick one or more images: each is posted to ``/predict`` as raw bytes (the server
-batches them) and shown with its top-5 labels as bars with probabilities.
+batches them) and shown with its top-5 labels as bars with probabilities, and, where the
+served model supports it (a PyTorch checkpoint: ``/info``'s ``model.explain``), with the heat
+map of where it looked (``POST /explain``); elsewhere the card says why there is none.
 """
 
 PAGE_HTML = """<!doctype html>
@@ -34,6 +36,8 @@ PAGE_HTML = """<!doctype html>
   .row:first-child .bar { background: #1c9a5b; }
   .pct { text-align: right; font-variant-numeric: tabular-nums; }
   .error { color: #b3261e; }
+  .card img.heat { width: 128px; height: 128px; }
+  .explain { color: #5b6573; font-size: .85rem; margin-top: .4rem; }
 </style>
 </head>
 <body>
@@ -47,9 +51,11 @@ PAGE_HTML = """<!doctype html>
 "use strict";
 const drop = document.getElementById("drop");
 const results = document.getElementById("results");
+let explain = {supported: false, reason: "model information not loaded"};
 
 fetch("info").then(r => r.json()).then(info => {
   const m = info.model;
+  if (m.explain) explain = m.explain;
   document.getElementById("model").textContent =
     `Model ${m.name} (version ${m.version}, ${m.runtime}), ${m.spec.classes.length} classes`;
 }).catch(() => { document.getElementById("model").textContent = ""; });
@@ -97,10 +103,28 @@ async function classify(file) {
                  el("span", "pct", (100 * p.probs[i]).toFixed(1) + "%"));
       body.append(row);
     });
+    await showHeatMap(file, type, card);
   } catch (err) {
     body.textContent = "";
     body.append(el("div", "error", String(err)));
   }
+}
+
+async function showHeatMap(file, type, card) {  // where the model looked, if it can say
+  const note = el("div", "explain");
+  card.append(note);
+  if (!explain.supported) {
+    note.textContent = explain.reason;
+    return;
+  }
+  const r = await fetch("explain", {method: "POST", headers: {"Content-Type": type}, body: file});
+  const answer = await r.json();
+  if (!r.ok) { note.textContent = `Heat map: ${r.status}: ${answer.detail}`; return; }
+  const heat = el("img", "heat");
+  heat.src = answer.overlay;
+  heat.alt = `${answer.method} heat map of ${answer.label}`;
+  note.textContent = `${answer.method} heat map of ${answer.label} (layer ${answer.layer})`;
+  card.insertBefore(heat, note);
 }
 
 function classifyAll(files) { for (const f of files) classify(f); }
