@@ -27,6 +27,12 @@ from torchvision import transforms as T
 
 from lightning_cls.data import cache as image_cache
 from lightning_cls.data.base import ImageDataModule, check_channels
+from lightning_cls.data.file_index import (
+    files_of_splits,
+    normalized,
+    read_file_index,
+    unreadable_of,
+)
 from lightning_cls.data.memory import hold_out
 from lightning_cls.data.registry import register_dataset
 from lightning_cls.inference.images import IMAGE_SUFFIXES
@@ -94,6 +100,7 @@ class ImageFolderDataModule(ImageDataModule):
         std: Sequence[float] | None = None,
         decode_size: int | None = None,
         random_resized_crop: bool = False,
+        index: str | None = None,
         **kwargs,
     ):
         """``root`` holds ``train/<class>/*`` (+ optional ``val/``, ``test/``). ``num_classes``
@@ -102,7 +109,9 @@ class ImageFolderDataModule(ImageDataModule):
         keeps decoded arrays in ``cache_dir`` (default ``<root>/.lightning_cls_cache``).
         ``mean``/``std`` default to ImageNet's. ``decode_size`` (default ``image_size``) is the
         side of the cached squares; ``random_resized_crop`` trains on random resized crops of
-        them (torchvision's default scale/ratio). Other keyword arguments go to
+        them (torchvision's default scale/ratio). ``index``: a CSV of the files to keep (the
+        doctor's cleaned index, ``data/file_index.py``); others are left out. Other keyword
+        arguments go to
         ``ImageDataModule`` (batch_size, pipeline, crop_padding, hflip, val_size, seed, ...).
         """
         super().__init__(num_classes=num_classes, **kwargs)
@@ -137,6 +146,11 @@ class ImageFolderDataModule(ImageDataModule):
         )
         self.std = check_channels(std if std is not None else default_std, num_channels, "data.std")
         self.skipped: list[str] = []  # unreadable files left out (on_corrupt="skip")
+        self.index = index
+        self._keep: set[str] | None = None  # the index's files, read on first scan
+        self._split_files: dict[str, list[str]] = {}  # folder split -> file of each decoded row
+        self._split_labels: dict[str, list] = {}
+        self.unreadable_files: list[str] = []  # paths of files that failed to decode
         self._classes: list[str] | None = None
 
     # -- the class list comes from train/'s folders, without decoding anything -----------------
@@ -179,6 +193,9 @@ class ImageFolderDataModule(ImageDataModule):
         for name in ("val", "test"):
             if (self.root / name).is_dir():
                 splits[name] = self._load(name)
+        return self._hold_out_test(splits)
+
+    def _hold_out_test(self, splits: dict[str, Split]) -> dict[str, Split]:
         if "test" not in splits:
             log.info(
                 "%s has no test/ folder: holding out %s of train as test (split_seed %d).",
@@ -192,6 +209,10 @@ class ImageFolderDataModule(ImageDataModule):
             )
         return splits
 
+    def split_files(self) -> dict[str, list[str]]:
+        """The image file behind each row of ``self.splits[name]`` (after ``setup``)."""
+        return files_of_splits(self, self._split_files, self._split_labels)
+
     def _load(self, split: str) -> Split:
         split_dir = self.train_dir if split == "train" else self.root / split
         classes, files, labels = scan_split(split_dir)
@@ -203,8 +224,23 @@ class ImageFolderDataModule(ImageDataModule):
             )
         index = {name: i for i, name in enumerate(self.classes)}
         labels = [index[classes[i]] for i in labels]
+        files, labels = self._filter_by_index(split_dir, files, labels)
         images, labels = self._decode_cached(split, [str(f) for f in files], labels)
         return Split(torch.from_numpy(images), torch.as_tensor(labels, dtype=torch.int64))
+
+    def _filter_by_index(self, split_dir: Path, files: list[Path], labels: list[int]):
+        """The files ``data.index`` lists (all of them without one), with their labels."""
+        if self.index is None:
+            return files, labels
+        if self._keep is None:
+            self._keep = read_file_index(self.index, self.root)
+        kept = [(f, y) for f, y in zip(files, labels) if normalized(f) in self._keep]
+        if not kept:
+            raise ValueError(
+                f"data.index={self.index} lists none of the {len(files)} images in {split_dir}; "
+                "write the index for this data.root, or set data.index=null."
+            )
+        return [f for f, _ in kept], [y for _, y in kept]
 
     def _decode_cached(self, split: str, files: list[str], labels: list, cache_tag: str = ""):
         """Decoded images of ``files`` (cached) and the labels of those that decoded.
@@ -223,6 +259,7 @@ class ImageFolderDataModule(ImageDataModule):
         if cache_dir is not None and (hit := image_cache.load_cache(cache_dir, name, key)):
             images, meta = hit
             self._handle_unreadable(meta["skipped"], split)
+            self._remember(split, files, unreadable_of(files, meta["skipped"]), meta["labels"])
             return images, meta["labels"]
         log.info(
             "Decoding %d images of %s with %d workers...", len(files), split, self.decode_workers
@@ -236,6 +273,7 @@ class ImageFolderDataModule(ImageDataModule):
         keep = [i for i in range(len(files)) if i not in bad]
         if bad:
             images, labels = images[keep], [labels[i] for i in keep]
+        self._remember(split, files, {files[i] for i in bad}, labels)
         if not keep:
             raise ValueError(
                 f"No readable images in {self.root / split}: all {len(files)} files failed to "
@@ -247,6 +285,12 @@ class ImageFolderDataModule(ImageDataModule):
             image_cache.write_cache(cache_dir, name, np.ascontiguousarray(images), meta)
             log.info("Cached %s decoded images in %s.", split, cache_dir / f"{name}.npy")
         return images, labels
+
+    def _remember(self, split: str, files: list[str], bad: set[str], labels: list) -> None:
+        """Which file each decoded row of ``split`` came from (``split_files``)."""
+        self._split_files[split] = [f for f in files if f not in bad]
+        self.unreadable_files = sorted(set(self.unreadable_files) | bad)
+        self._split_labels[split] = labels
 
     def _handle_unreadable(self, skipped: list[str], split: str) -> None:
         """Fail naming the first unreadable file, or count and log them (on_corrupt="skip")."""

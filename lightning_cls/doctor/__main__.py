@@ -1,0 +1,56 @@
+"""``python -m lightning_cls.doctor data=...``: check a dataset before training.
+
+Reads top to bottom: build the DataModule the config names (as training would) → run every
+check → write ``report.md``, ``report.json`` and the mosaics into the run folder. The data is
+only read; ``doctor.write_index=clean.csv`` also writes the files worth keeping.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import hydra
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_cls import config_dir
+from lightning_cls.cli import run_cli
+
+log = logging.getLogger(__name__)
+
+
+def doctor(cfg: DictConfig) -> dict:
+    # Imported here: --help and config errors stay light (tests/test_layers.py).
+    from lightning_cls.doctor.run import DoctorOptions, diagnose
+
+    settings = OmegaConf.to_container(cfg.doctor, resolve=True)
+    unknown = sorted(set(settings) - set(DoctorOptions.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"Unknown doctor option(s) {unknown}; see conf/doctor.yaml.")
+    settings["drop"] = tuple(settings.get("drop") or ())
+    options = DoctorOptions(**settings, seed=cfg.seed)
+    datamodule = instantiate(cfg.data)
+    datamodule.name = cfg.data.name
+    out = Path(cfg.paths.output_dir)
+    result = diagnose(datamodule, out, options)
+    log.info(
+        "Data check of data=%s: %d duplicate groups (%d across splits), %d likely label "
+        "errors, %d unreadable files; report: %s",
+        cfg.data.name,
+        len(result["duplicates"]),
+        sum(g["cross_split"] for g in result["duplicates"]),
+        len(result["label_issues"]),
+        len(result["files"].get("unreadable", [])),
+        out / "report.md",
+    )
+    return result
+
+
+@hydra.main(config_path=config_dir(), config_name="doctor", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    doctor(cfg)
+
+
+if __name__ == "__main__":
+    run_cli(main)

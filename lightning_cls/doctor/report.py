@@ -1,0 +1,137 @@
+"""``report.md`` for people and ``report.json`` for machines, from one result dict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lightning_cls.fileio import atomic_write_text
+
+LIST_LIMIT = 20  # rows per list in the Markdown (the JSON has every one)
+FILE_CHECKS = {
+    "unreadable": "Unreadable, truncated or empty files (left out of training)",
+    "size_outliers": "Images far smaller or larger than the rest",
+    "grayscale_files": "Grayscale files in an RGB set",
+    "cmyk_files": "CMYK files in an RGB set",
+    "exif_rotated": "EXIF-rotated photos (training applies the rotation; other tools may not)",
+    "grayscale_content": "RGB images whose three channels are equal (grayscale pictures)",
+}
+
+
+def write_report(result: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "report.json", json.dumps(result, indent=1) + "\n")
+    atomic_write_text(out / "report.md", markdown(result))
+
+
+def markdown(result: dict) -> str:
+    splits = ", ".join(f"{name} {n}" for name, n in result["splits"].items())
+    lines = [f"# Data check: data={result['data']}", "", f"Splits: {splits}.", ""]
+    lines += _files_section(result)
+    lines += _duplicates_section(result)
+    lines += _balance_section(result)
+    lines += _labels_section(result)
+    if "index" in result:
+        index = result["index"]
+        lines += [
+            "## Cleaned index",
+            "",
+            f"`{index['path']}`: {index['kept']} files kept, "
+            f"left out: {index['left_out'] or 'none'}.",
+            "",
+        ]
+    if result["skipped"]:
+        lines += ["## Skipped checks", ""]
+        lines += [f"- {name}: {why}." for name, why in result["skipped"].items()] + [""]
+    lines += [f"Checked in {result['seconds']} s.", ""]
+    return "\n".join(lines)
+
+
+def _bullets(records: list[dict], render) -> list[str]:
+    shown = [f"- {render(r)}" for r in records[:LIST_LIMIT]]
+    more = len(records) - LIST_LIMIT
+    return shown + ([f"- ... and {more} more (report.json)"] if more > 0 else [])
+
+
+def _files_section(result: dict) -> list[str]:
+    files = result["files"]
+    lines = ["## Files", ""]
+    if "checked" in files:
+        lines += [f"{files['checked']} files read.", ""]
+    for key, title in FILE_CHECKS.items():
+        if key not in files:
+            continue
+        found = files[key]
+        lines.append(f"**{title}: {len(found)}**")
+        lines += _bullets(found, lambda r: ", ".join(f"{k}: {v}" for k, v in r.items() if v))
+        lines.append("")
+    if "flagged" in result["mosaics"]:
+        lines += ["![flagged images](flagged.png)", ""]
+    return lines
+
+
+def _duplicates_section(result: dict) -> list[str]:
+    groups = result["duplicates"]
+    cross = [g for g in groups if g["cross_split"]]
+    lines = [
+        "## Duplicates",
+        "",
+        f"{len(groups)} groups of copies ({sum(len(g['members']) for g in groups)} images); "
+        f"{len(cross)} span splits (a test image also in train inflates the test score).",
+        "",
+    ]
+
+    def render(group):
+        names = [f or f"{s}:{r}" for f, (s, r) in zip(group["files"], group["members"])]
+        return f"{group['kind']} ({group['distance']} bits), {'/'.join(group['splits'])}: " + (
+            ", ".join(names[:6]) + (" ..." if len(names) > 6 else "")
+        )
+
+    lines += _bullets(groups, render) + [""]
+    if "duplicates" in result["mosaics"]:
+        lines += ["![duplicates](duplicates.png)", ""]
+    return lines
+
+
+def _balance_section(result: dict) -> list[str]:
+    balance = result["balance"]
+    classes = result["classes"]
+    header = "| split | " + " | ".join(classes) + " |"
+    lines = ["## Classes", "", "<!-- not measured: counts of this dataset -->", header]
+    lines.append("|" + " --- |" * (len(classes) + 1))
+    for split, counts in balance["counts"].items():
+        lines.append(f"| {split} | " + " | ".join(str(counts[c]) for c in classes) + " |")
+    ratio = balance["imbalance"]
+    lines += ["", f"Train imbalance (largest / smallest class): {ratio or 'a class is empty'}."]
+    if balance["empty_classes"]:
+        lines.append(f"Classes without train images: {', '.join(balance['empty_classes'])}.")
+    if balance["suggest"]:
+        lines.append("Suggested: `" + "` or `".join(balance["suggest"]) + "`.")
+        if "class_weights" in balance:
+            lines.append(f"`loss.class_weights=auto` will weigh them {balance['class_weights']}.")
+    return lines + [""]
+
+
+def _labels_section(result: dict) -> list[str]:
+    if "label_issues" in result["skipped"]:
+        return []
+    issues = result["label_issues"]
+    classes = result["classes"]
+    lines = [
+        "## Likely label errors",
+        "",
+        f"{len(issues)} images (out-of-fold probe + cleanlab).",
+        "",
+    ]
+
+    def render(issue):
+        return (
+            f"{issue['split']}:{issue['row']} given {classes[issue['given']]} "
+            f"({issue['given_prob']:.2f}), suggested {classes[issue['suggested']]} "
+            f"({issue['suggested_prob']:.2f})"
+        )
+
+    lines += _bullets(issues, render) + [""]
+    if "label_issues" in result["mosaics"]:
+        lines += ["![label issues](label_issues.png)", ""]
+    return lines
