@@ -1,0 +1,127 @@
+"""Temperature scaling on validation: an over-confident model's ECE at least halves with its
+accuracy unchanged; per-label temperatures for multi-label; the temperature and the rule reach
+the checkpoint (``python -m lightning_cls.calibrate``, ``calibrate=true``) and the export."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import LEARNABLE, SMALL, as_overrides, make_data
+from hydra_helpers import QUIET_TRAINER, compose
+from lightning_cls.inference import InputSpec, load_torch_model
+from lightning_cls.inference.scores import mean_average_precision
+from lightning_cls.models import create_model
+from lightning_cls.training.calibration import calibrate, fit_temperature
+
+
+@pytest.fixture(scope="module")
+def overconfident():
+    """A SimpleCNN overfit (plain torch, ~2 s) on 64 hard images with 30% of the labels
+    shuffled: it learns the noise, so its held-out confidence is far above its accuracy."""
+    torch.manual_seed(0)
+    data = make_data(
+        num_classes=4, num_channels=1, image_size=16, train_size=256, test_size=256,
+        val_size=128, noise=1.6,
+    )  # fmt: skip
+    data.setup("fit")
+    spec = InputSpec.from_dict(dict(data.spec))
+    train = data.splits["train"]
+    x, y = spec.preprocess(train.images[:64]), train.labels[:64].clone()
+    noisy = torch.rand(64) < 0.3
+    y[noisy] = torch.randint(0, 4, (int(noisy.sum()),))
+    net = create_model(
+        "simplecnn", num_classes=4, in_channels=1, image_size=16, widths=[8, 16], hidden=32
+    )
+    optimizer = torch.optim.Adam(net.parameters(), 3e-3)
+    for _ in range(150):
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return net.eval(), spec, data.splits
+
+
+def test_temperature_scaling_halves_the_ece_of_an_overconfident_model(overconfident, tmp_path):
+    net, spec, splits = overconfident
+    result = calibrate(net, spec, splits["val"], splits["test"], diagram=tmp_path / "rel.png")
+    m = result.metrics
+    assert result.temperature > 1.5  # over-confident: the logits are softened
+    assert m["test_ece_before"] > 0.2  # it really was over-confident on unseen images
+    assert m["test_ece_after"] <= m["test_ece_before"] / 2
+    assert m["val_ece_after"] <= m["val_ece_before"] / 2
+    assert m["test_accuracy_after"] == m["test_accuracy_before"]  # argmax unchanged
+    assert m["test_nll_after"] < m["test_nll_before"]
+    assert (tmp_path / "rel.png").read_bytes()[:4] == b"\x89PNG"
+    assert result.reject is None and result.threshold is None
+
+
+def test_multilabel_gets_one_temperature_per_label():
+    """Labels drawn from sigmoid(z); label 0's logits given 3x too large, label 1's as they
+    are: the fit finds about [3, 1], and each label's ranking (mAP) is unchanged."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(4000, 2, generator=g) * 2
+    labels = (torch.rand(4000, 2, generator=g) < torch.sigmoid(z)).float()
+    logits = z * torch.tensor([3.0, 1.0])
+    temperatures = fit_temperature(logits, labels, multi_hot=True)
+    assert temperatures == pytest.approx([3.0, 1.0], rel=0.15)
+    spec = InputSpec(
+        classes=["a", "b"], mean=[0.5], std=[0.5], image_size=4, num_channels=1,
+        task="multilabel", temperature=temperatures,
+    )  # fmt: skip
+    calibrated = spec.decision.probabilities(logits)
+    assert mean_average_precision(calibrated, labels) == pytest.approx(
+        mean_average_precision(torch.sigmoid(logits), labels),
+        abs=1e-4,  # float32 ties
+    )
+    with pytest.raises(ValueError, match=r"temperature has 3 values but the model has 2 labels"):
+        InputSpec(**{**spec.to_dict(), "temperature": [1.0, 2.0, 3.0]})
+
+
+def test_the_calibrate_command_writes_a_new_checkpoint(trained, tmp_path):
+    from lightning_cls.calibrate import calibrate_checkpoint
+
+    before = hashlib.sha256(trained.ckpt.read_bytes()).hexdigest()
+    overrides = [f"ckpt_path={trained.ckpt}", "reject=msp", "reject_keep=0.9"]
+    report = calibrate_checkpoint(
+        compose("calibrate", overrides + as_overrides(LEARNABLE), tmp_path)
+    )
+    assert hashlib.sha256(trained.ckpt.read_bytes()).hexdigest() == before  # untouched
+    out = Path(report["calibrated_ckpt"])
+    assert out == tmp_path / "run" / "calibrated.ckpt"
+    _, spec = load_torch_model(out)
+    assert spec.temperature == report["calibration"]["temperature"] > 0
+    assert spec.reject["score"] == "msp" and spec.reject["keep"] == 0.9
+    results = json.loads((tmp_path / "run" / "results.json").read_text())["calibration"]
+    assert {"val_ece_before", "val_ece_after", "test_ece_before", "test_ece_after"} <= set(results)
+    assert (tmp_path / "run" / "reliability.png").is_file()
+    bad = compose("calibrate", [f"ckpt_path={trained.ckpt}", "reject_keep=1.5"], tmp_path)
+    with pytest.raises(ValueError, match=r"reject_keep=1.5 is not a share strictly between 0"):
+        calibrate_checkpoint(bad)
+    bad = compose("calibrate", [f"ckpt_path={trained.ckpt}", "reject=odin"], tmp_path)
+    with pytest.raises(ValueError, match=r"reject='odin' is not a known confidence score"):
+        calibrate_checkpoint(bad)
+
+
+def test_train_with_calibrate_carries_it_into_checkpoint_and_export(tmp_path):
+    from lightning_cls.export.onnx import read_metadata
+    from lightning_cls.train import train
+
+    overrides = [
+        *QUIET_TRAINER, *as_overrides(SMALL), "trainer.max_epochs=2", "calibrate=true",
+        "reject=energy", "export=onnx", "prediction_mosaic=false",
+    ]  # fmt: skip
+    summary = train(compose(overrides=overrides, tmp=tmp_path))
+    calibration = summary["calibration"]
+    assert calibration["val_ece_after"] <= calibration["val_ece_before"] + 1e-6
+    _, spec = load_torch_model(summary["best_ckpt"])
+    assert spec.temperature == calibration["temperature"]
+    assert spec.reject == calibration["reject"]
+    stored = read_metadata(tmp_path / "run" / "export" / "model.onnx")
+    assert (stored.temperature, stored.reject) == (spec.temperature, spec.reject)
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["calibration"]["temperature"] == spec.temperature
