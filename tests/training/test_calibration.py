@@ -8,8 +8,10 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from helpers import LEARNABLE, SMALL, as_overrides, make_data
 from hydra_helpers import QUIET_TRAINER, compose
@@ -99,6 +101,22 @@ def test_the_calibrate_command_writes_a_new_checkpoint(trained, tmp_path):
     results = json.loads((tmp_path / "run" / "results.json").read_text())["calibration"]
     assert {"val_ece_before", "val_ece_after", "test_ece_before", "test_ece_after"} <= set(results)
     assert (tmp_path / "run" / "reliability.png").is_file()
+    # eval ood=<folder>: AUROC of known vs. odd images and the rule's false accepts
+    from lightning_cls.eval import evaluate
+
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    g = np.random.default_rng(0)
+    for i in range(12):  # uniform noise: nothing like the prototypes the model learned
+        Image.fromarray(g.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(odd / f"{i}.png")
+    cfg = compose("eval", [f"ckpt_path={out}", f"ood={odd}", "prediction_mosaic=false",
+                           *QUIET_TRAINER[:4], *as_overrides(LEARNABLE)], tmp_path / "e")  # fmt: skip
+    evaluate(cfg)
+    ood = json.loads((tmp_path / "e" / "run" / "results.json").read_text())["ood"]
+    assert (ood["score"], ood["ood_images"], ood["known_images"]) == ("msp", 12, 64)
+    assert ood["threshold"] == spec.reject["threshold"]
+    assert ood["auroc"] > 0.75 and 0 <= ood["false_accept_rate"] < 0.6, ood  # 0.87 here
+    assert 0.7 <= ood["known_kept"] <= 1.0
     bad = compose("calibrate", [f"ckpt_path={trained.ckpt}", "reject_keep=1.5"], tmp_path)
     with pytest.raises(ValueError, match=r"reject_keep=1.5 is not a share strictly between 0"):
         calibrate_checkpoint(bad)
