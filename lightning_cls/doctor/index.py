@@ -41,13 +41,18 @@ def dropped_rows(result: dict, drop) -> dict[tuple[str, int], str]:
     return out
 
 
-def write_clean_index(path, views, classes: list[str], result: dict, drop, root) -> dict:
-    """Write the CSV; returns its path and the counts kept and left out."""
+def check_indexable(path, views, data_name: str, root) -> None:
+    """Refuse ``write_index`` for data without files, before any check runs."""
     if any(v.files is None for v in views.values()) or root is None:
         raise ValueError(
-            f"doctor.write_index={path} needs image files to list, and data={result['data']} is "
+            f"doctor.write_index={path} needs image files to list, and data={data_name} is "
             "held in memory; use it with data=imagefolder or data=multilabel."
         )
+
+
+def write_clean_index(path, views, classes: list[str], result: dict, drop, root) -> dict:
+    """Write the CSV; returns its path and the counts kept and left out."""
+    check_indexable(path, views, result["data"], root)
     leave_out = dropped_rows(result, drop)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")

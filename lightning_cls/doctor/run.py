@@ -18,7 +18,7 @@ import torch
 from lightning_cls.doctor import duplicates as dup
 from lightning_cls.doctor import files as file_checks
 from lightning_cls.doctor import labels as label_checks
-from lightning_cls.doctor.index import write_clean_index
+from lightning_cls.doctor.index import check_indexable, write_clean_index
 from lightning_cls.doctor.mosaics import duplicates_mosaic, flagged_mosaic, label_issues_mosaic
 from lightning_cls.doctor.report import write_report
 from lightning_cls.doctor.sources import SplitView, all_images, read_views
@@ -47,6 +47,9 @@ def diagnose(datamodule, out_dir: str | Path, options: DoctorOptions | None = No
     start = time.perf_counter()
     out = Path(out_dir)
     views, unreadable = read_views(datamodule)
+    root = getattr(datamodule, "root", None)
+    if options.write_index:
+        check_indexable(options.write_index, views, datamodule.name, root)
     classes = list(datamodule.classes)
     where = {
         (v.name, r): v.files[r] for v in views.values() if v.files for r in range(len(v.files))
@@ -72,14 +75,8 @@ def diagnose(datamodule, out_dir: str | Path, options: DoctorOptions | None = No
         images, owners, views, classes, datamodule.task, options, result["skipped"]
     )
     if options.write_index:
-        result["index"] = write_clean_index(
-            options.write_index,
-            views,
-            classes,
-            result,
-            options.drop,
-            getattr(datamodule, "root", None),
-        )
+        index = options.write_index
+        result["index"] = write_clean_index(index, views, classes, result, options.drop, root)
     result["seconds"] = round(time.perf_counter() - start, 3)
     image_of = lambda split, row: np.asarray(views[split].images[row])  # noqa: E731
     result["mosaics"] = _mosaics(result, image_of, classes, out, options.mosaic_limit, where)

@@ -1,0 +1,36 @@
+"""``python -m lightning_cls.doctor``: the composed config, run in-process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hydra_helpers import compose
+from lightning_cls.doctor.__main__ import doctor
+
+
+def test_doctor_command_writes_the_report_and_an_index_imagefolder_reads(folder, tmp_path):
+    (folder / "train" / "a" / "empty.jpg").write_bytes(b"")
+    index = tmp_path / "clean.csv"
+    overrides = [
+        "data=imagefolder",
+        f"data.root={folder}",
+        "data.cache=false",
+        "doctor.folds=3",
+        "doctor.drop=[duplicates]",
+        f"doctor.write_index={index}",
+    ]
+    result = doctor(compose("doctor", overrides, tmp=tmp_path))
+    run = tmp_path / "run"
+    assert json.loads((run / "report.json").read_text())["data"] == "imagefolder"
+    assert "empty.jpg" in (run / "report.md").read_text()
+    assert result["index"]["kept"] == 32 and index.is_file()
+    cfg = compose("train", ["data=imagefolder", f"data.root={folder}", f"data.index={index}"])
+    assert cfg.data.index == str(index)
+
+
+def test_unknown_doctor_option_is_named(tmp_path):
+    cfg = compose("doctor", ["+doctor.near=3"], tmp=tmp_path)
+    with pytest.raises(ValueError, match=r"Unknown doctor option\(s\) \['near'\]"):
+        doctor(cfg)
