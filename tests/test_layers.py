@@ -40,7 +40,7 @@ LAYERS = {
     "inference": {"inference"},
     "explain": {"explain"},
     "data": {"data"},
-    "training": {"module", "training", "callbacks"},
+    "training": {"module", "training", "callbacks", "doctor"},
     "export": {"export"},
     "serving": {"serve"},
 }
