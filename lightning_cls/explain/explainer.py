@@ -81,19 +81,17 @@ class Explainer:
             )
         param = next(self.net.parameters())
         x = self.spec.preprocess(images).to(device=param.device, dtype=param.dtype)
-        with torch.no_grad():
-            probs = self.spec.decision.probabilities(self.net(x).float()).cpu()  # (N, K)
+        gradients = self.method == "gradcam"
+        maps, logits = methods.features_and_logits(self.net, self.module, x, gradients)
+        probs = self.spec.decision.probabilities(logits.detach().float()).cpu()  # (N, K)
         pairs = self._pairs(probs, target)
-        index = torch.tensor([i for i, _ in pairs])
-        labels = torch.tensor([k for _, k in pairs])
-        if self.method == "gradcam":
-            cams, _ = methods.grad_cam(self.net, self.module, x[index], labels)
+        image, label = [i for i, _ in pairs], [k for _, k in pairs]
+        if gradients:
+            cams = methods.grad_cam(maps, logits, image, label)
         else:
-            cams, _ = methods.class_activation_map(
-                self.net, self.module, self.head, x[index], labels
-            )
-        maps = methods.upsampled(cams, tuple(images.shape[-2:])).cpu()
-        return Explanation(maps, index.tolist(), labels.tolist(), probs)
+            cams = methods.class_activation_map(maps, self.head, image, label)
+        heat = methods.upsampled(cams, tuple(images.shape[-2:])).cpu()
+        return Explanation(heat, image, label, probs)
 
     def heatmaps(self, images) -> torch.Tensor:
         """uint8 (N, C, H, W) -> (N, H, W) maps of each image's top predicted class (the

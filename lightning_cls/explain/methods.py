@@ -51,17 +51,36 @@ class _Capture:
         self.pooled = inputs[0]
 
 
-def grad_cam(net: nn.Module, layer: nn.Module, x: torch.Tensor, targets: torch.Tensor):
-    """Grad-CAM of class ``targets`` (B,) for normalized images ``x`` (B, C, H, W) at
-    ``layer``: (B, h, w) float, >= 0, at the layer's resolution; and the logits (B, K)."""
-    with torch.inference_mode(False), torch.enable_grad(), _Capture(layer) as capture:
-        x = x.detach().clone().requires_grad_(True)  # a graph even when the weights are frozen
+def features_and_logits(net: nn.Module, layer: nn.Module, x: torch.Tensor, gradients: bool):
+    """One forward of normalized images ``x`` (B, C, H, W): ``layer``'s map (B, C', h, w) and
+    the logits (B, K), in a graph when ``gradients`` (Grad-CAM), without one otherwise (CAM)."""
+    with torch.inference_mode(False), torch.set_grad_enabled(gradients), _Capture(layer) as c:
+        if gradients:  # a graph even when the weights are frozen
+            x = x.detach().clone().requires_grad_(True)
         logits = net(x)
-        score = logits.gather(1, targets.view(-1, 1).to(logits.device)).sum()
-        (grads,) = torch.autograd.grad(score, capture.map)  # (B, C, h, w)
-    weights = grads.mean((2, 3), keepdim=True)  # (B, C, 1, 1)
-    cams = F.relu((weights * capture.map).sum(1))  # (B, h, w)
-    return cams.detach().float(), logits.detach().float()
+    return c.map, logits
+
+
+def grad_cam(maps: torch.Tensor, logits: torch.Tensor, image: list[int], label: list[int]):
+    """Grad-CAM of each (image, label) pair from one forward's ``maps`` and ``logits``:
+    (M, h, w) float >= 0. An image explained for several labels (multi-label) gets one
+    backward pass per label, so the labels' gradients do not mix."""
+    cams = torch.zeros(len(image), *maps.shape[-2:], device=maps.device)
+    pending = list(range(len(image)))
+    while pending:  # each round takes every image at most once
+        now, later, seen = [], [], set()
+        for p in pending:
+            (later if image[p] in seen else now).append(p)
+            seen.add(image[p])
+        rows = torch.tensor([image[p] for p in now], device=logits.device)
+        cols = torch.tensor([label[p] for p in now], device=logits.device)
+        with torch.inference_mode(False), torch.enable_grad():
+            score = logits[rows, cols].sum()
+            (grads,) = torch.autograd.grad(score, maps, retain_graph=bool(later))
+        weights = grads[rows].mean((2, 3), keepdim=True)  # (m, C, 1, 1)
+        cams[now] = F.relu((weights * maps[rows]).sum(1)).detach().float()  # (m, h, w)
+        pending = later
+    return cams
 
 
 def find_head(net: nn.Module, x: torch.Tensor) -> tuple[str, nn.Linear]:
@@ -106,16 +125,11 @@ def cam_pooling(net: nn.Module, layer: nn.Module, layer_name: str, input_shape) 
     )
 
 
-def class_activation_map(
-    net: nn.Module, layer: nn.Module, head: nn.Linear, x: torch.Tensor, targets: torch.Tensor
-):
-    """CAM of class ``targets`` (B,) at ``layer`` (the map ``head`` pools): one forward
-    without gradients. (B, h, w) float, signed; and the logits (B, K)."""
-    with torch.no_grad(), _Capture(layer) as capture:
-        logits = net(x)
-        weights = head.weight[targets.to(head.weight.device)]  # (B, C)
-        cams = torch.einsum("bchw,bc->bhw", capture.map.float(), weights.float())  # (B, h, w)
-    return cams, logits.float()
+def class_activation_map(maps: torch.Tensor, head: nn.Linear, image: list[int], label: list[int]):
+    """CAM of each (image, label) pair from the map ``head`` pools: (M, h, w) float, signed."""
+    with torch.no_grad():
+        weights = head.weight[label].float()  # (M, C)
+        return torch.einsum("mchw,mc->mhw", maps[image].float(), weights)  # (M, h, w)
 
 
 def upsampled(cams: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

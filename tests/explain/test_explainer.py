@@ -76,9 +76,8 @@ def test_grad_cam_of_an_average_pooled_head_equals_cam():
     raw = cam.explain(IMAGES, target=1)  # signed CAM, scaled min..max
     from lightning_cls.explain import methods
 
-    cams, _ = methods.class_activation_map(
-        net, cam.module, cam.head, SPEC.preprocess(IMAGES), torch.tensor([1, 1])
-    )
+    maps, _ = methods.features_and_logits(net, cam.module, SPEC.preprocess(IMAGES), False)
+    cams = methods.class_activation_map(maps, cam.head, [0, 1], [1, 1])
     assert torch.allclose(grad, methods.upsampled(cams.relu(), (SIZE, SIZE)), atol=1e-5)
     assert raw.maps.flatten(1).argmax(1).tolist() == grad.flatten(1).argmax(1).tolist()
 
