@@ -2,7 +2,8 @@
 ``resnet18`` at 32x32 (random weights: the cost does not depend on them), against the plain
 prediction of the same image. Each figure is the median over ``--repeats`` calls of
 ``Explainer.explain`` on one image (as the server's ``/explain`` does), and on a batch of
-``--batch`` images divided by its size, after one untimed warm-up call.
+``--batch`` images divided by its size, after one untimed warm-up call; the prediction,
+Grad-CAM and CAM are timed in turn within each repeat.
 
     python benchmarks/explain_cost.py                # 32x32, 30 repeats, batch 32
     python benchmarks/explain_cost.py --quick        # 16x16, narrow nets: the suite's smoke run
@@ -29,15 +30,19 @@ MODELS = {"simplecnn": {}, "resnet18": {}}
 QUICK_MODELS = {"simplecnn": {"widths": [4, 8], "hidden": 16}, "resnet18": {}}
 
 
-def median_ms(call, repeats: int, per: int = 1) -> float:
-    """Median wall time of ``call()`` in milliseconds, divided by ``per`` (one warm-up)."""
-    call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def interleaved_ms(calls: dict, repeats: int, per: int = 1) -> dict[str, float]:
+    """Median wall time in milliseconds (divided by ``per``) of each of ``calls``, timed in
+    turn within each repeat (a shared machine's load then weighs on all alike), after one
+    untimed warm-up call each."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for call in calls.values():
         call()
-        times.append((time.perf_counter() - start) * 1000 / per)
-    return statistics.median(times)
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append((time.perf_counter() - start) * 1000 / per)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def measure(name: str, options: dict, size: int, repeats: int, batch: int) -> dict:
@@ -51,27 +56,27 @@ def measure(name: str, options: dict, size: int, repeats: int, batch: int) -> di
         num_channels=3,
     )
     images = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8)
-    one = images[:1]
 
     def predict(x):
         with torch.inference_mode():
             return net(spec.preprocess(x))
 
-    row = {"model": name, "predict_ms": median_ms(lambda: predict(one), repeats)}
+    row: dict = {"model": name}
+    explainers = {}
     for method in ("gradcam", "cam"):
         try:
-            explainer = Explainer(net, spec, method)
+            explainers[method] = Explainer(net, spec, method)
+            row[method] = {"layer": explainers[method].layer}
         except ValueError as err:  # simplecnn's flatten + MLP head: no CAM
             row[method] = {"supported": False, "reason": str(err).split(";")[0]}
-            continue
-        run = explainer.explain
-        row[method] = {
-            "layer": explainer.layer,
-            "one_image_ms": median_ms(lambda run=run: run(one), repeats),
-            f"batch{batch}_per_image_ms": median_ms(
-                lambda run=run: run(images), max(3, repeats // 5), per=batch
-            ),
-        }
+    for key, x, rounds, per in (
+        ("one_image_ms", images[:1], repeats, 1),
+        (f"batch{batch}_per_image_ms", images, max(3, repeats // 5), batch),
+    ):
+        calls = {"predict": lambda x=x: predict(x)}
+        calls.update({m: (lambda x=x, e=e: e.explain(x)) for m, e in explainers.items()})
+        for what, ms in interleaved_ms(calls, rounds, per).items():
+            row.setdefault(what, {})[key] = ms
     return row
 
 
@@ -93,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
         measure(name, opts, args.size, args.repeats, args.batch) for name, opts in models.items()
     ]
     for row in rows:
-        parts = [f"predict {row['predict_ms']:.2f} ms"]
+        parts = [f"predict {row['predict']['one_image_ms']:.2f} ms"]
         for method in ("gradcam", "cam"):
             m = row[method]
             parts.append(

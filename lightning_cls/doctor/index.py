@@ -5,7 +5,8 @@ data.index=<csv>`` keeps only the listed files (``data/file_index.py``), and the
 columns are a ``data=multilabel`` index row for row. Unreadable files are never listed; what
 else is left out is ``drop``: ``duplicates`` (one copy of each group is kept: the test copy
 over val over train, so a leak is removed from the split that learns, never from the one that
-scores) and ``label_issues`` (the images the label check flagged).
+scores) and ``label_issues`` (the images the label check flagged, only when its probe was
+reliable: out-of-fold accuracy at least ``min_probe_accuracy``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def dropped_rows(result: dict, drop) -> dict[tuple[str, int], str]:
             members = sorted(map(tuple, group["members"]), key=lambda m: (KEEP_FIRST[m[0]], m[1]))
             for member in members[1:]:
                 out[member] = "duplicate"
-    if "label_issues" in drop:
+    if "label_issues" in drop and result.get("label_probe", {}).get("reliable", True):
         for issue in result["label_issues"]:
             out.setdefault((issue["split"], issue["row"]), "label_issue")
     return out

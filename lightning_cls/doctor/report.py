@@ -77,7 +77,7 @@ def _duplicates_section(result: dict) -> list[str]:
         "## Duplicates",
         "",
         f"{len(groups)} groups of copies ({sum(len(g['members']) for g in groups)} images); "
-        f"{len(cross)} span splits (a test image also in train inflates the test score).",
+        f"{len(cross)} across splits (a test image also in train inflates the test score).",
         "",
     ]
 
@@ -97,7 +97,7 @@ def _balance_section(result: dict) -> list[str]:
     balance = result["balance"]
     classes = result["classes"]
     header = "| split | " + " | ".join(classes) + " |"
-    lines = ["## Classes", "", "<!-- not measured: counts of this dataset -->", header]
+    lines = ["## Classes", "", header]
     lines.append("|" + " --- |" * (len(classes) + 1))
     for split, counts in balance["counts"].items():
         lines.append(f"| {split} | " + " | ".join(str(counts[c]) for c in classes) + " |")
@@ -117,12 +117,8 @@ def _labels_section(result: dict) -> list[str]:
         return []
     issues = result["label_issues"]
     classes = result["classes"]
-    lines = [
-        "## Likely label errors",
-        "",
-        f"{len(issues)} images (out-of-fold probe + cleanlab).",
-        "",
-    ]
+    lines = ["## Likely label errors", "", f"{len(issues)} images (out-of-fold probe + cleanlab)."]
+    lines += _probe_note(result.get("label_probe", {})) + [""]
 
     def render(issue):
         return (
@@ -135,3 +131,17 @@ def _labels_section(result: dict) -> list[str]:
     if "label_issues" in result["mosaics"]:
         lines += ["![label issues](label_issues.png)", ""]
     return lines
+
+
+def _probe_note(probe: dict) -> list[str]:
+    if not probe:
+        return []
+    accuracy = probe["out_of_fold_accuracy"]
+    note = f"The probe's out-of-fold accuracy: {accuracy:.3f} ({probe['folds']} folds)."
+    if probe["reliable"]:
+        return [note]
+    return [
+        note + " **Too low to trust these findings** (most flags are the probe's own mistakes); "
+        "the cleaned index keeps these images. Photos need better features than pixels: see "
+        "docs/guides/data-check.md."
+    ]

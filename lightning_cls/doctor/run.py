@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class DoctorOptions:
     folds: int = 5  # out-of-fold probabilities for the label check
+    min_probe_accuracy: float = 0.8  # below it, label findings are shown but not trusted
     near_distance: int = 4  # bits of the 64-bit perceptual hash that near duplicates may differ
     size_factor: float = 4.0  # "far smaller/larger": linear size this many times the median's
     imbalance_ratio: float = 3.0  # train max/min class count from which to suggest weights
@@ -62,7 +63,10 @@ def diagnose(datamodule, out_dir: str | Path, options: DoctorOptions | None = No
         "options": asdict(options),
         "skipped": {},
     }
+    clock = Stopwatch(start)
+    clock.lap("read")
     result["files"] = _file_checks(views, unreadable, datamodule, options, result["skipped"])
+    clock.lap("files")
     images, owners = all_images(views)
     if datamodule.num_channels == 3:
         result["files"]["grayscale_content"] = [
@@ -70,14 +74,16 @@ def diagnose(datamodule, out_dir: str | Path, options: DoctorOptions | None = No
             for i in file_checks.gray_content(images.numpy()).tolist()
         ]
     result["duplicates"] = _duplicates(images, owners, where, options, result["skipped"])
+    clock.lap("duplicates")
     result["balance"] = _balance(views, classes, datamodule.task, options)
     result["label_issues"] = _label_issues(
-        images, owners, views, classes, datamodule.task, options, result["skipped"]
+        images, owners, views, classes, datamodule.task, options, result
     )
+    clock.lap("labels")
     if options.write_index:
         index = options.write_index
         result["index"] = write_clean_index(index, views, classes, result, options.drop, root)
-    result["seconds"] = round(time.perf_counter() - start, 3)
+    result["seconds"], result["timings"] = round(time.perf_counter() - start, 3), clock.laps
     image_of = lambda split, row: np.asarray(views[split].images[row])  # noqa: E731
     result["mosaics"] = _mosaics(result, image_of, classes, out, options.mosaic_limit, where)
     write_report(result, out)
@@ -120,7 +126,8 @@ def _balance(views: dict[str, SplitView], classes, task: str, options) -> dict:
     return label_checks.class_balance(counts, classes, options.imbalance_ratio, task)
 
 
-def _label_issues(images, owners, views, classes, task, options, skipped) -> list[dict]:
+def _label_issues(images, owners, views, classes, task, options, result) -> list[dict]:
+    skipped = result["skipped"]
     if not options.label_errors:
         skipped["label_issues"] = "doctor.label_errors=false"
         return []
@@ -136,11 +143,13 @@ def _label_issues(images, owners, views, classes, task, options, skipped) -> lis
     issues = label_checks.label_issues(labels, probs)
     for issue in issues:
         issue["split"], issue["row"] = owners[issue["row"]]
-    log.info(
-        "Out-of-fold probe accuracy %.3f; %d likely label errors.",
-        float((probs.argmax(1) == labels).mean()),
-        len(issues),
-    )
+    accuracy = round(float((probs.argmax(1) == labels).mean()), 4)
+    result["label_probe"] = {
+        "out_of_fold_accuracy": accuracy,
+        "folds": options.folds,
+        "reliable": accuracy >= options.min_probe_accuracy,
+    }
+    log.info("Out-of-fold probe accuracy %.3f; %d likely label errors.", accuracy, len(issues))
     return issues
 
 
@@ -161,3 +170,15 @@ def _mosaics(result, image_of, classes, out: Path, limit: int, where) -> dict[st
     ]
     drawn["flagged"] = flagged_mosaic(flagged, image_of, out / "flagged.png", limit)
     return {name: path.name for name, path in drawn.items() if path is not None}
+
+
+class Stopwatch:
+    """Seconds per stage (``laps``), for the report and the benchmark."""
+
+    def __init__(self, start: float):
+        self.last, self.laps = start, {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self.last, 3)
+        self.last = now

@@ -72,6 +72,6 @@ def test_duplicates_planted_across_train_and_test_are_all_found(folder, tmp_path
     assert frozenset(map(str, within)) in groups
     assert len(groups) == 5  # and no distinct pictures grouped
     report = (tmp_path / "report" / "report.md").read_text()
-    assert "5 groups of copies (10 images); 4 span splits" in report
+    assert "5 groups of copies (10 images); 4 across splits" in report
     assert str(planted["jpeg"][1]) in report
     assert (tmp_path / "report" / "duplicates.png").stat().st_size > 0

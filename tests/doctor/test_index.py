@@ -82,3 +82,23 @@ def test_split_files_name_the_file_of_every_row(tmp_path, layout):
         np.testing.assert_array_equal(decoded, split.images.numpy())
         labels = [data.classes.index(f.split("/")[-2]) for f in files[name]]
         assert labels == split.labels.tolist()
+
+
+def test_label_issues_of_an_unreliable_probe_stay_in_the_index():
+    from lightning_cls.doctor.index import dropped_rows
+
+    result = {
+        "duplicates": [{"members": [["train", 3], ["test", 1], ["val", 2]]}],
+        "label_issues": [{"split": "train", "row": 7}],
+        "label_probe": {"reliable": True},
+    }
+    both = ("duplicates", "label_issues")
+    assert dropped_rows(result, both) == {
+        ("train", 3): "duplicate",
+        ("val", 2): "duplicate",  # the test copy stays
+        ("train", 7): "label_issue",
+    }
+    result["label_probe"]["reliable"] = False
+    assert ("train", 7) not in dropped_rows(result, both)
+    with pytest.raises(ValueError, match=r"doctor.drop has \['typos'\]; use a list of"):
+        dropped_rows(result, ["typos"])

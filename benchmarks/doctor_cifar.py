@@ -1,0 +1,172 @@
+"""The data check on real photos: ``python -m lightning_cls.doctor``'s checks on a CIFAR-10
+JPEG subset with planted problems, timed.
+
+    python benchmarks/doctor_cifar.py --root ~/cifar10 --per-class 1000 --test-per-class 100 \
+        --plant 20 --flip 0.05
+
+builds an ImageFolder of symlinks under a temp folder (nothing is written into ``--root``):
+``train/`` with the first ``--per-class`` images of each class, ``test/`` with the next
+``--test-per-class``; then plants ``--plant`` copies of test images in train (each re-encoded
+as JPEG quality 60, some also brightened or resized: copies as they occur in scraped data) and
+moves a ``--flip`` fraction of the train images to another class's folder. It runs
+``diagnose`` and prints one JSON line: images, seconds (and per 1000 images, by stage),
+planted duplicates found, duplicate groups beyond the planted ones (CIFAR-10 has its own),
+label-error recall and precision against the flipped images, the probe's out-of-fold
+accuracy, the CPU and the load average. ``--quick`` does the same on generated pictures
+(seconds; tests/benchmarks/test_doctor_cifar.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageEnhance
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paired import cpu_name
+
+
+def generated_root(folder: Path, classes: int = 3, count: int = 30) -> Path:
+    """--quick: ``train/<class>/*.png`` of random smooth pictures (an 8x8 grid upscaled)."""
+    rng = np.random.default_rng(0)
+    for k in range(classes):
+        (folder / "train" / f"c{k}").mkdir(parents=True)
+        for i in range(count):
+            grid = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+            Image.fromarray(grid).resize((32, 32), Image.BICUBIC).save(
+                folder / "train" / f"c{k}" / f"{i:04d}.png"
+            )
+    return folder
+
+
+def build_subset(root: Path, out: Path, per_class: int, test_per_class: int) -> Path:
+    """Symlinks: train/ from the first ``per_class`` files of each class, test/ the next."""
+    for cls in sorted(p.name for p in (root / "train").iterdir() if p.is_dir()):
+        files = sorted((root / "train" / cls).iterdir())
+        for split, chosen in (
+            ("train", files[:per_class]),
+            ("test", files[per_class : per_class + test_per_class]),
+        ):
+            (out / split / cls).mkdir(parents=True, exist_ok=True)
+            for f in chosen:
+                (out / split / cls / f.name).symlink_to(f.resolve())
+    return out
+
+
+def plant_copies(subset: Path, count: int, seed: int) -> list[tuple[str, str]]:
+    """``count`` changed copies of test images, each put into train/ under its class."""
+    rng = np.random.default_rng(seed)
+    tests = sorted((subset / "test").glob("*/*"))
+    pairs = []
+    for n, i in enumerate(rng.choice(len(tests), count, replace=False)):
+        src = tests[i]
+        img = Image.open(src).convert("RGB")
+        if n % 3 == 1:
+            img = ImageEnhance.Brightness(img).enhance(1.1)
+        elif n % 3 == 2:
+            img = img.resize((img.width * 2, img.height * 2), Image.BILINEAR)
+        buffer = io.BytesIO()
+        img.save(buffer, "JPEG", quality=60)
+        dst = subset / "train" / src.parent.name / f"planted_{n:03d}.jpg"
+        dst.write_bytes(buffer.getvalue())
+        pairs.append((str(src), str(dst)))
+    return pairs
+
+
+def flip_labels(subset: Path, fraction: float, seed: int) -> set[str]:
+    """Move ``fraction`` of train's files to another (random) class folder."""
+    rng = np.random.default_rng(seed)
+    classes = sorted(p.name for p in (subset / "train").iterdir())
+    files = sorted(f for f in (subset / "train").glob("*/*") if not f.name.startswith("planted"))
+    moved = set()
+    for i in rng.choice(len(files), int(round(fraction * len(files))), replace=False):
+        src = files[i]
+        others = [c for c in classes if c != src.parent.name]
+        dst = subset / "train" / others[rng.integers(len(others))] / f"flipped_{src.name}"
+        os.replace(src, dst)
+        moved.add(str(dst))
+    return moved
+
+
+def measure(subset: Path, planted, flipped: set[str], folds: int) -> dict:
+    from lightning_cls.data.imagefolder import ImageFolderDataModule
+    from lightning_cls.doctor import DoctorOptions, diagnose
+
+    data = ImageFolderDataModule(str(subset), image_size=32, cache=False, decode_workers=2)
+    load = os.getloadavg()[0]
+    result = diagnose(data, subset / "report", DoctorOptions(folds=folds))
+    grouped = [set(g["files"]) for g in result["duplicates"]]
+    found = sum(any({a, b} <= g for g in grouped) for a, b in planted)
+    planted_files = {f for pair in planted for f in pair}
+    other = [g for g in grouped if not g & planted_files]
+    paths = data.split_files()
+    issues = {paths[i["split"]][i["row"]] for i in result["label_issues"]}
+    hits = len(issues & flipped)
+    images = sum(result["splits"].values())
+    return {
+        "images": images,
+        "seconds": result["seconds"],
+        "seconds_per_1000": round(1000 * result["seconds"] / images, 2),
+        "stages": result["timings"],
+        "planted_duplicates": len(planted),
+        "planted_found": found,
+        "other_duplicate_groups": len(other),
+        "other_cross_split": sum(
+            len({split for split, _ in g["members"]}) > 1
+            for g in result["duplicates"]
+            if not set(g["files"]) & planted_files
+        ),
+        "flipped": len(flipped),
+        "label_issues": len(issues),
+        "label_recall": round(hits / max(1, len(flipped)), 3),
+        "label_precision": round(hits / max(1, len(issues)), 3),
+        "probe_accuracy": result.get("label_probe", {}).get("out_of_fold_accuracy"),
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "load_start": round(load, 2),
+        "load_end": round(os.getloadavg()[0], 2),
+    }
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, help="CIFAR-10 JPEG root (holds train/<class>/)")
+    parser.add_argument("--per-class", type=int, default=1000)
+    parser.add_argument("--test-per-class", type=int, default=100)
+    parser.add_argument("--plant", type=int, default=20)
+    parser.add_argument("--flip", type=float, default=0.05)
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="generated pictures, seconds")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        if args.quick:
+            args.root, args.per_class, args.test_per_class = generated_root(tmp / "src"), 24, 6
+            args.plant, args.folds = 3, 3
+        elif args.root is None:
+            parser.error("--root is required (or --quick)")
+        subset = build_subset(
+            args.root.expanduser(), tmp / "subset", args.per_class, args.test_per_class
+        )
+        planted = plant_copies(subset, args.plant, seed=0)
+        flipped = flip_labels(subset, args.flip, seed=1)
+        started = time.perf_counter()
+        out = {"quick": args.quick, **vars(args), "root": str(args.root)}
+        out |= measure(subset, planted, flipped, args.folds)
+        out["wall_seconds"] = round(time.perf_counter() - started, 2)
+        shutil.rmtree(subset / "report", ignore_errors=True)
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    main()

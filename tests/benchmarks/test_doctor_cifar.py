@@ -1,0 +1,13 @@
+"""benchmarks/doctor_cifar.py --quick: the data check on generated pictures with planted
+copies and moved labels, timed."""
+
+
+def test_quick_mode_finds_the_planted_copies_and_reports_its_speed(run_quick):
+    out = run_quick("doctor_cifar.py")
+    assert out["quick"] is True and out["cpu"] and out["cores"] >= 1
+    assert out["images"] == 3 * (24 + 6) + 3  # train + test + the planted copies
+    assert out["planted_found"] == out["planted_duplicates"] == 3
+    assert out["other_duplicate_groups"] == 0  # distinct pictures are not grouped
+    assert out["flipped"] == 4 and 0 <= out["label_recall"] <= 1
+    assert out["seconds_per_1000"] > 0
+    assert set(out["stages"]) == {"read", "files", "duplicates", "labels"}
