@@ -34,3 +34,17 @@ def test_unknown_doctor_option_is_named(tmp_path):
     cfg = compose("doctor", ["+doctor.near=3"], tmp=tmp_path)
     with pytest.raises(ValueError, match=r"Unknown doctor option\(s\) \['near'\]"):
         doctor(cfg)
+
+
+def test_help_stays_light(tmp_path):
+    """--help loads neither Lightning nor torch (a fresh process: what a user waits for)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "lightning_cls.doctor", "--help"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0 and "doctor" in out.stdout, out.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if "|" in line}
+    assert not imported & {"torch", "pytorch_lightning", "imagehash", "cleanlab"}
