@@ -25,13 +25,42 @@ MAX_SIDE = 16  # features: each image pooled to at most this many pixels a side
 
 
 def probe_features(images: torch.Tensor) -> torch.Tensor:
-    """(N, C, H, W) uint8 -> (N, D) float32, standardized per feature."""
+    """(N, C, H, W) uint8 -> (N, D) float32 pooled pixels, standardized per feature."""
     parts = []
     for start in range(0, len(images), 4096):
         x = torch.as_tensor(images[start : start + 4096]).float() / 255  # (n, C, H, W)
         side = min(MAX_SIDE, x.shape[-1]), min(MAX_SIDE, x.shape[-2])
         parts.append(torch.flatten(F.adaptive_avg_pool2d(x, side[::-1]), 1))  # (n, D)
-    x = torch.cat(parts)
+    return _standardized(torch.cat(parts))
+
+
+def network_features(net: torch.nn.Module, spec, images: torch.Tensor, where: str) -> torch.Tensor:
+    """(N, D) standardized embeddings: the input of ``net``'s last ``nn.Linear`` (its head)
+    for each image, resized to the network's side and normalized as it was trained."""
+    heads = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
+    if not heads:
+        raise ValueError(f"{where} has no nn.Linear head to take embeddings from; use a "
+                         "checkpoint of a network that ends in one, or doctor.features_from=null.")  # fmt: skip
+    if images.shape[1] != spec.num_channels:
+        raise ValueError(
+            f"{where} takes {spec.num_channels}-channel images and the data has "
+            f"{images.shape[1]}; use a checkpoint trained on images like these."
+        )
+    grabbed: list[torch.Tensor] = []
+    hook = heads[-1].register_forward_pre_hook(lambda _, args: grabbed.append(args[0].flatten(1)))
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(images), 256):
+                x = spec.preprocess(torch.as_tensor(images[start : start + 256]))  # (b, C, H, W)
+                if x.shape[-1] != spec.image_size:
+                    x = F.interpolate(x, size=spec.image_size, mode="bilinear", antialias=True)
+                net(x)
+    finally:
+        hook.remove()
+    return _standardized(torch.cat(grabbed).float())
+
+
+def _standardized(x: torch.Tensor) -> torch.Tensor:
     return (x - x.mean(0)) / (x.std(0) + 1e-3)
 
 
@@ -54,7 +83,7 @@ def fit_probe(x: torch.Tensor, y: torch.Tensor, num_classes: int, weight_decay: 
 
 
 def out_of_fold_probs(
-    images: torch.Tensor,
+    features: torch.Tensor,
     labels: np.ndarray,
     num_classes: int,
     folds: int,
@@ -62,7 +91,7 @@ def out_of_fold_probs(
     weight_decay: float = 1e-2,
 ) -> np.ndarray:
     """(N, K) probabilities, each row from the probe fitted on the other folds."""
-    x, y = probe_features(images), torch.as_tensor(labels, dtype=torch.int64)
+    x, y = features, torch.as_tensor(labels, dtype=torch.int64)
     ids = fold_ids(labels, folds, seed)
     probs = np.zeros((len(labels), num_classes), dtype=np.float64)
     for fold in range(folds):

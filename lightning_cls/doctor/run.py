@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 class DoctorOptions:
     folds: int = 5  # out-of-fold probabilities for the label check
     min_probe_accuracy: float = 0.8  # below it, label findings are shown but not trusted
+    features_from: str | None = None  # a .ckpt/model_weights.pt: its embeddings, not pixels
     near_distance: int = 4  # bits of the 64-bit perceptual hash that near duplicates may differ
     size_factor: float = 4.0  # "far smaller/larger": linear size this many times the median's
     imbalance_ratio: float = 3.0  # train max/min class count from which to suggest weights
@@ -138,7 +139,7 @@ def _label_issues(images, owners, views, classes, task, options, result) -> list
         return []
     labels = torch.cat([v.labels for v in views.values()]).numpy()
     probs = label_checks.out_of_fold_probs(
-        images, labels, len(classes), options.folds, options.seed
+        _features(images, options.features_from), labels, len(classes), options.folds, options.seed
     )
     issues = label_checks.label_issues(labels, probs)
     for issue in issues:
@@ -148,9 +149,20 @@ def _label_issues(images, owners, views, classes, task, options, result) -> list
         "out_of_fold_accuracy": accuracy,
         "folds": options.folds,
         "reliable": accuracy >= options.min_probe_accuracy,
+        "features": options.features_from or "pixels",
     }
     log.info("Out-of-fold probe accuracy %.3f; %d likely label errors.", accuracy, len(issues))
     return issues
+
+
+def _features(images: torch.Tensor, features_from: str | None) -> torch.Tensor:
+    if features_from is None:
+        return label_checks.probe_features(images)
+    from lightning_cls.inference.torch_models import load_torch_model
+
+    net, spec = load_torch_model(features_from)
+    where = f"doctor.features_from={features_from}"
+    return label_checks.network_features(net.eval(), spec, images, where)
 
 
 def _mosaics(result, image_of, classes, out: Path, limit: int, where) -> dict[str, str]:

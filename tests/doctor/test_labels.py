@@ -56,3 +56,30 @@ def test_imbalance_suggests_the_existing_settings():
     assert balanced["suggest"] == [] and balanced["imbalance"] == 1.5
     multilabel = class_balance({"train": [90, 3]}, ["x", "y"], 3.0, "multilabel")
     assert multilabel["suggest"] == ["loss.pos_weight=auto"]
+
+
+def test_embeddings_of_a_checkpoint_find_flipped_labels(trained, tmp_path):
+    """doctor.features_from: the probe on a trained network's embeddings (a SimpleCNN fit on
+    the clean labels of the same generated task)."""
+    from helpers.tiny import LEARNABLE, make_data
+
+    data = make_data(LEARNABLE)
+    data.setup("fit")
+    labels = data.splits["train"].labels
+    rng = np.random.default_rng(1)
+    rows = rng.choice(len(labels), 20, replace=False)
+    labels[rows] = (labels[rows] + torch.as_tensor(rng.integers(1, 4, len(rows)))) % 4
+    options = DoctorOptions(duplicates=False, features_from=str(trained.ckpt))
+    result = diagnose(data, tmp_path, options)
+    probe = result["label_probe"]
+    assert probe["features"] == str(trained.ckpt) and probe["reliable"]
+    found = {(i["split"], i["row"]) for i in result["label_issues"]}
+    hits = len(found & {("train", int(r)) for r in rows})
+    assert hits >= 16 and hits / len(found) >= 0.7, (hits, len(found))
+
+
+def test_features_from_a_network_for_other_images_is_refused(trained, tmp_path):
+    data = DigitsDataModule()  # 1 channel; the trained SimpleCNN takes 3
+    options = DoctorOptions(duplicates=False, features_from=str(trained.ckpt))
+    with pytest.raises(ValueError, match=r"features_from=.* takes 3-channel images and the data"):
+        diagnose(data, tmp_path, options)
