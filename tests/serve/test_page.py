@@ -93,6 +93,8 @@ def test_dropped_images_show_the_bars_of_predict(server, artifacts, tmp_path):
             assert "over" in page.get_attribute("#drop", "class")
             page.dispatch_event("#drop", "drop", {"dataTransfer": transfer})
             page.wait_for_function("document.querySelectorAll('.card .row').length >= 6")
+            page.wait_for_function("document.querySelectorAll('.card .explain').length >= 2")
+            notes = [n.inner_text() for n in page.query_selector_all(".card .explain")]
             screenshot = shots / "serve_page.png"
             page.screenshot(path=str(screenshot), full_page=True)
             print(f"screenshot of the serving page: {screenshot}")
@@ -107,3 +109,7 @@ def test_dropped_images_show_the_bars_of_predict(server, artifacts, tmp_path):
         for (_, pct, width), prob in zip(rows, want["probs"]):
             assert abs(pct - 100 * prob) <= 0.0501 and width == pct  # toFixed(1) of the same value
     assert screenshot.stat().st_size > 1000
+    # An ONNX graph has no feature maps: each card says why it shows no heat map.
+    assert notes == ["Heat maps are not supported for this onnx model: its graph outputs logits "
+                     "only, not the feature maps a heat map is read from. Use the run's .ckpt (or "
+                     "model_weights.pt) for heat maps."] * 2  # fmt: skip
