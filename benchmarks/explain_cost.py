@@ -71,7 +71,7 @@ def measure(name: str, options: dict, size: int, repeats: int, batch: int) -> di
             row[method] = {"supported": False, "reason": str(err).split(";")[0]}
     for key, x, rounds, per in (
         ("one_image_ms", images[:1], repeats, 1),
-        (f"batch{batch}_per_image_ms", images, max(3, repeats // 5), batch),
+        (f"batch{batch}_per_image_ms", images, max(1, repeats // 5), batch),
     ):
         calls = {"predict": lambda x=x: predict(x)}
         calls.update({m: (lambda x=x, e=e: e.explain(x)) for m, e in explainers.items()})
@@ -86,11 +86,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
-    parser.add_argument("--quick", action="store_true", help="16x16, narrow nets, 2 repeats")
+    parser.add_argument("--quick", action="store_true", help="16x16, narrow nets, 1 repeat")
     args = parser.parse_args(argv)
     models = MODELS
     if args.quick:
-        args.size, args.repeats, args.batch, models = 16, 2, 2, QUICK_MODELS
+        args.size, args.repeats, args.batch, models = 16, 1, 2, QUICK_MODELS
     if args.threads:
         torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
