@@ -97,13 +97,14 @@ def flip_labels(subset: Path, fraction: float, seed: int) -> set[str]:
     return moved
 
 
-def measure(subset: Path, planted, flipped: set[str], folds: int) -> dict:
+def measure(subset: Path, planted, flipped: set[str], folds: int, features_from=None) -> dict:
     from lightning_cls.data.imagefolder import ImageFolderDataModule
     from lightning_cls.doctor import DoctorOptions, diagnose
 
     data = ImageFolderDataModule(str(subset), image_size=32, cache=False, decode_workers=2)
     load = os.getloadavg()[0]
-    result = diagnose(data, subset / "report", DoctorOptions(folds=folds))
+    options = DoctorOptions(folds=folds, features_from=features_from)
+    result = diagnose(data, subset / "report", options)
     grouped = [set(g["files"]) for g in result["duplicates"]]
     found = sum(any({a, b} <= g for g in grouped) for a, b in planted)
     planted_files = {f for pair in planted for f in pair}
@@ -146,22 +147,34 @@ def main(argv=None) -> dict:
     parser.add_argument("--flip", type=float, default=0.05)
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="generated pictures, seconds")
+    parser.add_argument("--workdir", help="build the subset here and keep it (default: temp)")
+    parser.add_argument("--prepare-only", action="store_true", help="build --workdir, stop")
+    parser.add_argument("--features-from", help="doctor.features_from: a checkpoint")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if args.quick:
             args.root, args.per_class, args.test_per_class = generated_root(tmp / "src"), 24, 6
             args.plant, args.folds = 3, 3
+        subset = Path(args.workdir).expanduser() if args.workdir else tmp / "subset"
+        manifest = subset / "manifest.json"
+        if manifest.is_file():  # built by an earlier --workdir run (e.g. before training on it)
+            known = json.loads(manifest.read_text())
+            planted, flipped = [tuple(p) for p in known["planted"]], set(known["flipped"])
         elif args.root is None:
-            parser.error("--root is required (or --quick)")
-        subset = build_subset(
-            args.root.expanduser(), tmp / "subset", args.per_class, args.test_per_class
-        )
-        planted = plant_copies(subset, args.plant, seed=0)
-        flipped = flip_labels(subset, args.flip, seed=1)
-        started = time.perf_counter()
+            parser.error("--root is required (or --quick, or a --workdir built before)")
+        else:
+            build_subset(args.root.expanduser(), subset, args.per_class, args.test_per_class)
+            planted = plant_copies(subset, args.plant, seed=0)
+            flipped = flip_labels(subset, args.flip, seed=1)
+            record = {"planted": planted, "flipped": sorted(flipped)}
+            manifest.write_text(json.dumps(record))
         out = {"quick": args.quick, **vars(args), "root": str(args.root)}
-        out |= measure(subset, planted, flipped, args.folds)
+        if args.prepare_only:
+            print(json.dumps(out | {"prepared": str(subset)}))
+            return out
+        started = time.perf_counter()
+        out |= measure(subset, planted, flipped, args.folds, args.features_from)
         out["wall_seconds"] = round(time.perf_counter() - started, 2)
         shutil.rmtree(subset / "report", ignore_errors=True)
     print(json.dumps(out))

@@ -21,7 +21,7 @@ from lightning_cls.doctor import labels as label_checks
 from lightning_cls.doctor.index import check_indexable, write_clean_index
 from lightning_cls.doctor.mosaics import duplicates_mosaic, flagged_mosaic, label_issues_mosaic
 from lightning_cls.doctor.report import write_report
-from lightning_cls.doctor.sources import SplitView, all_images, read_views
+from lightning_cls.doctor.sources import Rows, SplitView, all_rows, read_views
 from lightning_cls.threads import available_cores
 
 log = logging.getLogger(__name__)
@@ -68,11 +68,11 @@ def diagnose(datamodule, out_dir: str | Path, options: DoctorOptions | None = No
     clock.lap("read")
     result["files"] = _file_checks(views, unreadable, datamodule, options, result["skipped"])
     clock.lap("files")
-    images, owners = all_images(views)
+    images, owners = all_rows(views)
     if datamodule.num_channels == 3:
         result["files"]["grayscale_content"] = [
             {"split": owners[i][0], "row": owners[i][1], "path": where.get(owners[i])}
-            for i in file_checks.gray_content(images.numpy()).tolist()
+            for i in file_checks.gray_content(images).tolist()
         ]
     result["duplicates"] = _duplicates(images, owners, where, options, result["skipped"])
     clock.lap("duplicates")
@@ -110,7 +110,7 @@ def _duplicates(images, owners, where, options, skipped) -> list[dict]:
     if not options.duplicates:
         skipped["duplicates"] = "doctor.duplicates=false"
         return []
-    exact, perceptual = dup.image_hashes(images.numpy())
+    exact, perceptual = dup.image_hashes(images)
     groups = dup.duplicate_groups(owners, exact, perceptual, options.near_distance)
     for group in groups:
         group["files"] = [where.get(tuple(m)) for m in group["members"]]
@@ -155,7 +155,7 @@ def _label_issues(images, owners, views, classes, task, options, result) -> list
     return issues
 
 
-def _features(images: torch.Tensor, features_from: str | None) -> torch.Tensor:
+def _features(images: Rows, features_from: str | None) -> torch.Tensor:
     if features_from is None:
         return label_checks.probe_features(images)
     from lightning_cls.inference.torch_models import load_torch_model

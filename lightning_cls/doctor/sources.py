@@ -49,7 +49,36 @@ def read_views(datamodule) -> tuple[dict[str, SplitView], list[str]]:
     return views, unreadable
 
 
-def all_images(views: dict[str, SplitView]) -> tuple[torch.Tensor, list[tuple[str, int]]]:
-    """Every split's images in one tensor, and (split, row) of each."""
+def all_rows(views: dict[str, SplitView]) -> tuple[Rows, list[tuple[str, int]]]:
+    """Every split's images as one sequence (not copied), and (split, row) of each."""
     owners = [(v.name, row) for v in views.values() for row in range(len(v.images))]
-    return torch.cat([torch.as_tensor(np.asarray(v.images)) for v in views.values()]), owners
+    return Rows([v.images for v in views.values()]), owners
+
+
+class Rows:
+    """The images of several splits read as one (N, C, H, W) sequence without concatenating
+    them (a large set's splits are memory-mapped caches): ``len``, ``shape``, an int index
+    (one image) and a slice (a tensor of those rows) are what the checks use."""
+
+    def __init__(self, parts: list):
+        self.parts = parts
+        self.starts = np.cumsum([0] + [len(p) for p in parts])  # (S + 1,)
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self), *self.parts[0].shape[1:])
+
+    def __getitem__(self, index):
+        if not isinstance(index, slice):
+            k = int(np.searchsorted(self.starts, index, side="right")) - 1
+            return self.parts[k][index - self.starts[k]]
+        start, stop, _ = index.indices(len(self))
+        pieces = []
+        for k, part in enumerate(self.parts):
+            lo, hi = max(start, self.starts[k]), min(stop, self.starts[k + 1])
+            if lo < hi:
+                pieces.append(torch.as_tensor(part[lo - self.starts[k] : hi - self.starts[k]]))
+        return torch.cat(pieces) if pieces else torch.empty((0, *self.shape[1:]), dtype=torch.uint8)

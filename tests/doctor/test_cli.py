@@ -18,7 +18,7 @@ def test_doctor_command_writes_the_report_and_an_index_imagefolder_reads(folder,
         f"data.root={folder}",
         "data.cache=false",
         "doctor.folds=3",
-        "doctor.drop=[duplicates]",
+        "doctor.label_errors=false",
         f"doctor.write_index={index}",
     ]
     result = doctor(compose("doctor", overrides, tmp=tmp_path))
