@@ -36,7 +36,14 @@ class Calibrate(pl.Callback):
         self.temperature, self.reject, self.keep, self.diagram = temperature, reject, keep, diagram
         self.result: Calibration | None = None
 
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Before training (the DataModule is set up): a data source without validation
+        images in memory is an error now, not after the whole fit."""
+        if stage == "fit":
+            self._val(trainer)
+
+    @staticmethod
+    def _val(trainer: pl.Trainer):
         splits = getattr(trainer.datamodule, "splits", None) or {}
         if "val" not in splits:
             raise ValueError(
@@ -44,6 +51,10 @@ class Calibrate(pl.Callback):
                 f"source with splits['val']); {type(trainer.datamodule).__name__} has none. "
                 "Calibrate its checkpoint with python -m lightning_cls.calibrate instead."
             )
+        return splits
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        splits = self._val(trainer)
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         if best:
             net, spec = load_torch_model(best)

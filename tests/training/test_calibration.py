@@ -143,3 +143,13 @@ def test_train_with_calibrate_carries_it_into_checkpoint_and_export(tmp_path):
     assert (stored.temperature, stored.reject) == (spec.temperature, spec.reject)
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["calibration"]["temperature"] == spec.temperature
+
+
+def test_calibrate_without_validation_images_fails_before_training():
+    from types import SimpleNamespace
+
+    from lightning_cls.callbacks.calibration import Calibrate
+
+    trainer = SimpleNamespace(datamodule=SimpleNamespace(splits={}))
+    with pytest.raises(ValueError, match=r"need the validation images in memory .*SimpleNamespace"):
+        Calibrate().setup(trainer, None, "fit")
