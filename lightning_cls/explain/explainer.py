@@ -59,13 +59,12 @@ class Explainer:
             )
         self.net, self.spec, self.method = net.eval(), spec, method
         shape = spec.input_shape
-        self.layer = default_layer(net, shape) if layer is None else str(layer)
-        self.module = resolve_layer(net, self.layer, shape)
-        self.map_size = feature_map_layers(net, shape)[self.layer][-2:]  # (h, w) of the layer
+        layers = feature_map_layers(net, shape)  # one blank forward for all three
+        self.layer = default_layer(net, shape, layers) if layer is None else str(layer)
+        self.module = resolve_layer(net, self.layer, shape, layers)
+        self.map_size = layers[self.layer][-2:]  # (h, w) of the layer's map
         if method == "cam":
-            self.pooling = methods.cam_pooling(net, self.module, self.layer, shape)
-            x = torch.zeros(1, *shape).to(next(net.parameters()))
-            self.head = methods.find_head(net, x)[1]
+            self.head, self.pooling = methods.cam_head(net, self.module, self.layer, shape)
 
     def __repr__(self) -> str:
         return f"Explainer({self.method} at '{self.layer}' of {type(self.net).__name__})"

@@ -49,12 +49,15 @@ def feature_map_layers(net: nn.Module, input_shape: Sequence[int]) -> dict[str, 
     return shapes
 
 
-def default_layer(net: nn.Module, input_shape: Sequence[int]) -> str:
-    """The name of the layer heat maps are read from unless one is given (module docstring)."""
+def default_layer(
+    net: nn.Module, input_shape: Sequence[int], layers: dict[str, tuple] | None = None
+) -> str:
+    """The name of the layer heat maps are read from unless one is given (module docstring).
+    ``layers``: ``feature_map_layers``' answer, when the caller has it."""
     named = getattr(net, "cam_layer", None)
     if named is not None:
         return str(named)
-    layers = feature_map_layers(net, input_shape)
+    layers = feature_map_layers(net, input_shape) if layers is None else layers
     if not layers:
         raise ValueError(
             f"{type(net).__name__} has no convolutional feature map (no module outputs "
@@ -64,11 +67,13 @@ def default_layer(net: nn.Module, input_shape: Sequence[int]) -> str:
     return list(layers)[-1]
 
 
-def resolve_layer(net: nn.Module, name: str, input_shape: Sequence[int]) -> nn.Module:
+def resolve_layer(
+    net: nn.Module, name: str, input_shape: Sequence[int], layers: dict[str, tuple] | None = None
+) -> nn.Module:
     """The module called ``name``; a ``ValueError`` listing the valid names (and the closest
     one) when it does not exist or outputs no feature map."""
     modules = dict(net.named_modules())
-    layers = feature_map_layers(net, input_shape)
+    layers = feature_map_layers(net, input_shape) if layers is None else layers
     if name in layers:
         return modules[name]
     valid = sorted(layers, key=lambda n: (n.count("."), list(layers).index(n)))
@@ -83,5 +88,5 @@ def resolve_layer(net: nn.Module, name: str, input_shape: Sequence[int]) -> nn.M
     )
     raise ValueError(
         f"layer={name!r} {what}.{hint} Layers with a feature map: {listed}; the default is "
-        f"'{default_layer(net, input_shape)}' (layer=null)."
+        f"'{default_layer(net, input_shape, layers)}' (layer=null)."
     )

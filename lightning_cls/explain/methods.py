@@ -24,31 +24,23 @@ METHODS = ("gradcam", "cam")
 
 
 class _Capture:
-    """Forward hooks keeping a layer's output (and, optionally, the head's input) while in
-    ``with``; the layer's output is handed on as a clone, so an in-place op after the layer
+    """A forward hook keeping a layer's output while in ``with``; the layer's output is handed on as a clone, so an in-place op after the layer
     (``ReLU(inplace=True)``) cannot modify the tensor the gradient is taken at."""
 
-    def __init__(self, layer: nn.Module, head: nn.Module | None = None):
-        self.layer, self.head = layer, head
+    def __init__(self, layer: nn.Module):
+        self.layer = layer
         self.map: torch.Tensor | None = None
-        self.pooled: torch.Tensor | None = None
 
     def __enter__(self) -> _Capture:
-        self.handles = [self.layer.register_forward_hook(self._keep_map)]
-        if self.head is not None:
-            self.handles.append(self.head.register_forward_pre_hook(self._keep_pooled))
+        self.handle = self.layer.register_forward_hook(self._keep_map)
         return self
 
     def __exit__(self, *exc) -> None:
-        for handle in self.handles:
-            handle.remove()
+        self.handle.remove()
 
     def _keep_map(self, module, inputs, output):
         self.map = output
         return output.clone()
-
-    def _keep_pooled(self, module, inputs):
-        self.pooled = inputs[0]
 
 
 def features_and_logits(net: nn.Module, layer: nn.Module, x: torch.Tensor, gradients: bool):
@@ -83,44 +75,38 @@ def grad_cam(maps: torch.Tensor, logits: torch.Tensor, image: list[int], label: 
     return cams
 
 
-def find_head(net: nn.Module, x: torch.Tensor) -> tuple[str, nn.Linear]:
-    """The last ``nn.Linear`` a forward of ``x`` runs: the classifier head."""
-    seen: list[tuple[str, nn.Linear]] = []
+def cam_head(net: nn.Module, layer: nn.Module, layer_name: str, input_shape):
+    """The head CAM weighs ``layer``'s map with (the last ``nn.Linear`` the network runs) and
+    how it pools the map (``avg`` or ``max``); a ``ValueError`` saying why CAM cannot explain
+    this network at this layer otherwise. Checked on two random images, in one forward."""
+    x = torch.randn(2, *input_shape, generator=torch.Generator().manual_seed(0))
+    param = next(net.parameters())
+    x = x.to(device=param.device, dtype=param.dtype)
+    linears: list[tuple[str, nn.Linear, torch.Tensor]] = []
     handles = [
-        m.register_forward_hook(lambda m, i, o, n=n: seen.append((n, m)))
+        m.register_forward_pre_hook(lambda m, i, n=n: linears.append((n, m, i[0])))
         for n, m in net.named_modules()
         if isinstance(m, nn.Linear)
     ]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _Capture(layer) as capture:
             net(x)
     finally:
         for handle in handles:
             handle.remove()
-    if not seen:
+    if not linears:
         raise ValueError(f"{type(net).__name__} has no nn.Linear head; use method=gradcam.")
-    return seen[-1]
-
-
-def cam_pooling(net: nn.Module, layer: nn.Module, layer_name: str, input_shape) -> str:
-    """How the head pools ``layer``'s map (``avg`` or ``max``); a ``ValueError`` saying why
-    CAM cannot explain this network at this layer otherwise. Checked on random images."""
-    x = torch.randn(2, *input_shape, generator=torch.Generator().manual_seed(0))
-    param = next(net.parameters())
-    x = x.to(device=param.device, dtype=param.dtype)
-    head_name, head = find_head(net, x)
-    with torch.no_grad(), _Capture(layer, head) as capture:
-        net(x)
-    maps, pooled = capture.map, capture.pooled
-    if maps is not None and pooled is not None and pooled.shape == maps.shape[:2]:
+    head_name, head, pooled = linears[-1]
+    maps = capture.map
+    if maps is not None and pooled.shape == maps.shape[:2]:
         for kind, pool in (("avg", maps.mean((2, 3))), ("max", maps.amax((2, 3)))):
             if torch.allclose(pooled, pool, rtol=1e-4, atol=1e-5):
-                return kind
+                return head, kind
     raise ValueError(
         f"method=cam needs a head that is global pooling + one linear layer over layer "
         f"'{layer_name}'; {type(net).__name__}'s head '{head_name}' takes "
-        f"{tuple(pooled.shape) if pooled is not None else 'nothing'} instead of the pooled "
-        f"map of {tuple(maps.shape) if maps is not None else 'nothing'}. Use method=gradcam "
+        f"{tuple(pooled.shape)} instead of the pooled map of "
+        f"{tuple(maps.shape) if maps is not None else 'nothing'}. Use method=gradcam "
         "(any convolutional network), or the layer the head pools (layer=null)."
     )
 

@@ -43,10 +43,16 @@ def test_the_heat_map_points_at_the_patch(patch_model, brightness_model, method)
     assert control < 0.5 and control <= score - 0.4, (score, control)
 
 
-def test_each_predicted_label_points_at_its_own_patch():
-    net, spec = train("multilabel", n=192, epochs=4)
+@pytest.fixture(scope="module")
+def multilabel_model():
+    return train("multilabel", n=192, epochs=4)
+
+
+@pytest.mark.parametrize("method", ["gradcam", "cam"])
+def test_each_predicted_label_points_at_its_own_patch(multilabel_model, method):
+    net, spec = multilabel_model
     images, hot, corners = multilabel_images(32, seed=7, labels_per_image=(2,))
-    found = Explainer(net, spec, "gradcam").explain(images)
+    found = Explainer(net, spec, method).explain(images)
     predicted = found.probs >= spec.decision.threshold
     assert (predicted == hot.bool()).all(1).float().mean() >= 0.8
     # one map per predicted label (the task's decision), each read for that label
