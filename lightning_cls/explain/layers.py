@@ -3,7 +3,8 @@
 The default is found by running one blank image through the network and watching which
 modules output a feature map (B, C, h, w) with more than one position: it is the last such
 module to finish, the map the head pools (simplecnn ``features``, resnet18 ``layer4``,
-airbench ``blocks``, torchvision's ``layer4``/``features``). A container finishes after its
+airbench ``blocks``, torchvision's resnet18 ``layer4`` and mobilenet_v3_small ``features``
+at 224x224). A container finishes after its
 children, so the default is the outermost module holding the last convolutional stage. A
 network may name its own with a ``cam_layer`` attribute.
 """
