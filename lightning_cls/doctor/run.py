@@ -18,7 +18,7 @@ import torch
 from lightning_cls.doctor import duplicates as dup
 from lightning_cls.doctor import files as file_checks
 from lightning_cls.doctor import labels as label_checks
-from lightning_cls.doctor.index import check_indexable, write_clean_index
+from lightning_cls.doctor.index import check_indexable, dropped_rows, write_clean_index
 from lightning_cls.doctor.mosaics import duplicates_mosaic, flagged_mosaic, label_issues_mosaic
 from lightning_cls.doctor.report import write_report
 from lightning_cls.doctor.sources import Rows, SplitView, all_rows, read_views
@@ -42,10 +42,26 @@ class DoctorOptions:
     drop: tuple[str, ...] = ("duplicates", "label_issues")  # what the cleaned index leaves out
     seed: int = 0
 
+    def check(self) -> None:
+        """Refuse a bad setting before any check runs (a bad path must not cost a full scan)."""
+        if isinstance(self.folds, bool) or not isinstance(self.folds, int) or self.folds < 2:
+            raise ValueError(f"doctor.folds={self.folds!r} must be an integer >= 2 (e.g. 5).")
+        if not 0 <= self.near_distance < dup.HASH_BITS // 2:
+            dup.near_pairs(np.zeros(0, dtype=np.uint64), self.near_distance)  # its message
+        if self.size_factor <= 1:
+            raise ValueError(f"doctor.size_factor={self.size_factor} must be > 1 (e.g. 4).")
+        dropped_rows({"duplicates": [], "label_issues": []}, self.drop)  # names unknown entries
+        if self.features_from is not None and not Path(self.features_from).is_file():
+            raise FileNotFoundError(
+                f"doctor.features_from={self.features_from} not found; pass a .ckpt or "
+                "model_weights.pt file, or null for the pixel probe."
+            )
+
 
 def diagnose(datamodule, out_dir: str | Path, options: DoctorOptions | None = None) -> dict:
     """Run every check on ``datamodule`` and write the report into ``out_dir``; returns it."""
     options = options or DoctorOptions()
+    options.check()
     start = time.perf_counter()
     out = Path(out_dir)
     views, unreadable = read_views(datamodule)

@@ -102,3 +102,20 @@ def test_label_issues_of_an_unreliable_probe_stay_in_the_index():
     assert ("train", 7) not in dropped_rows(result, both)
     with pytest.raises(ValueError, match=r"doctor.drop has \['typos'\]; use a list of"):
         dropped_rows(result, ["typos"])
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"folds": 1}, r"doctor.folds=1 must be an integer >= 2"),
+        ({"near_distance": 32}, r"doctor.near_distance=32 must be in 0..31"),
+        ({"size_factor": 0.5}, r"doctor.size_factor=0.5 must be > 1"),
+        ({"drop": ("dupes",)}, r"doctor.drop has \['dupes'\]"),
+        ({"features_from": "gone.ckpt"}, r"doctor.features_from=gone.ckpt not found"),
+    ],
+)
+def test_bad_settings_are_refused_before_reading_the_data(setting, message, tmp_path):
+    data = SyntheticDataModule(train_size=16, test_size=8, val_size=4)
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        diagnose(data, tmp_path, DoctorOptions(**setting))
+    assert not data.splits  # refused before setup()
