@@ -104,6 +104,7 @@ class ImbalancedDigits(DigitsDataModule):
 def test_two_ranks_draw_the_shards_of_one_class_balanced_order(tmp_path):
     overrides = [
         "trainer=ddp_sim",
+        "trainer.strategy=ddp_fork",  # ddp_spawn's launcher, forked: test 1 runs ddp_spawn
         *QUIET,
         f"data._target_={__name__}.ImbalancedDigits",
         f"+data.record_dir={tmp_path}",
@@ -169,6 +170,7 @@ def test_multilabel_scores_gathered_over_two_processes_equal_one_process(tmp_pat
                 "task=multilabel",
                 *data,
                 "trainer=ddp_sim",
+                "trainer.strategy=ddp_fork",
                 "trainer.max_epochs=1",
                 "prediction_mosaic=false",
             ],

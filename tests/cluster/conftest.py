@@ -54,12 +54,21 @@ def _node_up() -> bool:
 
 @pytest.fixture(scope="session")
 def ddp_sim(tmp_path_factory, fork_server, fork_env):
-    """The results of the cluster tests' job on one machine: one epoch, two spawned gloo
-    processes (trainer=ddp_sim), the same seed and shards."""
+    """The results of the cluster tests' job on one machine: one epoch, two gloo processes
+    (trainer=ddp_sim), the same seed and shards. They are forked (``ddp_fork``: the same
+    launcher as ddp_sim's ``ddp_spawn``, the same results, without two fresh interpreters'
+    imports); tests/test_ddp.py runs ``ddp_spawn`` itself."""
     from train_runs import results, train_forked
 
     run = tmp_path_factory.mktemp("ddp_sim") / "run"
-    proc = train_forked(fork_server, fork_env, run, "trainer=ddp_sim", "trainer.max_epochs=1")
+    proc = train_forked(
+        fork_server,
+        fork_env,
+        run,
+        "trainer=ddp_sim",
+        "trainer.strategy=ddp_fork",
+        "trainer.max_epochs=1",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     return results(run)
 
