@@ -16,6 +16,15 @@ torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Modules with a ``slow`` test first, each module's tests still together and in order:
+    pytest -n 2 hands tests out in this order, so the long ones start early on both workers
+    instead of leaving one worker alone with a long test at the end (module fixtures are still
+    built once per worker)."""
+    slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow_modules)
+
+
 @pytest.fixture(autouse=True)
 def _single_thread():
     """One intra-op thread per test, restored afterwards (code under test may change it)."""
