@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
 
+import multilabel_helpers
 from helpers import Artifacts, Trained, trained_artifacts, trained_model
 from helpers.fork_runner import ForkServer
 from hydra_helpers import QUIET_TRAINER
@@ -71,6 +73,18 @@ def artifacts(tmp_path_factory) -> Artifacts:
 # The environment a command of the docs (or a test's command line) runs in, and the fork
 # server that runs it starts in (an import-time variable that differs means a fresh interpreter).
 FORK_ENV = {"OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="session")
+def multilabel_squares(tmp_path_factory) -> Path:
+    """The colour-square multi-label data (tests/multilabel_helpers.py), written once."""
+    return multilabel_helpers.squares(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def multilabel_run(tmp_path_factory) -> dict:
+    """results.json of the one multi-label training of the process (5 epochs, ONNX export)."""
+    return multilabel_helpers.multilabel_run(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -7,27 +7,18 @@ from pathlib import Path
 import pytest
 import torch
 
-import multilabel_helpers
 from hydra_helpers import compose
 from lightning_cls.data.multilabel import MultiLabelDataModule
 from lightning_cls.inference import load_artifact
 
 
-@pytest.fixture(scope="module")
-def squares(tmp_path_factory) -> Path:
-    return multilabel_helpers.squares(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> dict:
-    return multilabel_helpers.multilabel_run(tmp_path_factory)
-
-
-def test_onnx_export_carries_the_task_and_threshold_and_matches_the_checkpoint(run, squares):
-    onnx = load_artifact(Path(run["run_dir"]) / "export" / "model.onnx")
-    ckpt = load_artifact(run["best_ckpt"])
+def test_onnx_export_carries_the_task_and_threshold_and_matches_the_checkpoint(
+    multilabel_run, multilabel_squares
+):
+    onnx = load_artifact(Path(multilabel_run["run_dir"]) / "export" / "model.onnx")
+    ckpt = load_artifact(multilabel_run["best_ckpt"])
     assert (onnx.spec.task, onnx.spec.threshold) == ("multilabel", ckpt.spec.threshold)
-    data = MultiLabelDataModule(str(squares))
+    data = MultiLabelDataModule(str(multilabel_squares))
     data.setup()
     images = data.splits["test"].images[:16]
     p_onnx, p_ckpt = onnx.predict_images(images), ckpt.predict_images(images)
@@ -38,31 +29,40 @@ def test_onnx_export_carries_the_task_and_threshold_and_matches_the_checkpoint(r
     assert not torch.allclose(p_ckpt.sum(1), torch.ones(16), atol=1e-2)
 
 
-def test_end_to_end_onnx_ends_in_a_sigmoid(run, tmp_path):
+def test_end_to_end_onnx_ends_in_a_sigmoid(multilabel_run, tmp_path):
     from lightning_cls.export.onnx_e2e import export_onnx_e2e
     from lightning_cls.inference import load_torch_model
 
-    net, spec = load_torch_model(run["best_ckpt"])
+    net, spec = load_torch_model(multilabel_run["best_ckpt"])
     # the export checks the file against Predictor (sigmoid) at several batch sizes
     path = export_onnx_e2e(net, spec, tmp_path / "e2e.onnx")
     with pytest.raises(ValueError, match="end-to-end"):  # raw pixels in: not a Predictor input
         load_artifact(path)
 
 
-def test_int8_export_gates_a_multilabel_model_on_val_map(run, squares, tmp_path):
+def test_int8_export_gates_a_multilabel_model_on_val_map(
+    multilabel_run, multilabel_squares, tmp_path
+):
     from lightning_cls.export.__main__ import export
 
     cfg = compose(
         "export",
-        [f"ckpt_path={run['best_ckpt']}", "export=int8", "data=multilabel", f"data.root={squares}"],
+        [
+            f"ckpt_path={multilabel_run['best_ckpt']}",
+            "export=int8",
+            "data=multilabel",
+            f"data.root={multilabel_squares}",
+        ],
         tmp=tmp_path,
     )
     result = export(cfg)
     report = next(r for r in result.reports if r.method == "onnx_static_int8")
     assert report.metric == "mAP" and report.accepted
-    assert report.acc_before == pytest.approx(run["best_val_acc"], abs=1e-4)  # the best val mAP
+    assert report.acc_before == pytest.approx(
+        multilabel_run["best_val_acc"], abs=1e-4
+    )  # the best val mAP
     int8 = load_artifact(result.paths["onnx_int8"])
     assert (int8.spec.task, int8.spec.threshold) == (
         "multilabel",
-        load_artifact(run["best_ckpt"]).spec.threshold,
+        load_artifact(multilabel_run["best_ckpt"]).spec.threshold,
     )

@@ -8,24 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
-import multilabel_helpers
 from lightning_cls.data.multilabel import read_index
 from lightning_cls.inference import load_artifact, predict_files, write_predictions_csv
 
 
-@pytest.fixture(scope="module")
-def squares(tmp_path_factory) -> Path:
-    return multilabel_helpers.squares(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> dict:
-    return multilabel_helpers.multilabel_run(tmp_path_factory)
-
-
-def test_predict_lists_every_label_above_the_threshold(run, squares, tmp_path):
-    predictor = load_artifact(Path(run["run_dir"]) / "export" / "model.onnx")
-    files = sorted((squares / "images").glob("test_*.png"))[:12]
+def test_predict_lists_every_label_above_the_threshold(
+    multilabel_run, multilabel_squares, tmp_path
+):
+    predictor = load_artifact(Path(multilabel_run["run_dir"]) / "export" / "model.onnx")
+    files = sorted((multilabel_squares / "images").glob("test_*.png"))[:12]
     rows, failures = predict_files(predictor, files, batch_size=5)
     assert not failures and len(rows) == 12
     t = predictor.spec.threshold
@@ -48,13 +39,13 @@ def test_predict_lists_every_label_above_the_threshold(run, squares, tmp_path):
     index = read_index(out)  # the unreadable file's row is skipped
     assert [labels for _, labels, _ in index] == [r["labels"] for r in rows]
     # and half or more are exactly the true label sets (chance: ~1 in 16 per image)
-    truth = {f: labels for f, labels, _ in read_index(squares / "test.csv")}
+    truth = {f: labels for f, labels, _ in read_index(multilabel_squares / "test.csv")}
     right = sum(set(r["labels"]) == set(truth[f"images/{Path(r['file']).name}"]) for r in rows)
     assert right >= 6, right
 
 
-def test_scoring_a_multilabel_model_on_single_label_data_says_so(run):
-    predictor = load_artifact(run["best_ckpt"])
+def test_scoring_a_multilabel_model_on_single_label_data_says_so(multilabel_run):
+    predictor = load_artifact(multilabel_run["best_ckpt"])
     images = torch.zeros(4, 3, 32, 32, dtype=torch.uint8)
     with pytest.raises(ValueError, match=r"is a multilabel model but the labels have shape \(4,\)"):
         predictor.accuracy(images, torch.zeros(4, dtype=torch.int64))

@@ -8,29 +8,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-import multilabel_helpers
 from lightning_cls.inference import load_artifact, predict_files
 
 
-@pytest.fixture(scope="module")
-def squares(tmp_path_factory) -> Path:
-    return multilabel_helpers.squares(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> dict:
-    return multilabel_helpers.multilabel_run(tmp_path_factory)
-
-
-def test_the_server_answers_the_labels_above_the_threshold(run, squares):
+def test_the_server_answers_the_labels_above_the_threshold(multilabel_run, multilabel_squares):
     from lightning_cls.serve.app import ServeApp
     from lightning_cls.serve.config import ServeConfig
     from lightning_cls.serve.metrics import ServeMetrics
 
-    artifact = Path(run["run_dir"]) / "export" / "model.onnx"
+    artifact = Path(multilabel_run["run_dir"]) / "export" / "model.onnx"
     predictor = load_artifact(artifact)
     app = ServeApp(ServeConfig(artifact=str(artifact)), predictor, ServeMetrics(), {"name": "m"})
-    files = sorted((squares / "images").glob("test_*.png"))[:6]
+    files = sorted((multilabel_squares / "images").glob("test_*.png"))[:6]
     expected, _ = predict_files(predictor, files)
 
     async def ask():

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import multilabel_helpers
 from hydra_helpers import QUIET_TRAINER, compose
 from lightning_cls.data.multilabel import MultiLabelDataModule
 from lightning_cls.inference import load_artifact
@@ -19,43 +18,35 @@ from lightning_cls.train import train
 from multilabel_helpers import QUIET, STATED_TEST_MAP
 
 
-@pytest.fixture(scope="module")
-def squares(tmp_path_factory) -> Path:
-    return multilabel_helpers.squares(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> dict:
-    return multilabel_helpers.multilabel_run(tmp_path_factory)
-
-
-def test_training_reaches_the_stated_map_and_reports_multilabel_metrics(run):
-    test = run["test"]
+def test_training_reaches_the_stated_map_and_reports_multilabel_metrics(multilabel_run):
+    test = multilabel_run["test"]
     assert test["test/map"] > STATED_TEST_MAP, test
-    assert run["optimized_metric"] == "val/map"
+    assert multilabel_run["optimized_metric"] == "val/map"
     assert set(test) >= {"test/map", "test/auroc", "test/f1_micro", "test/f1_macro", "test/loss"}
     assert "test/acc" not in test
-    per_label = run["per_class_test"]
+    per_label = multilabel_run["per_class_test"]
     assert set(per_label) == {"blue", "green", "red", "yellow"}
     assert all(0.5 < v["average_precision"] <= 1.0 for v in per_label.values()), per_label
-    assert "map" in Path(run["best_ckpt"]).name  # the checkpoint name follows task.metric
-    assert (Path(run["run_dir"]) / "predictions_val.png").stat().st_size > 10_000
+    assert (
+        "map" in Path(multilabel_run["best_ckpt"]).name
+    )  # the checkpoint name follows task.metric
+    assert (Path(multilabel_run["run_dir"]) / "predictions_val.png").stat().st_size > 10_000
 
 
-def test_the_threshold_is_chosen_on_val_and_travels_with_the_best_checkpoint(run):
-    ckpt = torch.load(run["best_ckpt"], map_location="cpu", weights_only=True)
+def test_the_threshold_is_chosen_on_val_and_travels_with_the_best_checkpoint(multilabel_run):
+    ckpt = torch.load(multilabel_run["best_ckpt"], map_location="cpu", weights_only=True)
     hparams = ckpt["hyper_parameters"]
     assert hparams["task"] == "multilabel"
     assert hparams["threshold"] in THRESHOLD_GRID
     # test ran on the best checkpoint with its own threshold (not the last epoch's)
-    assert run["test"]["test/threshold"] == pytest.approx(hparams["threshold"])
-    predictor = load_artifact(run["best_ckpt"])
+    assert multilabel_run["test"]["test/threshold"] == pytest.approx(hparams["threshold"])
+    predictor = load_artifact(multilabel_run["best_ckpt"])
     assert predictor.spec.multilabel and predictor.spec.threshold == hparams["threshold"]
-    weights = load_artifact(Path(run["best_ckpt"]).with_name("model_weights.pt"))
+    weights = load_artifact(Path(multilabel_run["best_ckpt"]).with_name("model_weights.pt"))
     assert (weights.spec.task, weights.spec.threshold) == ("multilabel", hparams["threshold"])
 
 
-def test_eval_on_val_writes_per_label_metrics(run, squares, tmp_path):
+def test_eval_on_val_writes_per_label_metrics(multilabel_run, multilabel_squares, tmp_path):
     from lightning_cls.eval import evaluate
 
     cfg = compose(
@@ -63,8 +54,8 @@ def test_eval_on_val_writes_per_label_metrics(run, squares, tmp_path):
         [
             *QUIET_TRAINER[:4],
             "data=multilabel",
-            f"data.root={squares}",
-            f"ckpt_path={run['best_ckpt']}",
+            f"data.root={multilabel_squares}",
+            f"ckpt_path={multilabel_run['best_ckpt']}",
             "split=val",
             "prediction_mosaic=false",
         ],
@@ -93,8 +84,10 @@ def test_a_multiclass_validation_counts_per_class_metrics(trained):
     assert sum(recalls) / support == pytest.approx(metrics["val/acc"], abs=1e-5)
 
 
-def test_task_and_data_must_agree(squares, tmp_path):
-    multi = compose(overrides=[*QUIET, "data=multilabel", f"data.root={squares}"], tmp=tmp_path)
+def test_task_and_data_must_agree(multilabel_squares, tmp_path):
+    multi = compose(
+        overrides=[*QUIET, "data=multilabel", f"data.root={multilabel_squares}"], tmp=tmp_path
+    )
     with pytest.raises(
         ValueError,
         match=r"task=multiclass but the data \(multilabel\) is multilabel.*set task=multilabel",
@@ -129,7 +122,7 @@ def test_multiclass_only_options_are_one_line_errors(kwargs, match):
         )
 
 
-def test_pos_weight_auto_comes_from_the_train_counts_and_is_saved(squares, tmp_path):
+def test_pos_weight_auto_comes_from_the_train_counts_and_is_saved(multilabel_squares, tmp_path):
     from lightning_cls.training.tasks.multilabel import resolve_pos_weight
 
     labels = torch.tensor([[1, 0], [1, 0], [0, 0], [1, 1]], dtype=torch.float32)
@@ -140,7 +133,7 @@ def test_pos_weight_auto_comes_from_the_train_counts_and_is_saved(squares, tmp_p
         *QUIET,
         "task=multilabel",
         "data=multilabel",
-        f"data.root={squares}",
+        f"data.root={multilabel_squares}",
         "loss.pos_weight=auto",
         "trainer.max_epochs=1",
         "+trainer.limit_train_batches=2",
@@ -149,16 +142,16 @@ def test_pos_weight_auto_comes_from_the_train_counts_and_is_saved(squares, tmp_p
     ]
     summary = train(compose(overrides=overrides, tmp=tmp_path))
     saved = torch.load(summary["best_ckpt"], weights_only=True)["hyper_parameters"]["pos_weight"]
-    data = MultiLabelDataModule(str(squares))
+    data = MultiLabelDataModule(str(multilabel_squares))
     data.setup()
     expected = resolve_pos_weight("auto", data.splits["train"].labels, 4)
     assert saved == pytest.approx(expected) and all(w > 1 for w in saved)  # 40% positives
 
 
-def test_per_label_plot_and_curves_draw_the_multilabel_metrics(run, tmp_path):
+def test_per_label_plot_and_curves_draw_the_multilabel_metrics(multilabel_run, tmp_path):
     from lightning_cls.callbacks.plots import plot_curves, plot_per_label
 
-    plot_per_label(run["per_class_test"], tmp_path / "per_label_scores.png")
+    plot_per_label(multilabel_run["per_class_test"], tmp_path / "per_label_scores.png")
     history = [{"epoch": 0, "val/map": 0.8, "val/f1_micro": 0.6, "val/loss": 0.5}]
     plot_curves(history, tmp_path / "curves.png")
     assert (tmp_path / "per_label_scores.png").stat().st_size > 5_000
