@@ -27,7 +27,7 @@ install: $(VPYTHON)
 
 install-dev: $(VPYTHON)
 	$(PIP) install $(CONSTRAIN) $(TORCH)
-	$(PIP) install $(CONSTRAIN) -e ".[dev,export,serve,sweep,streaming,timm,openvino,ray,explain,doctor]"
+	$(PIP) install $(CONSTRAIN) -e ".[dev,export,serve,sweep,streaming,timm,openvino,ray,doctor]"
 
 train: install
 	$(VPYTHON) -m lightning_cls.train

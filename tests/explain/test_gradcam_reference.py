@@ -1,4 +1,4 @@
-"""Our Grad-CAM against the ``grad-cam`` package (pyproject's ``explain`` extra, pinned
+"""Our Grad-CAM against the ``grad-cam`` package (pyproject's ``dev`` extra, pinned
 ``>=1.5.4,<1.6``), the reference implementation: the same maps for a flatten + MLP head
 (simplecnn) and a global max-pool head (airbench). lightning_cls does not call the package at run time: importing it loads
 scikit-learn, pandas, SciPy and OpenCV (5-10 s on the 2-core machine) for what is a few tensor
