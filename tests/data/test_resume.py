@@ -14,8 +14,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from lightning_cls.data.synthetic import SyntheticDataModule
-from lightning_cls.module import ClassificationModule
+from helpers.tiny import make_data, make_module, make_trainer
 from lightning_cls.training.optim import cosine
 
 
@@ -29,10 +28,8 @@ class _Record(pl.Callback):
 
 
 def _fit(tmp_path, ckpt_path=None, every_step=False):
-    dm = SyntheticDataModule(
-        3,
-        1,
-        8,
+    dm = make_data(
+        num_classes=3,
         train_size=48,
         test_size=8,
         val_size=8,
@@ -41,28 +38,14 @@ def _fit(tmp_path, ckpt_path=None, every_step=False):
         hflip=True,
         seed=4,
     )
-    module = ClassificationModule(
-        "mlp",
-        {"num_classes": 3, "in_channels": 1, "image_size": 8},
-        optimizer=partial(torch.optim.SGD, lr=0.1),
-        scheduler=partial(cosine),
-        **dm.spec,
+    module = make_module(
+        dm, "mlp", optimizer=partial(torch.optim.SGD, lr=0.1), module_kwargs=dict(scheduler=cosine)
     )
     record = _Record()
     callbacks = [record]
     if every_step:
         callbacks.append(ModelCheckpoint(tmp_path, "{step}", every_n_train_steps=1, save_top_k=-1))
-    trainer = pl.Trainer(
-        max_epochs=2,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=callbacks,
-        limit_val_batches=0,
-        enable_checkpointing=every_step,
-        default_root_dir=tmp_path,
-    )
+    trainer = make_trainer(tmp_path, callbacks, max_epochs=2, limit_val_batches=0)
     pl.seed_everything(0)
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
     return record.batches

@@ -5,11 +5,9 @@ from __future__ import annotations
 import functools
 
 import pytest
-import pytorch_lightning as pl
 import torch
 
-from lightning_cls.data import SyntheticDataModule
-from lightning_cls.module import ClassificationModule
+from helpers.tiny import make_data, make_module, make_trainer
 from lightning_cls.training.mixup import BatchMixer
 
 
@@ -34,36 +32,16 @@ def test_mixer_refuses_bad_settings():
 
 
 def test_module_mixes_training_batches_only(tmp_path):
-    data = SyntheticDataModule(
-        num_classes=4,
-        num_channels=1,
-        image_size=8,
-        train_size=64,
-        test_size=16,
-        batch_size=16,
-        val_size=16,
-        seed=0,
-    )
-    module = ClassificationModule(
-        model_name="simplecnn",
-        model_kwargs=dict(num_classes=4, in_channels=1, image_size=8, widths=[4, 8], hidden=16),
+    data = make_data(test_size=16)
+    module = make_module(
+        data,
         optimizer=functools.partial(torch.optim.SGD, lr=0.05),
-        mixup_alpha=0.4,
-        cutmix_alpha=1.0,
-        **data.spec,
+        module_kwargs=dict(mixup_alpha=0.4, cutmix_alpha=1.0),
     )
     seen = []
     module.task.criterion.register_forward_pre_hook(lambda _, args: seen.append(args[1]))
-    trainer = pl.Trainer(
-        default_root_dir=tmp_path,
-        accelerator="cpu",
-        max_epochs=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        limit_val_batches=1,
-    )
+    # Lightning's sanity check kept (the factory skips it): its val batch is counted below.
+    trainer = make_trainer(tmp_path, limit_val_batches=1, num_sanity_val_steps=2)
     trainer.fit(module, datamodule=data)
     soft, hard = [y for y in seen if y.ndim == 2], [y for y in seen if y.ndim == 1]
     assert len(soft) == 3 and all(y.shape == (16, 4) for y in soft)  # every train batch mixed

@@ -1,13 +1,11 @@
 from __future__ import annotations
 
 import pytest
-import pytorch_lightning as pl
 import torch
 
+from helpers.tiny import make_data, make_module, make_trainer
 from lightning_cls.callbacks import ShapeCheck
-from lightning_cls.data import SyntheticDataModule
 from lightning_cls.models import create_model
-from lightning_cls.module import ClassificationModule
 from lightning_cls.training.shapes import ShapeMismatchError, format_table, trace
 
 MISMATCH = (
@@ -40,22 +38,11 @@ def test_mismatch_names_layer_source_and_setting():
 
 
 def test_shape_check_stops_training_before_the_first_step(tmp_path):
-    data = SyntheticDataModule(
-        num_classes=10, image_size=28, train_size=32, test_size=8, val_size=8
+    data = make_data(
+        num_classes=10, num_channels=3, image_size=28, train_size=32, test_size=8, val_size=8
     )
-    module = ClassificationModule(
-        "simplecnn", {"num_classes": 10, "in_channels": 3, "image_size": 32}, **data.spec
-    )
-    trainer = pl.Trainer(
-        default_root_dir=tmp_path,
-        accelerator="cpu",
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[ShapeCheck()],
-    )
+    module = make_module(data, widths=[32, 64], hidden=256, image_size=32)  # SimpleCNN defaults
+    trainer = make_trainer(tmp_path, callbacks=[ShapeCheck()])
     with pytest.raises(ShapeMismatchError, match=MISMATCH):
         trainer.fit(module, datamodule=data)
     assert trainer.global_step == 0
