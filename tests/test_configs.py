@@ -40,6 +40,7 @@ def test_config_groups_exist():
         "paths",
         "hydra",
         "experiment",
+        "distill",
     ):
         assert options(group), group
 
@@ -290,6 +291,17 @@ def test_export_options(option, tmp_path):
     cfg = compose(overrides=[f"export={option}"], tmp=tmp_path)
     export = instantiate(cfg.export)
     assert export.enabled == (option not in ("none", "default"))
+
+
+@pytest.mark.parametrize("option", options("distill"))
+def test_distill_options(option, tmp_path):
+    # Off while distill.teacher is null (train.py builds no Distiller); a teacher turns it on.
+    assert compose(overrides=[f"distill={option}"], tmp=tmp_path).distill.teacher is None
+    teacher = tmp_path / "teacher.ckpt"
+    teacher.write_bytes(b"")
+    cfg = compose(overrides=[f"distill={option}", f"distill.teacher={teacher}"], tmp=tmp_path)
+    distiller = instantiate(cfg.distill)
+    assert distiller.teacher == teacher and 0 <= distiller.alpha <= 1 and distiller.temperature > 0
 
 
 def test_keys_that_messages_and_docs_suggest_exist(tmp_path):

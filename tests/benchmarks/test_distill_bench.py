@@ -4,6 +4,8 @@ without distillation, INT8 speed)."""
 import io
 import tarfile
 
+import pytest
+
 
 def test_carve_draws_disjoint_train_and_test_per_class(tmp_path, benchmark_module):
     distill = benchmark_module("distill")
@@ -24,6 +26,7 @@ def test_carve_draws_disjoint_train_and_test_per_class(tmp_path, benchmark_modul
         assert (root / "test" / name / sorted(test)[0]).read_bytes().startswith(name.encode())
 
 
+@pytest.mark.slow  # three training runs and two INT8 exports: ~25 s on an idle 2-vCPU machine
 def test_quick_runs_teacher_students_and_int8(run_quick, tmp_path):
     out = run_quick("distill.py", cwd=tmp_path)
     assert out["quick"] and out["images"] == {"train": 54, "test": 18}
