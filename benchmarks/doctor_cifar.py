@@ -176,7 +176,8 @@ def main(argv=None) -> dict:
         started = time.perf_counter()
         out |= measure(subset, planted, flipped, args.folds, args.features_from)
         out["wall_seconds"] = round(time.perf_counter() - started, 2)
-        shutil.rmtree(subset / "report", ignore_errors=True)
+        if not args.workdir:
+            shutil.rmtree(subset / "report", ignore_errors=True)
     print(json.dumps(out))
     return out
 

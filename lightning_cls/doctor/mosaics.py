@@ -40,9 +40,8 @@ def draw_tiles(rows: list[list[Tile]], title: str, path: Path) -> Path:
 
     cols = max(len(r) for r in rows)
     pad_x, pad_y = 8, 30  # room for two caption lines under each tile
-    canvas = np.full(
-        (len(rows) * (CELL + pad_y), cols * (CELL + pad_x), 3), 255, dtype=np.uint8
-    )  # (H, W, 3)
+    width = max(cols * (CELL + pad_x), 640)  # room for the title over a narrow grid
+    canvas = np.full((len(rows) * (CELL + pad_y), width, 3), 255, dtype=np.uint8)  # (H, W, 3)
     texts = []
     for r, tiles in enumerate(rows):
         for c, (image, caption, colour) in enumerate(tiles):
