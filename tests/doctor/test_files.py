@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 import json
 
+from doctor_images import smooth_image
 from PIL import Image
 
-from conftest import smooth_image
 from lightning_cls.data.imagefolder import ImageFolderDataModule
 from lightning_cls.doctor import DoctorOptions, diagnose
 

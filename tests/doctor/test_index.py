@@ -8,8 +8,8 @@ import shutil
 
 import numpy as np
 import pytest
+from doctor_images import write_split
 
-from conftest import write_split
 from lightning_cls.data import SyntheticDataModule
 from lightning_cls.data.imagefolder import ImageFolderDataModule
 from lightning_cls.doctor import DoctorOptions, diagnose
