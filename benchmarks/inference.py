@@ -83,7 +83,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--rounds must be >= 1 and --window > 0, got {args.rounds}, {args.window}")
     if args.quick:
         args.epochs_simplecnn, args.epochs_resnet18 = 1, 1
-        args.rounds, args.window, args.calibration_batches = 2, 0.05, 2
+        args.rounds, args.window, args.calibration_batches = 2, 0.005, 2
         args.data = Path("/nonexistent")  # a small synthetic task: no decoding, fast training
     return args
 

@@ -69,8 +69,9 @@ def read_image_folder_tar(
 
 def load_data(args) -> ArrayDataModule | SyntheticDataModule:
     per_class = 250 if args.quick else None
-    val_size = 200 if args.quick else 5000
-    kwargs = dict(batch_size=128, crop_padding=4, hflip=True, val_size=val_size, seed=0)
+    val_size = 64 if args.quick else 5000
+    batch_size = 32 if args.quick else 128
+    kwargs = dict(batch_size=batch_size, crop_padding=4, hflip=True, val_size=val_size, seed=0)
     if args.data.is_file():
         cache = args.out_dir / f"cifar10_{per_class or 'all'}.pt"
         if cache.is_file():
@@ -87,8 +88,10 @@ def load_data(args) -> ArrayDataModule | SyntheticDataModule:
             "%s not found: FALLING BACK TO SYNTHETIC DATA (accuracies are not CIFAR-10's)",
             args.data,
         )
+        # --quick: 16 x 16 images, 64 to train on (2 steps) and 64 to validate (a smoke run).
+        sizes = dict(image_size=16, train_size=128, test_size=16) if args.quick else {}
         dm = SyntheticDataModule(
-            num_classes=10, train_size=800 if args.quick else 20000, test_size=100, **kwargs
+            num_classes=10, **({"train_size": 20000, "test_size": 100} | sizes), **kwargs
         )
         dm.source = "SYNTHETIC (CIFAR-10 archive not found)"
     dm.setup("fit")
@@ -122,7 +125,7 @@ def prepare_model(name: str, data, args) -> tuple[torch.nn.Module, InputSpec, Pa
             enable_progress_bar=False,
             enable_model_summary=False,
             num_sanity_val_steps=0,
-            limit_train_batches=20 if args.quick else getattr(args, f"train_fraction_{name}"),
+            limit_train_batches=2 if args.quick else getattr(args, f"train_fraction_{name}"),
             precision=args.train_precision,
         )
         log.info("Training %s for %d epoch(s) on %s", name, epochs, data.source)

@@ -3,7 +3,6 @@
 import pytest
 
 
-@pytest.mark.slow
 def test_quick_mode_reports_paired_speedups_against_best_pytorch(run_quick, tmp_path):
     out = run_quick(
         "inference.py",
