@@ -2,7 +2,8 @@
 INT8 QOperator) and OpenVINO's per-layer counters (f32, bf16, NNCF INT8).
 
     python benchmarks/profile_inference.py --dir outputs/benchmark_inference/simplecnn
-    python benchmarks/profile_inference.py --quick     # untrained SimpleCNN exported to a temp dir
+    python benchmarks/profile_inference.py --quick     # untrained SimpleCNN exported to a temp dir,
+                                                       # calibrated on 16 images, 3 runs at batch 8
 
 ``--dir`` holds the files ``benchmarks/inference.py`` writes (model.onnx, model_int8_qdq.onnx,
 model_int8_qop.onnx, model.xml, model_int8.xml); missing ones are skipped. Each runtime runs
@@ -79,14 +80,14 @@ def quick_files(out: Path) -> Path:
     from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
     from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
 
-    split = Split(torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8), torch.zeros(64))
+    split = Split(torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8), torch.zeros(16))
     net, spec, onnx = export_untrained_onnx("simplecnn", out / "model.onnx")
     for fmt, name in (("qdq", "model_int8_qdq.onnx"), ("qoperator", "model_int8_qop.onnx")):
         quantize_onnx_static(
-            onnx, out / name, SplitCalibrationReader(split, spec, 2, 32), quant_format=fmt
+            onnx, out / name, SplitCalibrationReader(split, spec, 1, 16), quant_format=fmt
         )
     xml = export_openvino(onnx, out / "model.xml", spec, net)
-    quantize_openvino_int8(xml, out / "model_int8.xml", split, spec, 2, 32)
+    quantize_openvino_int8(xml, out / "model_int8.xml", split, spec, 1, 16)
     return out
 
 
@@ -96,13 +97,15 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--quick", action="store_true", help="untrained SimpleCNN, 3 runs")
+    p.add_argument("--quick", action="store_true", help="untrained SimpleCNN, 3 runs at batch 8")
     args = p.parse_args()
     if args.dir is None and not args.quick:
         p.error("--dir is required (or --quick)")
     tmp = tempfile.TemporaryDirectory()
     folder = quick_files(Path(tmp.name)) if args.quick else args.dir
     runs = 3 if args.quick else args.runs
+    if args.quick:
+        args.batch_size = 8  # a smoke run: the op shares, not their size, are checked
     shape = (args.batch_size, 3, 32, 32)  # CIFAR input, as benchmarks/inference.py uses
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     profiles = {}
