@@ -4,10 +4,7 @@ then `python -m lightning_cls.summarize` reports mean ± std over the folds."""
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 
 import pytest
 
@@ -15,11 +12,10 @@ from lightning_cls.summarize import over_folds, summarize
 
 
 @pytest.mark.slow
-def test_multirun_over_folds_then_summarize_mean_and_std(tmp_path):
+def test_multirun_over_folds_then_summarize_mean_and_std(fork_server, fork_env, tmp_path):
     sweep = tmp_path / "sweep"
-    proc = subprocess.run(
+    proc = fork_server.run(  # python -m, forked from the session's pre-imported server
         [
-            sys.executable,
             "-m",
             "lightning_cls.train",
             "-m",
@@ -33,10 +29,8 @@ def test_multirun_over_folds_then_summarize_mean_and_std(tmp_path):
             f"paths.root_dir={tmp_path}",
             f"hydra.sweep.dir={sweep}",
         ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        tmp_path,
+        fork_env,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -45,12 +39,7 @@ def test_multirun_over_folds_then_summarize_mean_and_std(tmp_path):
     accs = [r["val"]["val/acc"] for r in results]
     assert len(set(accs)) > 1  # three different validation folds
 
-    out = subprocess.run(
-        [sys.executable, "-m", "lightning_cls.summarize", str(sweep)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = fork_server.run(["-m", "lightning_cls.summarize", str(sweep)], tmp_path, fork_env, 120)
     assert out.returncode == 0, out.stderr[-2000:]
     mean, std = statistics.mean(accs), statistics.stdev(accs)
     assert "Mean ± std over folds:" in out.stdout

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -221,14 +219,13 @@ def test_debug_flag_is_stripped_and_the_debug_group_is_kept(monkeypatch):
 
 
 @pytest.mark.slow
-def test_debug_fdr_runs_end_to_end_from_the_command_line(tmp_path):
+def test_debug_fdr_runs_end_to_end_from_the_command_line(fork_server, fork_env, tmp_path):
     # The flag and the group together: fast_dev_run on the embedded digits, full tracebacks.
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_cls.train", "debug=fdr", "debug=true"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "LIGHTNING_CLS_ROOT": str(tmp_path)},
+    # (``python -m`` forked from the session's pre-imported server: the command, not imports.)
+    proc = fork_server.run(
+        ["-m", "lightning_cls.train", "debug=fdr", "debug=true"],
+        tmp_path,
+        {**fork_env, "LIGHTNING_CLS_ROOT": str(tmp_path)},
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -33,11 +33,10 @@ def _write(tmp_path, n=40, classes=("a", "b", "c"), size=8, name="stream"):
 
 
 @pytest.mark.slow
-def test_round_trip_through_the_optimize_entry_point(tmp_path, make_folder):
+def test_round_trip_through_the_optimize_entry_point(fork_server, fork_env, tmp_path, make_folder):
     root = make_folder(tmp_path / "imgs", "train", {"x": 6, "y": 6}, size=10)
     out = tmp_path / "chunks"
-    cmd = [
-        sys.executable,
+    cmd = [  # forked from the session's pre-imported server (tests/helpers/fork_runner.py)
         "-m",
         "lightning_cls.optimize_data",
         "data=imagefolder",
@@ -49,7 +48,7 @@ def test_round_trip_through_the_optimize_entry_point(tmp_path, make_folder):
         f"out={out}",
         f"hydra.run.dir={tmp_path}/run",
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    done = fork_server.run(cmd, tmp_path, fork_env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["counts"] == {"train": 8, "test": 2, "val": 2}
@@ -58,7 +57,7 @@ def test_round_trip_through_the_optimize_entry_point(tmp_path, make_folder):
     assert dm.classes == ["x", "y"] and dm.spec["image_size"] == 8
     seen = sum(len(y) for _, y in dm.test_dataloader())
     assert seen == 2
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    again = fork_server.run(cmd, tmp_path, fork_env, timeout=300)
     assert (
         again.returncode != 0 and "already exists; remove it or choose another out=" in again.stderr
     )
