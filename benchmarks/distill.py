@@ -16,6 +16,15 @@ overrides are printed. The teacher is ``experiment=cifar10_resnet18``, the stude
 distilled student are exported to ONNX and ONNX Runtime static INT8 (``export.quantize``,
 calibrated on train, accuracy on val) and timed at batch 1 (median of ``--latency-runs``).
 Prints a markdown table; the last line is one JSON object.
+
+``--teacher-run DIR`` takes a finished ``train`` run's output folder as the teacher (its
+``results.json``: best checkpoint and test accuracy) instead of training one, e.g. the
+``cifar10_fast`` run of benchmarks/trust.py; give ``--root`` its data root and
+``--data-overrides`` its carve so the students are tested on the same images:
+
+    python benchmarks/distill.py --teacher-run /tmp/trust_fast/train \
+        --root /tmp/trust_fast/cifar_1000 \
+        --data-overrides "data.val_size=0.2 data.test_size=0.2" --student-epochs 4 --seeds 0 1
 """
 
 from __future__ import annotations
@@ -63,6 +72,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=4.0)
     p.add_argument("--teacher", default="experiment=cifar10_resnet18", help="teacher overrides")
     p.add_argument("--student", default="experiment=cifar10_simplecnn", help="student overrides")
+    p.add_argument("--teacher-run", type=Path, help="a trained run's folder: no teacher training")
+    p.add_argument("--data-overrides", default="", help="more data overrides, e.g. the carve")
     p.add_argument("--latency-runs", type=int, default=50)
     p.add_argument("--quick", action="store_true", help="generated images, tiny models")
     args = p.parse_args(argv)
@@ -167,13 +178,16 @@ def main(argv=None) -> dict:
         else:
             carve(args.data, root, args.per_class, args.test_per_class)
     data = ["data=imagefolder", f"data.root={root}", "data.batch_size=64"]
-    data += [f"data.image_size={args.image_size}"]
-    teacher = run(
-        "teacher",
-        [*args.teacher.split(), *data, f"trainer.max_epochs={args.teacher_epochs}", "seed=0"],
-        root,
-        args.quick,
-    )
+    data += [f"data.image_size={args.image_size}", *args.data_overrides.split()]
+    if args.teacher_run is not None:
+        teacher = json.loads((args.teacher_run / "results.json").read_text())
+    else:
+        teacher = run(
+            "teacher",
+            [*args.teacher.split(), *data, f"trainer.max_epochs={args.teacher_epochs}", "seed=0"],
+            root,
+            args.quick,
+        )
     students: dict[str, list[dict]] = {"plain": [], "distilled": []}
     distill = [
         f"distill.teacher={teacher['best_ckpt']}",
@@ -202,7 +216,7 @@ def main(argv=None) -> dict:
         "load_avg_end": round(os.getloadavg()[0], 2),
         "wall_s": round(time.time() - started, 1),
         "images": {s: sum(1 for _ in (root / s).rglob("*.*")) for s in ("train", "test")},
-        "teacher_overrides": args.teacher,
+        "teacher_overrides": str(args.teacher_run or args.teacher),
         "student_overrides": args.student,
         "teacher": _row(teacher),
         **{kind: [_row(r) for r in runs] for kind, runs in students.items()},
@@ -220,7 +234,7 @@ def _row(results: dict) -> dict:
         "test_acc": round(results["test"]["test/acc"], 4),
         "best_val_acc": results["best_val_acc"],
         "wall_s": results["wall_time_s"],
-        "cpu_s": results["cpu_s"],
+        "cpu_s": results.get("cpu_s"),  # None: a --teacher-run (trained elsewhere)
     }
 
 
@@ -234,7 +248,7 @@ def _print_table(s: dict) -> None:
     print("|---|---|---|---|---|")
     t, sp = s["teacher"], s["speed"]
     print(
-        f"| teacher: {s['teacher_overrides']} | {100 * t['test_acc']:.1f} | {t['cpu_s']:.0f} | "
+        f"| teacher: {s['teacher_overrides']} | {100 * t['test_acc']:.1f} | {t['cpu_s'] or '-'} | "
         f"{sp['teacher']['fp32_ms']} | {sp['teacher']['int8_ms']} |"
     )
     for kind in ("plain", "distilled"):
