@@ -19,8 +19,9 @@ depend on them); every 200 is checked against in-process ``Predictor`` output on
 image, labels and probabilities. Last line: one JSON object (medians over rounds).
 
     python benchmarks/serve_load.py                  # 3 rounds, 5 s per measurement, 20 s overload
-    python benchmarks/serve_load.py --quick          # smoke: 1 round, 1 s, 2 s overload, and
-                                                     # each server kind and code path once
+    python benchmarks/serve_load.py --quick          # smoke: 1 round, 0.5 s, 1 s overload,
+                                                     # 16x16 images, each server kind and code
+                                                     # path once
 """
 
 from __future__ import annotations
@@ -106,14 +107,16 @@ def _quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-def measure(server: Server, bodies, expected, classes, concurrency: int, seconds: float) -> dict:
+def measure(
+    server: Server, bodies, expected, classes, concurrency: int, seconds: float, warmup: float
+) -> dict:
     before = server.batch_stats()
     if server.litserve_echo:  # JSON in, JSON out, nothing decoded: LitServe's own path
         bodies, expected, kind = [b'{"n": 1}'], None, "application/json"
     else:
         kind = "image/png"
     out = asyncio.run(
-        _load(server.url, bodies, expected, classes, concurrency, seconds, content_type=kind)
+        _load(server.url, bodies, expected, classes, concurrency, seconds, warmup, kind)
     )
     after = server.batch_stats()
     calls = after[1] - before[1]
@@ -148,7 +151,9 @@ PLAN = [
 QUICK_SKIP = {"threads1", "resnet18_spin", "spin_c16", "batch1_c16", "dynamic_c1", "tutorial_c16"}
 
 
-def run_rounds(servers: dict, data: dict, rounds: int, seconds: float, plan: list) -> list[dict]:
+def run_rounds(
+    servers: dict, data: dict, rounds: int, seconds: float, plan: list, warmup: float = 0.3
+) -> list[dict]:
     from lightning_cls.inference import load_artifact
 
     threads = max(1, (os.cpu_count() or 1))
@@ -174,7 +179,7 @@ def run_rounds(servers: dict, data: dict, rounds: int, seconds: float, plan: lis
             kind = "eager" if server in ("eager", "tutorial", "echo") else "onnx"
             expected = None if server == "echo" else data[model]["expected"][kind]
             bodies, classes = data[model]["bodies"], data[model]["classes"]
-            row[name] = measure(servers[server], bodies, expected, classes, conc, seconds)
+            row[name] = measure(servers[server], bodies, expected, classes, conc, seconds, warmup)
             print(f"round {r} {name}: {_fmt(row[name])}", file=sys.stderr)
             if name == "resnet18_c32":
                 servers[server].suspend()
@@ -191,8 +196,9 @@ def _bracket(row: dict) -> str:
     return f"{before:.0f} img/s before, {after:.0f} after ({after / before - 1:+.1%} drift)"
 
 
-def overload(data: dict, work: Path, queue: int, seconds: float) -> dict:
-    """10x ``queue`` clients for ``seconds``: 5xx other than 503/504, RSS growth, correctness."""
+def overload(data: dict, work: Path, queue: int, seconds: float, warm_s: float = 1.0) -> dict:
+    """10x ``queue`` clients for ``seconds`` (after ``queue`` clients for ``warm_s``): 5xx other
+    than 503/504, RSS growth, correctness."""
     server = Server(
         data["simplecnn"]["onnx"], work / "overload", *QUIET, f"serve.max_queue={queue}"
     )
@@ -205,7 +211,7 @@ def overload(data: dict, work: Path, queue: int, seconds: float) -> dict:
                 data["simplecnn"]["expected"]["onnx"],
                 data["simplecnn"]["classes"],
                 queue,
-                1.0,
+                warm_s,
             )
         )
         rss_before = server.rss_mb()
@@ -250,30 +256,35 @@ def _fmt(m: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run (1 round, 1 s each)")
+    parser.add_argument("--quick", action="store_true", help="smoke run (1 round, 0.5 s each)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     parser.add_argument("--overload-seconds", type=float, default=20.0)
     parser.add_argument("--queue", type=int, default=32, help="max_queue in the overload phase")
     args = parser.parse_args()
     if args.quick:
-        args.rounds, args.seconds, args.overload_seconds, args.queue = 1, 1.0, 2.0, 16
+        args.rounds, args.seconds, args.overload_seconds, args.queue = 1, 0.5, 1.0, 16
+    # --quick: 0.2-s warm-ups, 0.5 s of load before the overload and 16 x 16 images (a smoke
+    # run; the full mode: 0.3 s, 1 s and 32 x 32).
+    warmup, warm_s, image_size = (0.2, 0.5, 16) if args.quick else (0.3, 1.0, 32)
     # Models, exports and server logs (~100 MB): removed at the end, also after a failure.
     with tempfile.TemporaryDirectory(prefix="serve_load_") as tmp:
         work = Path(tmp)
-        data = {name: make_model(name, work / name) for name in ("simplecnn", "resnet18")}
+        data = {
+            name: make_model(name, work / name, image_size) for name in ("simplecnn", "resnet18")
+        }
         for name in data:
             data[name]["bodies"] = png_images(data[name]["images"])
         skip = QUICK_SKIP if args.quick else set()
-        servers = start_servers(data, work, skip)
+        servers = start_servers(data, work, skip, suspend=args.quick)
         try:
             plan = [(n, server, c) for n, server, c in PLAN if not {n, server} & skip]
-            results = run_rounds(servers, data, args.rounds, args.seconds, plan)
+            results = run_rounds(servers, data, args.rounds, args.seconds, plan, warmup)
         finally:
             for server in servers.values():
                 server.resume()
                 server.stop()
-        over = overload(data, work, args.queue, args.overload_seconds)
+        over = overload(data, work, args.queue, args.overload_seconds, warm_s)
     out = summary(results, over, args, PLAN)
     print(json.dumps(out))
     check = out["resnet18_check"]
@@ -289,8 +300,10 @@ def main() -> None:
         print("warning (not enforced with --quick): " + message, file=sys.stderr)
 
 
-def start_servers(data: dict, work: Path, skip: set[str]) -> dict:
-    """Start every server (all at once, so they load in parallel) but those named in ``skip``."""
+def start_servers(data: dict, work: Path, skip: set[str], suspend: bool = False) -> dict:
+    """Start every server (all at once, so they load in parallel) but those named in ``skip``;
+    with ``suspend`` (--quick), each is suspended once ready (``run_rounds`` resumes the one it
+    measures), so that a ready LitServe's polling takes no CPU from those still loading."""
     simple, resnet = data["simplecnn"], data["resnet18"]
     onnx = simple["onnx"]
     starts = {
@@ -314,6 +327,8 @@ def start_servers(data: dict, work: Path, skip: set[str]) -> dict:
     servers = {name: start() for name, start in starts.items() if name not in skip}
     for server in servers.values():
         server.wait_ready()
+        if suspend:
+            server.suspend()
     return servers
 
 
