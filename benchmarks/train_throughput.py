@@ -86,7 +86,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="network (docs/benchmarks.md is rewritten only for simplecnn with every variant)",
     )
     p.add_argument("--docs", type=Path, default=REPO / "docs/benchmarks.md")
-    p.add_argument("--quick", action="store_true", help="synthetic data, 2 rounds, few steps")
+    p.add_argument("--quick", action="store_true", help="synthetic data, 2 rounds of 4 steps of 16")
     p.add_argument(
         "--variants",
         nargs="+",
@@ -97,6 +97,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.steps, args.warmup, args.data = 2, 3, 1, Path("/nonexistent")
+        args.batch_size = 16  # a smoke run: every variant's code path, not its speed
     if args.rounds < 1 or args.steps < 1:
         p.error(f"--rounds and --steps must be >= 1, got {args.rounds} and {args.steps}")
     return args
@@ -113,7 +114,7 @@ def load_datamodule(args, **kw) -> tuple[ImageDataModule, str]:
             str(args.unpack_dir), mean=MEAN, std=STD, val_size=5000, test_size=0.0001, **common
         )
         return dm, f"CIFAR-10 JPEGs ({args.data.name})"  # the archive, not this machine's path
-    size = 512 if args.quick else 50_000
+    size = 128 if args.quick else 50_000
     dm = SyntheticDataModule(10, 3, 32, train_size=size, test_size=64, **common)
     return dm, f"SYNTHETIC 32x32x3 data ({args.data} not found)"
 

@@ -34,7 +34,6 @@ def test_summarize_rejects_no_rounds(benchmark_module):
         paired.summarize([])
 
 
-@pytest.mark.slow
 def test_quick_mode_prints_per_round_json(run_quick):
     out = run_quick("train_throughput.py")
     assert out["quick"] is True
