@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 VARIANTS = ("randaugment", "trivialaugment", "autoaugment_cifar10", "random_erasing")
 
 
-@pytest.mark.slow
 def test_quick_run_times_every_variant_against_crop_flip(run_quick):
     out = run_quick("augment_cost.py", timeout=300)
     assert out["rounds"] == 2 and out["batch"] == [32, 3, 32, 32]
