@@ -1,7 +1,7 @@
 """ONNX Runtime session options on the CPU, paired against the settings lightning_cls ships.
 
     python benchmarks/ort_options.py                 # SimpleCNN and ResNet-18, 5 rounds
-    python benchmarks/ort_options.py --quick         # smoke run: short windows, 2 rounds
+    python benchmarks/ort_options.py --quick         # smoke run: 5-ms windows, 2 rounds
 
 Each variant is one ``InferenceSession`` over the same ONNX file (random weights: the speed
 of these fp32 kernels does not depend on the values), differing from ``shipped``
@@ -51,7 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="short windows, 2 rounds (smoke test)")
     args = p.parse_args(argv)
     if args.quick:
-        args.rounds, args.window = 2, 0.05
+        args.rounds, args.window = 2, 0.005
     if args.rounds < 1 or args.window <= 0 or args.threads < 1:
         p.error("--rounds and --threads must be >= 1 and --window > 0")
     return args
