@@ -32,13 +32,13 @@ import matplotlib.pyplot as plt
 
 # --quick: 2 epochs of 2 steps on 16 x 16 synthetic images, no prediction mosaic (a smoke run
 # of this script, not of training: the mosaic's figure cost more CPU than the training).
-QUICK_DATA = (
+QUICK_COMMON = (
     "data=synthetic data.train_size=96 data.test_size=32 data.val_size=32 data.image_size=16 "
     "data.batch_size=32 prediction_mosaic=false trainer.max_epochs=2"
 )
 QUICK_RUNS = {
-    "fast": f"experiment=cifar10_fast {QUICK_DATA} ~data.mean ~data.std model.widths=[8,16,16]",
-    "tutorial": f"experiment=cifar10_simplecnn {QUICK_DATA}",
+    "fast": f"experiment=cifar10_fast {QUICK_COMMON} ~data.mean ~data.std model.widths=[8,16,16]",
+    "tutorial": f"experiment=cifar10_simplecnn {QUICK_COMMON}",
 }
 QUIET = ["~callbacks.progress_bar", "~callbacks.model_summary", "~callbacks.plots"]
 
