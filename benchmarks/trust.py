@@ -13,7 +13,8 @@ a per-class subset of the train split (val and test carved from it, 20% each), t
 tutorial SimpleCNN (``model=simplecnn``, the default of ``--model``) or the overrides given in
 ``--model`` (e.g. the airbench recipe, which brings its own data.mean/std), a few epochs. The
 commands are the library's own, run in this process (their command lines are printed):
-``train calibrate=true reject=energy``, then ``eval ood=<folder>`` per OOD set and score. The last output line is a JSON summary.
+``train calibrate=true reject=energy``, then ``eval ood=<folder>`` per OOD set and score. The
+last output line is a JSON summary.
 """
 
 from __future__ import annotations
