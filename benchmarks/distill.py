@@ -137,7 +137,7 @@ def run(name: str, overrides: list[str], root: Path, quick: bool = False) -> dic
     out = root / "runs" / name
     if REUSE and (out / "results.json").is_file():  # --reuse-runs: a finished run of this name
         print(f"+ reusing {out}/results.json", file=sys.stderr, flush=True)
-        return json.loads((out / "results.json").read_text())
+        return {**json.loads((out / "results.json").read_text()), "cpu_s": _logged_cpu(out)}
     overrides = [*overrides, *QUIET, *(QUICK_CALLBACKS if quick else CALLBACKS)]
     overrides += [f"paths.root_dir={root}", f"paths.output_dir={out}"]
     print("+ python -m lightning_cls.train", " ".join(overrides), file=sys.stderr, flush=True)
@@ -175,6 +175,16 @@ def int8_speed(ckpt: str, data_overrides: list[str], out: Path, latency_runs: in
         "int8_val_acc": round(report.acc_after, 4),
         "int8_mb": round(report.size_after / 1e6, 2),
     }
+
+
+def _logged_cpu(out: Path) -> float | None:
+    """The fit's CPU seconds as the run logged them (``time/cpu_s`` in its metrics.csv)."""
+    import csv
+
+    for metrics in out.rglob("metrics.csv"):
+        logged = [r["time/cpu_s"] for r in csv.DictReader(metrics.open()) if r.get("time/cpu_s")]
+        return round(float(logged[-1]), 1) if logged else None
+    return None
 
 
 def _onnx_ms(path: Path, runs: int) -> float:
@@ -282,13 +292,14 @@ def _print_table(s: dict) -> None:
         f"{sp['teacher']['fp32_ms']} | {sp['teacher'].get('int8_ms', 'failed')} |"
     )
     for kind in ("plain", "distilled"):
-        cpu = statistics.mean(r["cpu_s"] for r in s[kind])
+        cpus = [r["cpu_s"] for r in s[kind] if r["cpu_s"] is not None]
+        cpu = f"{statistics.mean(cpus):.0f}" if cpus else "-"
         ms = (
             f"{sp['student']['fp32_ms']} | {sp['student']['int8_ms']}"
             if kind == "distilled"
             else " | "
         )
-        print(f"| student {kind}: {s['student_overrides']} | {mean(kind)} | {cpu:.0f} | {ms} |")
+        print(f"| student {kind}: {s['student_overrides']} | {mean(kind)} | {cpu} | {ms} |")
 
 
 if __name__ == "__main__":
