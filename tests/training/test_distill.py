@@ -80,6 +80,22 @@ def test_alpha_one_learns_the_teachers_function_from_shuffled_labels(students, t
     assert losses[-1] < losses[0] * 0.8, losses
 
 
+def test_two_processes_each_run_the_teacher_on_their_own_shard(trained, tmp_path):
+    """DDP (two forked gloo processes, each loading the teacher in setup('fit') and running it
+    on its own shard): the student still learns the teacher's function from shuffled labels."""
+    torch.manual_seed(0)
+    data = ShuffledLabels(**LEARNABLE)
+    distill = Distiller(trained.ckpt, alpha=1.0, temperature=2.0)
+    module = make_module(data, optimizer=FAST, module_kwargs={"distill": distill})
+    # Each rank takes half of every epoch: twice the epochs give the one-process steps.
+    trainer = make_trainer(tmp_path, max_epochs=2 * EPOCHS, limit_val_batches=0, devices=2,
+                           strategy="ddp_fork")  # fmt: skip
+    trainer.fit(module, datamodule=data)  # the fit's weights come back from rank 0
+    data.setup()  # the forked ranks set up their own copies
+    images = normalize(data.splits["test"].images, data.mean, data.std)
+    assert _agreement(module.eval(), trained.net, images) > 0.7
+
+
 def test_the_distilled_student_exports_to_onnx_like_any_model(students, tmp_path):
     (taught, data), _, _ = students
     spec = InputSpec.from_hparams(taught.hparams)
