@@ -82,41 +82,28 @@ def test_ray_serve_batch_function_runs_one_model_call_per_batch(trained, monkeyp
 
 @pytest.mark.slow
 def test_ray_serve_app_answers_on_a_local_ray_instance(trained, tmp_path, monkeypatch):
-    """examples/ray_serve/app.py on a local Ray instance (the `ray` extra): concurrent
-    requests get the batch function's answers, a bad body gets 400."""
-    ray = pytest.importorskip("ray")
-    import socket
+    """examples/ray_serve/app.py on a local Ray instance (the `ray` extra), started and stopped
+    by startup_time.py's ``serving`` (the script docs/guides/cluster-serving.md runs; one Ray
+    start for both): concurrent requests get the batch function's answers, a bad body gets
+    400, and the script's timings are all there."""
+    pytest.importorskip("ray")
     from concurrent.futures import ThreadPoolExecutor
 
     import httpx
     import torch
-    from ray import serve
 
     from lightning_cls.export.exporter import ExportConfig, export_model
     from lightning_cls.inference import load_artifact
 
     model = export_model(trained.net, trained.spec, tmp_path, ExportConfig(["onnx"])).paths["onnx"]
-    app = _ray_serve_module("app", monkeypatch)
     batching = _ray_serve_module("batching", monkeypatch)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    startup_time = _ray_serve_module("startup_time", monkeypatch)
     g = torch.Generator().manual_seed(1)
     images = torch.randint(0, 256, (6, *trained.spec.input_shape), generator=g, dtype=torch.uint8)
     bodies = [_png(image) for image in images]
     expected = batching.classify_batch(load_artifact(model), bodies)
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"working_dir": str(RAY_SERVE)},  # replicas import app/batching from it
-    )
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(
-            app.app_builder({"artifact": str(model), "max_batch_size": "8"}), route_prefix="/"
-        )
-        url = f"http://127.0.0.1:{port}/"
+    timings = {}
+    with startup_time.serving(model, timings, max_batch_size=8) as url:
         with ThreadPoolExecutor(len(bodies)) as pool:
             answers = list(pool.map(lambda b: httpx.post(url, content=b, timeout=60), bodies))
         assert [a.status_code for a in answers] == [200] * len(bodies)
@@ -127,9 +114,8 @@ def test_ray_serve_app_answers_on_a_local_ray_instance(trained, tmp_path, monkey
                 assert abs(p["prob"] - q["prob"]) < 1e-5
         bad = httpx.post(url, content=b"junk", timeout=60)
         assert (bad.status_code, bad.json()) == (400, {"error": "not a readable image"})
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    assert set(timings) == {"import+ray.init", "serve.run", "shutdown"}
+    assert all(0 < seconds < 600 for seconds in timings.values())
 
 
 KSERVE = REPO / "examples" / "kserve"

@@ -99,6 +99,41 @@ def _tile_order(true: torch.Tensor | None, pred: torch.Tensor, tiles: int) -> li
     return sorted(wrong + right[: tiles - len(wrong)])
 
 
+# A tile's cell, in pixels at the saved 100 dpi: the image square under two or three label lines.
+CELL_W, CELL_H, IMAGE_PX, DPI = 150, 170, 120, 100
+
+
+def _tile_pixels(img: torch.Tensor, heat: torch.Tensor | None) -> np.ndarray:
+    """(IMAGE_PX, IMAGE_PX, 3) uint8 of one (C, H, W) uint8 image, its heat map (H, W) in
+    [0, 1] blended over it like ``imshow(cmap="jet", alpha=0.45)``."""
+    from matplotlib import colormaps
+    from PIL import Image
+
+    rgb = img.expand(3, -1, -1) if img.shape[0] == 1 else img[:3]
+    array = rgb.permute(1, 2, 0).numpy()  # (H, W, 3)
+    if heat is not None:
+        jet = colormaps["jet"](heat.clamp(0, 1).numpy())[..., :3] * 255  # (H, W, 3)
+        array = (0.55 * array + 0.45 * jet).round().astype(np.uint8)
+    small = max(array.shape[:2]) < IMAGE_PX  # pixel art stays sharp, photos are smoothed
+    resample = Image.Resampling.NEAREST if small else Image.Resampling.BILINEAR
+    return np.asarray(Image.fromarray(array).resize((IMAGE_PX, IMAGE_PX), resample))
+
+
+def _tile_canvas(tiles: list[np.ndarray], wrong: list[bool], cols: int, rows: int) -> np.ndarray:
+    """All tiles on one white (rows * CELL_H, cols * CELL_W, 3) canvas, each at the bottom of
+    its cell inside a frame: 3 px red for a wrong prediction, 1 px grey otherwise."""
+    canvas = np.full((rows * CELL_H, cols * CELL_W, 3), 255, np.uint8)
+    for n, (tile, bad) in enumerate(zip(tiles, wrong)):
+        top = (n // cols) * CELL_H + CELL_H - IMAGE_PX - 6
+        left = (n % cols) * CELL_W + (CELL_W - IMAGE_PX) // 2
+        frame = 3 if bad else 1
+        canvas[top - frame : top + IMAGE_PX + frame, left - frame : left + IMAGE_PX + frame] = (
+            (214, 39, 40) if bad else (204, 204, 204)
+        )
+        canvas[top : top + IMAGE_PX, left : left + IMAGE_PX] = tile
+    return canvas
+
+
 def draw_mosaic(
     images: torch.Tensor,  # (N, C, H, W) uint8
     pred: torch.Tensor,  # (N,) class indices, or (N, K) multi-hot (multi-label)
@@ -111,11 +146,16 @@ def draw_mosaic(
 ) -> Path:
     """Draw the mosaic to ``path``. ``heatmaps``: a heat map over each tile (``explain``'s
     maps, drawn half transparent), or a function of the shown images (n, C, H, W) that gives
-    their maps, so only the tiles drawn are explained."""
+    their maps, so only the tiles drawn are explained.
+
+    The tiles are painted into one image placed pixel for pixel on the figure (one text per
+    tile), not one axes per tile: 48 matplotlib axes took about a second to lay out and render,
+    longer than a short training run itself."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.transforms import IdentityTransform
 
     order = _tile_order(true, pred, tiles)
     wrongs = _wrong(true, pred) if true is not None else None
@@ -124,48 +164,51 @@ def draw_mosaic(
     side = true is not None
     if callable(heatmaps):
         heatmaps = dict(zip(order, heatmaps(images[order])))
-    fig = plt.figure(figsize=(1.5 * cols + (5 if side else 0), 1.7 * rows + 0.8))
-    grid = fig.add_gridspec(rows, cols + (3 if side else 0))
+    wrong = [wrongs is not None and bool(wrongs[i]) for i in order]
+    canvas = _tile_canvas(
+        [_tile_pixels(images[i], None if heatmaps is None else heatmaps[i]) for i in order],
+        wrong,
+        cols,
+        rows,
+    )
+    width_in, height_in = CELL_W * cols / DPI + (5 if side else 0), CELL_H * rows / DPI + 0.8
+    fig = plt.figure(figsize=(width_in, height_in), dpi=DPI)
+    fig.figimage(canvas, 0, 0, origin="upper")  # pixel for pixel: nothing to resample
+    pixels = IdentityTransform()  # text placed in the saved image's pixels, y up
     for n, i in enumerate(order):
-        ax = fig.add_subplot(grid[n // cols, n % cols])
-        img = images[i]
-        if img.shape[0] == 1:
-            ax.imshow(img[0].numpy(), cmap="gray", vmin=0, vmax=255)
-        else:
-            ax.imshow(img.permute(1, 2, 0).numpy())
-        if heatmaps is not None:
-            ax.imshow(heatmaps[i].numpy(), cmap="jet", alpha=0.45, vmin=0, vmax=1)
-        wrong = wrongs is not None and bool(wrongs[i])
         label = _names(pred[i], classes)
         if true is not None:
-            label = f"pred {label}\ntrue {_names(true[i], classes)}" + (" ✗" if wrong else "")
-        ax.set_title(label, fontsize=7, color="tab:red" if wrong else "black")
-        ax.set_xticks([])
-        ax.set_yticks([])
-        for spine in ax.spines.values():
-            spine.set_edgecolor("tab:red" if wrong else "0.8")
-            spine.set_linewidth(3 if wrong else 0.5)
+            label = f"pred {label}\ntrue {_names(true[i], classes)}" + (" ✗" if wrong[n] else "")
+        x, y = (n % cols + 0.5) * CELL_W, (rows - 1 - n // cols) * CELL_H + 6 + IMAGE_PX + 6
+        color = "tab:red" if wrong[n] else "black"
+        fig.text(x, y, label, fontsize=7, ha="center", va="bottom", color=color, transform=pixels)
+    grid_w, grid_h = CELL_W * cols / DPI / width_in, CELL_H * rows / DPI / height_in
     if side:
-        half = max(1, rows // 2 + rows % 2)
-        bars = fig.add_subplot(grid[:half, cols + 1 :])
-        ax = fig.add_subplot(grid[half:, cols + 1 :] if rows > 1 else grid[:, cols:])
-        ax.axis("off")
-        if pred.ndim == 2:
-            heading, lines = _multilabel_panels(bars, true.bool(), pred.bool(), classes)
-        else:
-            matrix = confusion(true, pred, len(classes))
-            draw_class_bars(bars, matrix, classes, "per-class accuracy")
-            pairs = most_confused(matrix, classes)
-            heading = "most confused (true → pred)"
-            lines = [f"{t} → {p}: {n}" for t, p, n in pairs] or ["no confusions"]
-        ax.text(0, 1, heading + "\n\n" + "\n".join(lines), va="top", fontsize=9)
+        _side_panels(fig, true, pred, classes, left=grid_w + 1.6 / width_in, height=grid_h)
         correct = len(true) - int(wrongs.sum())
         title = f"{title}: {correct / max(1, len(true)):.1%} of {len(true)} correct"
-    fig.suptitle(title)
-    fig.tight_layout()
-    atomic_savefig(fig, path, dpi=100)
+    fig.suptitle(title, y=1 - 0.25 / height_in, va="center")
+    atomic_savefig(fig, path, dpi=DPI)
     plt.close(fig)
     return path
+
+
+def _side_panels(fig, true, pred, classes: Sequence[str], left: float, height: float) -> None:
+    """Per-class accuracy (multi-label: per-label recall) bars over the most confused pairs
+    (multi-label: the most wrong labels), right of the tiles."""
+    width = 1 - left - 0.02
+    bars = fig.add_axes((left, height * 0.55, width, height * 0.4))
+    text = fig.add_axes((left, 0.02, width, height * 0.4))
+    text.axis("off")
+    if pred.ndim == 2:
+        heading, lines = _multilabel_panels(bars, true.bool(), pred.bool(), classes)
+    else:
+        matrix = confusion(true, pred, len(classes))
+        draw_class_bars(bars, matrix, classes, "per-class accuracy")
+        pairs = most_confused(matrix, classes)
+        heading = "most confused (true → pred)"
+        lines = [f"{t} → {p}: {n}" for t, p, n in pairs] or ["no confusions"]
+    text.text(0, 1, heading + "\n\n" + "\n".join(lines), va="top", fontsize=9)
 
 
 def _multilabel_panels(bars, true: torch.Tensor, pred: torch.Tensor, classes: Sequence[str]):

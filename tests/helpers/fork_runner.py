@@ -35,6 +35,11 @@ PRELOAD = (
     "lightning_cls.training",
     "lightning_cls.export",
     "lightning_cls.cli",
+    # The figures every training draws (curves, confusion, mosaics): ~0.5 s of imports and
+    # font-list loading in each forked command otherwise. Agg is chosen before pyplot loads,
+    # as the drawing code does.
+    "matplotlib.backends.backend_agg",
+    "matplotlib.pyplot",
     # The ONNX exporter (~1.3-2 s of CPU in each forked command that exports); a missing or
     # renamed module is skipped. Not onnxruntime: its import starts a thread, and the server
     # must fork from one thread (test_the_suite_server_forks_from_one_thread).

@@ -1,4 +1,5 @@
-"""Hydra launchers as config: joblib (parallel local jobs) and submitit_local, 2 jobs each."""
+"""Hydra launchers as config: submitit_local runs 2 jobs; the SLURM launcher is sized from the
+trainer. (joblib's 2-job sweep: tests/benchmarks/test_scale_out_benchmarks.py.)"""
 
 from __future__ import annotations
 
@@ -55,13 +56,9 @@ def _assert_isolated(jobs: list[dict], tmp_path: Path) -> None:
         )
 
 
-@pytest.mark.slow
-def test_joblib_runs_two_jobs_in_parallel_with_the_cores_split(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # let joblib decide
-    jobs = _multirun(tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", env=env)
-    _assert_isolated(jobs, tmp_path)
-    # loky gives each of the 2 worker processes cores // 2 threads: no oversubscription.
-    assert [j["torch_threads"] for j in jobs] == [max(1, os.cpu_count() // 2)] * 2
+# The joblib launcher's 2-job sweep (folders, overrides, cores split between the jobs) is checked
+# on benchmarks/sweep_launchers.py's --quick round, the same sweep:
+# tests/benchmarks/test_scale_out_benchmarks.py::test_sweep_launchers_quick_and_joblib_runs_...
 
 
 @pytest.mark.slow
