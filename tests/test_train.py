@@ -211,8 +211,11 @@ def test_multirun_gives_one_directory_per_job(fork_server, fork_env, tmp_path):
             "-m",
             "model=simplecnn,mlp",
             "trainer.max_epochs=1",
+            "+trainer.limit_train_batches=2",  # what is checked is the jobs' folders
             "trainer.enable_progress_bar=false",
             "~callbacks.progress_bar",
+            "~callbacks.plots",
+            "prediction_mosaic=false",
             f"paths.root_dir={tmp_path}",
             f"hydra.sweep.dir={tmp_path}/sweep",
         ],

@@ -11,8 +11,9 @@ non-blank line before its opening fence is a marker comment (invisible on the si
 ``run_page.py``: Python blocks share one namespace (like cells of a notebook), shell blocks
 run with ``bash -euo pipefail``. ``overrides`` are appended to every
 ``-m lightning_cls.train`` command of the block (``python -m`` or ``torchrun ... -m``; keys
-the command already sets are left alone), so a page can show the real command while the test
-trains for one short epoch. ``expect`` is a regular expression that the block's output must
+the command already sets are left alone unless the override starts with ``!``, which replaces
+the command's value: ``overrides="!trainer.max_epochs=2"``), so a page can show the real
+command while the test trains for one short epoch. ``expect`` is a regular expression that the block's output must
 contain. ``requires="optuna,litserve"`` names modules of optional extras: without them the
 whole page is skipped, saying which are missing. A shell block's ``python -m lightning_cls.*``
 commands run in a pre-imported interpreter that forks per command (``fork_server.py``: same
@@ -141,7 +142,8 @@ def with_overrides(script: str, overrides: str) -> str:
     (``python -m`` or a launcher such as ``torchrun ... -m``).
 
     Backslash-continued lines count as one command; the overrides go before a trailing
-    ``# comment``; a key the command already sets (``trainer.max_epochs=3``) keeps its value.
+    ``# comment``; a key the command already sets (``trainer.max_epochs=3``) keeps its value,
+    unless the override is forced (``!trainer.max_epochs=1``: the command's value is replaced).
     """
     if not overrides.strip():
         return script
@@ -154,7 +156,12 @@ def with_overrides(script: str, overrides: str) -> str:
         command = []
         if _TRAIN.search(logical):
             code, comment = _split_comment(logical)
-            extra = [o for o in overrides.split() if not _sets_key(code, o)]
+            for forced in (o[1:] for o in overrides.split() if o.startswith("!")):
+                code, replaced = _replace_key(code, forced)
+                code += "" if replaced else f" {forced}"
+            extra = [
+                o for o in overrides.split() if not o.startswith("!") and not _sets_key(code, o)
+            ]
             logical = " ".join([code.rstrip(), *extra]) + (f"  {comment}" if comment else "")
         out.append(logical)
     out.extend(command)
@@ -172,6 +179,14 @@ def _split_comment(line: str) -> tuple[str, str]:
         elif ch == "#" and (k == 0 or line[k - 1].isspace()):
             return line[:k], line[k:]
     return line, ""
+
+
+def _replace_key(command: str, override: str) -> tuple[str, bool]:
+    """``command`` with its own ``key=value`` of ``override``'s key set to ``override``."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    pattern = rf"(^|[\s'\"])[+~]*{re.escape(key)}=[^\s'\"]*"
+    new, count = re.subn(pattern, lambda m: m.group(1) + override, command, count=1)
+    return new, count > 0
 
 
 def _sets_key(command: str, override: str) -> bool:

@@ -93,6 +93,15 @@ def test_overrides_go_before_comments_and_keep_set_keys():
     ]
 
 
+def test_a_forced_override_replaces_the_commands_own_value():
+    script = "python -m lightning_cls.train \\\n    trainer.max_epochs=10 export=onnx\n"
+    out = with_overrides(script, "!trainer.max_epochs=2 !+trainer.limit_val_batches=1 x=1")
+    assert out.splitlines() == [
+        "python -m lightning_cls.train \\",
+        "    trainer.max_epochs=2 export=onnx +trainer.limit_val_batches=1 x=1",
+    ]
+
+
 def _run(tmp_path: Path, blocks: list[dict]) -> subprocess.CompletedProcess:
     spec = [{"path": "p.md", "kind": "python", "expect": None, "timeout": 30, **b} for b in blocks]
     (tmp_path / "blocks.json").write_text(json.dumps(spec))

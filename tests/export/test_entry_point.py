@@ -45,10 +45,11 @@ def test_export_none_is_an_error(trained, helpers, tmp_path):
         export(cfg)
 
 
-def _run_cli(args: list[str], tmp_path, repo) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
-    cmd = [sys.executable, "-m", "lightning_cls.export", f"paths.root_dir={tmp_path}", *args]
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+def _run_cli(server, env: dict, args: list[str], tmp_path) -> subprocess.CompletedProcess:
+    """``python -m lightning_cls.export ARGS`` as typed, forked from the pre-imported server
+    (tests/conftest.py): same exit code and output as a fresh interpreter, without its imports."""
+    argv = ["-m", "lightning_cls.export", f"paths.root_dir={tmp_path}", *args]
+    return server.run(argv, tmp_path, env, timeout=300)
 
 
 def test_cli_torchscript_and_pt2_run_without_onnx_installed(trained, helpers, tmp_path):
@@ -73,7 +74,9 @@ def test_cli_torchscript_and_pt2_run_without_onnx_installed(trained, helpers, tm
     assert (tmp_path / "out" / "model.pt2").is_file()
 
 
-def test_cli_int8_passes_then_fails_the_threshold_with_exit_1(trained, helpers, tmp_path):
+def test_cli_int8_passes_then_fails_the_threshold_with_exit_1(
+    trained, tmp_path, fork_server, fork_env
+):
     common = [
         f"ckpt_path={trained.ckpt}",
         "export=int8",
@@ -81,14 +84,15 @@ def test_cli_int8_passes_then_fails_the_threshold_with_exit_1(trained, helpers, 
         "export.quantize.latency_runs=3",
         *SYNTHETIC,
     ]
-    ok = _run_cli([*common, f"output_dir={tmp_path}/ok"], tmp_path, helpers.repo)
+    ok = _run_cli(fork_server, fork_env, [*common, f"output_dir={tmp_path}/ok"], tmp_path)
     assert ok.returncode == 0, ok.stderr[-3000:]
     assert (tmp_path / "ok" / "model_int8.onnx").is_file()
     # No int8 model can gain 100 points, so this threshold must fail.
     bad = _run_cli(
+        fork_server,
+        fork_env,
         [*common, "export.quantize.max_acc_drop=-100", f"output_dir={tmp_path}/bad"],
         tmp_path,
-        helpers.repo,
     )
     assert bad.returncode == 1
     assert "INT8 ACCURACY CHECK FAILED" in bad.stderr + bad.stdout

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -107,25 +105,18 @@ def test_each_way_a_job_ends_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert results["n_trials"] == {"complete": 1, "pruned": 2, "fail": 2}
 
 
-def _sweep(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable,
-        "-m",
-        "lightning_cls.train",
-        "hparams_search=digits_optuna",
-        *FAST,
-        f"paths.root_dir={tmp_path}",
-        *overrides,
-    ]
-    proc = subprocess.run(
-        cmd, cwd=tmp_path, capture_output=True, text=True, env={**os.environ}, timeout=900
-    )
+def _sweep(server, env: dict, tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """``python -m lightning_cls.train hparams_search=digits_optuna ...`` as typed, forked from
+    the pre-imported server (tests/conftest.py)."""
+    argv = ["-m", "lightning_cls.train", "hparams_search=digits_optuna", *FAST]
+    argv += [f"paths.root_dir={tmp_path}", "prediction_mosaic=false", *overrides]
+    proc = server.run(argv, tmp_path, env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
 
 @pytest.mark.slow
-def test_sweep_prunes_across_processes_records_and_resumes(tmp_path):
+def test_sweep_prunes_across_processes_records_and_resumes(tmp_path, fork_server, fork_env):
     storage = f"sqlite:///{tmp_path}/study.db"
     # A threshold pruner makes the outcome independent of trial order: lr=1e-5 learns next
     # to nothing in 2 epochs (val/acc ~0.1) and is pruned; lr=3e-3 passes 0.3 easily.
@@ -139,7 +130,14 @@ def test_sweep_prunes_across_processes_records_and_resumes(tmp_path):
         "hydra.sweeper.pruner.n_warmup_steps=1",
         'hydra.sweeper.params={optimizer.lr: "choice(3e-3, 1e-5)"}',
     ]
-    _sweep(tmp_path, *common, "hydra.sweeper.n_trials=4", f"hydra.sweep.dir={tmp_path}/first")
+    _sweep(
+        fork_server,
+        fork_env,
+        tmp_path,
+        *common,
+        "hydra.sweeper.n_trials=4",
+        f"hydra.sweep.dir={tmp_path}/first",
+    )
     results = yaml.safe_load((tmp_path / "first" / "optimization_results.yaml").read_text())
     by_state = {
         s: [t for t in results["trials"] if t["state"] == s] for s in ("COMPLETE", "PRUNED")
@@ -156,7 +154,14 @@ def test_sweep_prunes_across_processes_records_and_resumes(tmp_path):
     )
     assert pruned["pruned_at_epoch"] == 1 and pruned["test"] == {}
     # Same storage + study name: the study resumes and grows.
-    _sweep(tmp_path, *common, "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={tmp_path}/more")
+    _sweep(
+        fork_server,
+        fork_env,
+        tmp_path,
+        *common,
+        "hydra.sweeper.n_trials=1",
+        f"hydra.sweep.dir={tmp_path}/more",
+    )
     study = optuna.load_study(study_name="digits_optuna", storage=storage)
     assert len(study.trials) == 5 and study.trials[4].state != TrialState.RUNNING
     table = summarize(tmp_path / "first")["md"].read_text().splitlines()
