@@ -1,12 +1,17 @@
 """Child process of test_crash_safety.py: trains, checkpointing every step, writing slowly.
 
 argv: out_dir checkpoint_class ("atomic" | "plain"). Files ``<out>/saving-<n>`` and
-``<out>/step-<n>`` tell the parent when the n-th save starts and the n-th step ends.
+``<out>/step-<n>`` tell the parent when the n-th save starts and the n-th step ends; ``<out>/pid``
+names this process (the parent kills it by pid: it may run forked from the suite's pre-imported
+server rather than as the parent's own child).
 """
 
+import os
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/: helpers/
 
 import pytorch_lightning as pl
 import torch
@@ -18,6 +23,7 @@ from lightning_cls.training.checkpoint_io import AtomicCheckpointIO
 
 out, kind = Path(sys.argv[1]), sys.argv[2]
 saves = 0
+(out / "pid").write_text(str(os.getpid()))
 
 
 def slow_save(checkpoint, filepath):

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,40 +17,39 @@ from lightning_cls.training.resume import check_compatible, resolve_ckpt_path
 HERE = Path(__file__).parent
 
 
-def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+def _wait_for(path: Path, child: Future, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
-        if proc.poll() is not None:
-            raise RuntimeError(f"child exited early:\n{proc.stderr.read().decode()[-3000:]}")
+        if child.done():
+            raise RuntimeError(f"child exited early:\n{child.result().stderr[-3000:]}")
         if time.monotonic() > deadline:
-            proc.kill()
             raise TimeoutError(f"{path.name} never appeared")
         time.sleep(0.02)
 
 
-def _train_and_kill(out: Path, kind: str, moment: str) -> None:
-    path = os.pathsep.join([str(HERE), str(HERE.parent)])  # conftest.py, helpers/
-    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "crash_child.py"), str(out), kind],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    # The 3rd save overwrites an existing last.ckpt; kill inside it, or between two steps.
-    _wait_for(out / ("saving-3" if moment == "mid_save" else "step-3"), proc)
-    time.sleep(0.1)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+def _train_and_kill(out: Path, kind: str, moment: str, fork_server, fork_env) -> None:
+    """Run crash_child.py (forked from the pre-imported server: no import time), SIGKILL it
+    at ``moment`` by the pid it wrote."""
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [str(HERE / "crash_child.py"), str(out), kind]
+    with ThreadPoolExecutor(1) as pool:
+        child = pool.submit(fork_server.run, argv, out, fork_env, 300)
+        try:
+            # The 3rd save overwrites an existing last.ckpt; kill inside it, or between steps.
+            _wait_for(out / ("saving-3" if moment == "mid_save" else "step-3"), child)
+            time.sleep(0.1)
+        finally:
+            if (out / "pid").exists():
+                os.kill(int((out / "pid").read_text()), signal.SIGKILL)
+        assert child.result().returncode == -signal.SIGKILL
 
 
-@pytest.mark.slow  # a training subprocess per case (~13 s each on a quiet 2-core machine)
+@pytest.mark.slow  # a training process per case
 @pytest.mark.parametrize("moment", ["mid_save", "mid_training"])
 def test_killed_run_leaves_a_loadable_last_ckpt_and_resumes(
-    tmp_path, moment, tiny_data, tiny_module, tiny_trainer
+    tmp_path, moment, tiny_data, tiny_module, tiny_trainer, fork_server, fork_env
 ):
-    _train_and_kill(tmp_path, "atomic", moment)
+    _train_and_kill(tmp_path, "atomic", moment, fork_server, fork_env)
     if moment == "mid_save":  # the kill hit the write: its temp file is left half-written
         assert list((tmp_path / "ckpt").glob(".last.ckpt.*.tmp"))
     last = resolve_ckpt_path("last", tmp_path / "ckpt")
@@ -66,9 +64,9 @@ def test_killed_run_leaves_a_loadable_last_ckpt_and_resumes(
 
 
 @pytest.mark.slow
-def test_plain_model_checkpoint_is_corrupted_by_the_same_kill(tmp_path):
+def test_plain_model_checkpoint_is_corrupted_by_the_same_kill(tmp_path, fork_server, fork_env):
     """Proves the kill lands mid-write: Lightning's own writer (patched slow) breaks."""
-    _train_and_kill(tmp_path, "plain", "mid_save")
+    _train_and_kill(tmp_path, "plain", "mid_save", fork_server, fork_env)
     # torch.load's zip reader raises OSError (EINVAL) or RuntimeError depending on the cut.
     with pytest.raises((OSError, RuntimeError)):
         torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)

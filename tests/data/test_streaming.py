@@ -1,10 +1,10 @@
 """StreamingDataModule over litdata chunks: round trip, resume, DDP shards, bounded memory, URLs."""
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -96,9 +96,11 @@ def test_mid_epoch_resume_continues_where_it_stopped(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_ranks_read_disjoint_shards_covering_the_split(tmp_path):
+def test_two_ranks_read_disjoint_shards_covering_the_split(tmp_path, fork_server, fork_env):
     out, _ = _write(tmp_path, n=41)
-    script = textwrap.dedent(f"""
+    script = tmp_path / "rank.py"
+    script.write_text(
+        textwrap.dedent(f"""
         import json, os, sys, torch, torch.distributed as dist
         from lightning_cls.data.streaming import StreamingDataModule
         dist.init_process_group("gloo")
@@ -107,22 +109,20 @@ def test_two_ranks_read_disjoint_shards_covering_the_split(tmp_path):
         ids = [int(item["index"]) for item in ds]
         print(json.dumps(ids))
     """)
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533", "WORLD_SIZE": "2"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", script],
-            env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+    )
+    env = {**fork_env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533", "WORLD_SIZE": "2"}
+
+    def rank(r: int):  # two processes at once, each forked from the pre-imported server
+        return fork_server.run(
+            [str(script)], tmp_path, {**env, "RANK": str(r), "LOCAL_RANK": str(r)}, timeout=240
         )
-        for r in range(2)
-    ]
+
+    with ThreadPoolExecutor(2) as pool:
+        procs = list(pool.map(rank, range(2)))
     shards = []
     for p in procs:
-        stdout, stderr = p.communicate(timeout=240)
-        assert p.returncode == 0, stderr[-2000:]
-        shards.append(json.loads(stdout.strip().splitlines()[-1]))
+        assert p.returncode == 0, p.stderr[-2000:]
+        shards.append(json.loads(p.stdout.strip().splitlines()[-1]))
     assert set(shards[0]).isdisjoint(shards[1])
     assert sorted(shards[0] + shards[1]) == list(range(41))  # nothing dropped or duplicated
 
@@ -318,7 +318,7 @@ def test_stats_command_reads_the_streamed_train_split(tmp_path, capsys, monkeypa
 
 
 @pytest.mark.slow
-def test_train_with_the_default_model_and_int8_export_from_chunks(tmp_path):
+def test_train_with_the_default_model_and_int8_export_from_chunks(tmp_path, fork_server, fork_env):
     """`python -m lightning_cls.train data=streaming data.input_dir=DIR` as documented: the
     default model takes the stored image size and channels (null in conf/data/streaming.yaml)
     from meta.json, and INT8 export calibrates on the streamed splits. Before issue 19 this
@@ -337,7 +337,6 @@ def test_train_with_the_default_model_and_int8_export_from_chunks(tmp_path):
     out = write_streaming(splits, meta, tmp_path / "chunks", chunk_bytes="4kb", progress=False)
     run = tmp_path / "run"
     cmd = [
-        sys.executable,
         "-m",
         "lightning_cls.train",
         "data=streaming",
@@ -348,7 +347,7 @@ def test_train_with_the_default_model_and_int8_export_from_chunks(tmp_path):
         "export=int8",
         f"hydra.run.dir={run}",
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    done = fork_server.run(cmd, tmp_path, fork_env, timeout=600)  # as typed, pre-imported
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((run / "results.json").read_text())
     hparams = torch.load(results["best_ckpt"], map_location="cpu", weights_only=True)[

@@ -11,6 +11,10 @@ reference's size; anything else must be a hidden temp file (``fileio.is_temp_fil
 
 The negative control (``inplace_format.py``) is a format whose writer writes in place under its
 final name, the bug this test exists for: the same kill schedule and the same check catch it.
+
+Each command runs forked from the suite's pre-imported server (``ForkServer.popen``), killed by
+its pid: the same process a fresh ``python`` would be once its imports are done, which the kill
+schedule skips anyway.
 """
 
 from __future__ import annotations
@@ -19,8 +23,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +50,8 @@ FINAL_NAMES = {
     "model_int8.bin",
 }
 CONTROL_NAMES = {"meta.json", "model.inplace"}
-EXPORT = [sys.executable, "-m", "lightning_cls.export"]
-CONTROL = [sys.executable, str(Path(inplace_format.__file__))]
+EXPORT = ["-m", "lightning_cls.export"]  # run as `python ...`, forked (ForkServer.popen)
+CONTROL = [str(Path(inplace_format.__file__))]
 
 
 def _command(program, ckpt, out, tmp_path, *options):
@@ -103,16 +105,14 @@ def _snapshot(out: Path) -> dict[str, tuple[int, int]]:
     return found
 
 
-def _run(command, out: Path, env, kill_after: float | None = None) -> Run:
-    """Run ``command``; SIGKILL its process group ``kill_after`` seconds after its first write
-    (the start-up before it, seconds of imports that vary with the machine's load, is skipped)."""
+def _run(server, command, out: Path, env, kill_after: float | None = None) -> Run:
+    """Run ``python COMMAND`` forked from the pre-imported ``server`` (no seconds of imports
+    before its first write); SIGKILL it ``kill_after`` seconds after its first write."""
     log = out.parent / f"{out.name}.stderr"
     start, seen = time.perf_counter(), _snapshot(out)
     first_write = last_write = None
-    with open(log, "wb") as stderr:
-        proc = subprocess.Popen(
-            command, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
-        )
+    with open(log, "wb") as stderr, open(os.devnull, "wb") as devnull:
+        proc = server.popen(command, out.parent, env, devnull, stderr)
         try:
             while proc.poll() is None:
                 now, snapshot = time.perf_counter() - start, _snapshot(out)
@@ -121,12 +121,12 @@ def _run(command, out: Path, env, kill_after: float | None = None) -> Run:
                     first_write = now if first_write is None else first_write
                 if kill_after is not None and first_write is not None:
                     if now >= first_write + kill_after:
-                        os.killpg(proc.pid, signal.SIGKILL)
+                        proc.kill()
                         break
                 time.sleep(0.005)
         finally:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                proc.kill()
             proc.wait(timeout=60)
     killed = proc.returncode == -signal.SIGKILL
     if not killed:
@@ -167,17 +167,23 @@ def _check_folder(out: Path, names: set[str], bin_sizes: dict[str, int]) -> set[
 
 
 @pytest.mark.slow
-def test_an_export_killed_at_random_moments_leaves_only_complete_files(trained, tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def test_an_export_killed_at_random_moments_leaves_only_complete_files(
+    trained, tmp_path, fork_server, fork_env
+):
+    server, env = fork_server, fork_env
     reference_dir, fresh = tmp_path / "reference", tmp_path / "fresh"
-    reference = _run(_full_export(trained.ckpt, reference_dir, tmp_path), reference_dir, env)
+    reference = _run(
+        server, _full_export(trained.ckpt, reference_dir, tmp_path), reference_dir, env
+    )
     sizes = _bin_sizes(reference_dir)
     assert _check_folder(reference_dir, FINAL_NAMES, sizes) == FINAL_NAMES
     # Seeded kills: one into an empty folder, one over the reference's finished files.
     first, second = _kill_moments(reference, 2, SEED)
     kills = [
-        _run(_full_export(trained.ckpt, fresh, tmp_path), fresh, env, first),
-        _run(_full_export(trained.ckpt, reference_dir, tmp_path), reference_dir, env, second),
+        _run(server, _full_export(trained.ckpt, fresh, tmp_path), fresh, env, first),
+        _run(
+            server, _full_export(trained.ckpt, reference_dir, tmp_path), reference_dir, env, second
+        ),
     ]
     assert all(k.killed for k in kills), (reference, kills)
     _check_folder(fresh, FINAL_NAMES, sizes)
@@ -193,18 +199,20 @@ def inplace_runtime():
 
 
 @pytest.mark.slow
-def test_the_kill_test_catches_a_writer_that_writes_in_place(trained, tmp_path, inplace_runtime):
+def test_the_kill_test_catches_a_writer_that_writes_in_place(
+    trained, tmp_path, inplace_runtime, fork_server, fork_env
+):
     """Negative control: the same kill schedule and check find the in-place writer's torn file."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    server, env = fork_server, fork_env
     reference_dir, out = tmp_path / "reference", tmp_path / "out"
     options = ("export.formats=[inplace]",)
     command = _command(CONTROL, trained.ckpt, reference_dir, tmp_path, *options)
-    reference = _run(command, reference_dir, env)
+    reference = _run(server, command, reference_dir, env)
     assert _check_folder(reference_dir, CONTROL_NAMES, {}) == CONTROL_NAMES  # whole, it loads
     command = _command(CONTROL, trained.ckpt, out, tmp_path, *options)
     caught = None
     for after in _kill_moments(reference, 4, SEED):
-        _run(command, out, env, after)
+        _run(server, command, out, env, after)
         try:
             _check_folder(out, CONTROL_NAMES, {})
         except AssertionError as err:

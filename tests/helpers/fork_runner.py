@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +57,35 @@ case "$1" in -m) case "$2" in {prefix}*)
 esac;; esac
 exec {python} "$@"
 """
+
+
+class Forked:
+    """A command running in a forked child of the server (``ForkServer.popen``)."""
+
+    def __init__(self, conn, pid: int):
+        self.pid, self.returncode = pid, None
+        self._thread = threading.Thread(target=self._wait, args=(conn,), daemon=True)
+        self._thread.start()
+
+    def _wait(self, conn) -> None:
+        from helpers.fork_client import wait
+
+        self.returncode = os.waitstatus_to_exitcode(wait(conn))
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise subprocess.TimeoutExpired(f"forked pid {self.pid}", timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 class ForkServer:
@@ -114,6 +145,21 @@ class ForkServer:
                                           stdout=o, stderr=e, timeout=timeout).returncode  # fmt: skip
             stderr = None if merge_stderr else err.read_text()
             return subprocess.CompletedProcess([self.python, *argv], code, out.read_text(), stderr)
+
+    def popen(self, argv: list[str], cwd, env: dict, stdout, stderr):
+        """Start ``python ARGV`` in a forked child without waiting; a handle with ``pid``,
+        ``poll()``, ``wait(timeout)``, ``kill()`` and ``returncode`` like ``subprocess.Popen``
+        (a ``Popen`` of a fresh interpreter when the server says so). ``stdout``/``stderr``:
+        open files."""
+        from helpers.fork_client import request
+
+        with open(os.devnull) as devnull:
+            fds = [devnull.fileno(), stdout.fileno(), stderr.fileno()]
+            conn, pid = request(self.socket, argv, str(cwd), env, fds)
+            if conn is None:
+                return subprocess.Popen([self.python, *argv], cwd=cwd, env=env, stdin=devnull,
+                                        stdout=stdout, stderr=stderr)  # fmt: skip
+        return Forked(conn, pid)
 
     def requests(self) -> list[str]:
         """One line per request so far: "fork | argv" or "fresh: reason | argv"."""
