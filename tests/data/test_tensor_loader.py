@@ -216,7 +216,10 @@ def test_two_process_ddp_shards_cover_the_data_like_distributed_sampler(tmp_path
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_ddp_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    # Forked (no fresh interpreters importing torch again); "spawn" tests the same code.
+    mp.start_processes(
+        _ddp_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True, start_method="fork"
+    )
     results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for epoch in (0, 1):
         shards = [r[epoch] for r in results]

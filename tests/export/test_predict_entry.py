@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from lightning_cls.export.exporter import ExportConfig, export_model
@@ -61,12 +62,7 @@ def test_predict_cli_same_top1_for_ckpt_onnx_int8_pt2(trained, tmp_path):
     assert sum(a == b for a, b in zip(top1["int8"], top1["ckpt"])) >= 9
 
 
-def test_predict_cli_user_errors_exit_1_with_one_line(trained, tmp_path):
-    import subprocess
-    import sys
-
-    import pytest
-
+def test_predict_cli_user_errors_exit_1_with_one_line(trained, tmp_path, run_predict):
     folder = tmp_path / "empty"
     (folder / "sub").mkdir(parents=True)
     (folder / "sub" / "notes.txt").write_text("no images here")
@@ -76,43 +72,25 @@ def test_predict_cli_user_errors_exit_1_with_one_line(trained, tmp_path):
     for bad in (0, -3):
         with pytest.raises(ValueError, match=rf"batch_size={bad} must be an integer >= 1"):
             predict(_compose_predict([*base, f"inputs={folder}", f"batch_size={bad}"], tmp_path))
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lightning_cls.predict",
-            *base,
-            f"inputs={folder}",
-            "batch_size=0",
-            f"paths.root_dir={tmp_path}",
-            f"paths.output_dir={tmp_path}/run",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_predict([*base, f"inputs={folder}", "batch_size=0"], tmp_path)
     assert out.returncode == 1
     assert "batch_size=0 must be an integer >= 1" in out.stderr
     assert "Traceback" not in out.stderr
 
 
-def _run_predict(args, tmp_path, timeout=120):
-    import subprocess
-    import sys
+@pytest.fixture
+def run_predict(fork_server, fork_env):
+    """``python -m lightning_cls.predict ARGS`` as typed, forked from the pre-imported server
+    (tests/conftest.py): the same exit code and output as a fresh interpreter, in a user's
+    environment (no HYDRA_FULL_ERROR: user errors end in one line)."""
+    env = {k: v for k, v in fork_env.items() if k != "HYDRA_FULL_ERROR"}
 
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lightning_cls.predict",
-            *args,
-            f"paths.root_dir={tmp_path}",
-            f"paths.output_dir={tmp_path}/run",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    def run(args, tmp_path, timeout=120):
+        argv = ["-m", "lightning_cls.predict", *args, f"paths.root_dir={tmp_path}"]
+        argv.append(f"paths.output_dir={tmp_path}/run")
+        return fork_server.run(argv, Path.cwd(), env, timeout=timeout)
+
+    return run
 
 
 def _error_lines(stderr: str) -> list[str]:
@@ -127,22 +105,26 @@ def _image_folder(trained, folder, n=3):
     return folder
 
 
-def test_predict_cli_refuses_an_untrusted_pt2_and_loads_it_when_trusted(trained, tmp_path):
+def test_predict_cli_refuses_an_untrusted_pt2_and_loads_it_when_trusted(
+    trained, tmp_path, run_predict
+):
     pt2 = export_model(trained.net, trained.spec, tmp_path, ExportConfig(formats=["pt2"]))
     folder = _image_folder(trained, tmp_path / "images")
     args = [f"ckpt_path={pt2.paths['pt2']}", f"inputs={folder}", f"output={tmp_path}/p.csv"]
-    refused = _run_predict(args, tmp_path)
+    refused = run_predict(args, tmp_path)
     assert refused.returncode == 1
     (line,) = _error_lines(refused.stderr)
     assert "model.pt2" in line and "can run arbitrary code" in line
     assert "trust_artifact=true" in line
     assert "Traceback" not in refused.stderr
-    trusted = _run_predict([*args, "trust_artifact=true"], tmp_path)
+    trusted = run_predict([*args, "trust_artifact=true"], tmp_path)
     assert trusted.returncode == 0, trusted.stderr
     assert len(list(csv.DictReader((tmp_path / "p.csv").open()))) == 3
 
 
-def test_predict_cli_bad_metadata_and_corrupt_files_exit_1_with_one_line(trained, tmp_path):
+def test_predict_cli_bad_metadata_and_corrupt_files_exit_1_with_one_line(
+    trained, tmp_path, run_predict
+):
     import json
 
     import onnx
@@ -171,7 +153,7 @@ def test_predict_cli_bad_metadata_and_corrupt_files_exit_1_with_one_line(trained
 
     for name, extra in cases.items():
         artifact = tmp_path / name.strip()
-        out = _run_predict(
+        out = run_predict(
             [f"ckpt_path={artifact}", f"inputs={folder}", f"output={tmp_path}/p.csv", *extra],
             tmp_path,
         )
@@ -181,12 +163,12 @@ def test_predict_cli_bad_metadata_and_corrupt_files_exit_1_with_one_line(trained
         assert "Traceback" not in out.stderr and "[E:onnxruntime" not in out.stderr, out.stderr
 
 
-def test_predict_cli_skips_a_fifo_named_png_instead_of_waiting(trained, tmp_path):
+def test_predict_cli_skips_a_fifo_named_png_instead_of_waiting(trained, tmp_path, run_predict):
     import os
 
     folder = _image_folder(trained, tmp_path / "images")
     os.mkfifo(folder / "pipe.png")
-    out = _run_predict(
+    out = run_predict(
         [f"ckpt_path={trained.ckpt}", f"inputs={folder}", f"output={tmp_path}/p.csv"],
         tmp_path,
         timeout=90,  # the old reader waited on the FIFO forever

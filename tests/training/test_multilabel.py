@@ -207,7 +207,10 @@ def test_a_rank_without_samples_joins_the_gather(tmp_path):
     # Lightning and Hydra imports.
     from multilabel_gather import gather_with_an_empty_rank
 
-    mp.spawn(gather_with_an_empty_rank, args=(port, str(tmp_path)), nprocs=2)
+    # Forked (no fresh interpreters importing torch again); "spawn" tests the same code.
+    mp.start_processes(
+        gather_with_an_empty_rank, args=(port, str(tmp_path)), nprocs=2, start_method="fork"
+    )
     for rank in (0, 1):  # before: torchmetrics' empty placeholder aborted the gather (SIGABRT)
         shapes = torch.load(tmp_path / f"{rank}.pt", weights_only=False)
         assert shapes == (torch.Size([3, 4]), torch.Size([3, 4]), torch.uint8)
