@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -111,12 +112,16 @@ def ratios(figures: dict[str, dict], baseline: str) -> dict[str, dict]:
 
 
 def train_runs(specs: dict[str, str], root: Path) -> dict[str, Path]:
-    """Train each ``name -> overrides`` with ``python -m lightning_cls.train``, in order."""
+    """Train each ``name -> overrides`` with ``python -m lightning_cls.train``, in order. The
+    interpreter is this one, or ``$BENCH_PYTHON`` (the test suite's pre-imported ``python``
+    shim for --quick: the curves are timed by the run itself, from its first step, so the
+    process start-up it skips is not part of any figure)."""
+    python = shlex.split(os.environ.get("BENCH_PYTHON", "")) or [sys.executable]
     dirs = {}
     for name, overrides in specs.items():
         run_dir = root / name
         cmd = [
-            sys.executable,
+            *python,
             "-m",
             "lightning_cls.train",
             *shlex.split(overrides),

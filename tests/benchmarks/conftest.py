@@ -29,8 +29,9 @@ def run_quick(fork_server, fork_env):
         if script in FRESH:
             proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
                                   timeout=timeout, env=fork_env, cwd=cwd)  # fmt: skip
-        else:
-            proc = fork_server.run(argv, cwd or Path.cwd(), fork_env, timeout=timeout)
+        else:  # the commands a script starts with $BENCH_PYTHON are forked too
+            env = {**fork_env, "BENCH_PYTHON": str(fork_server.bin / "python")}
+            proc = fork_server.run(argv, cwd or Path.cwd(), env, timeout=timeout)
         assert proc.returncode == 0, proc.stderr[-3000:]
         last = proc.stdout.strip().splitlines()[-1]
         return json.loads(last)
