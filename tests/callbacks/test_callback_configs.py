@@ -188,7 +188,7 @@ def test_debug_presets_compose_and_build_their_trainer(preset, tmp_path):
 
 
 def test_debug_limit_and_overfit_train_on_digits(tmp_path):
-    quiet = [*QUIET_TRAINER, "~callbacks.plots", "data.batch_size=32"]
+    quiet = [*QUIET_TRAINER, "~callbacks.plots", "prediction_mosaic=false", "data.batch_size=32"]
     summary = train(compose(overrides=[*quiet, "debug=limit"], tmp=tmp_path / "limit"))
     assert Path(summary["best_ckpt"]).is_file()
     ckpt = _load(tmp_path / "limit" / "run" / "checkpoints" / "digits_simplecnn" / "last.ckpt")

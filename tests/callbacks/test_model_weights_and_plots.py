@@ -86,3 +86,57 @@ def test_curves_and_confusion_matrix_are_written(
     _assert_png(tmp_path / "curves.png")
     _assert_png(tmp_path / "confusion_matrix.png")
     assert "class_0" in caplog.text and "accuracy  support" in caplog.text
+
+
+def _regions(pixels, rgb):
+    """Bounding box (top, bottom, left, right) of the rows and columns with at least 20 pixels
+    of exactly colour ``rgb`` (a cell or a bar; not the colour bar's 15-pixel-wide band)."""
+    import numpy as np
+
+    mask = (pixels == rgb).all(-1)  # (H, W)
+    rows, columns = np.nonzero(mask.sum(1) >= 20)[0], np.nonzero(mask.sum(0) >= 20)[0]
+    assert len(rows) and len(columns), f"no region of colour {rgb}"
+    return rows.min(), rows.max(), columns.min(), columns.max()
+
+
+@pytest.mark.parametrize("k", [2, 25])
+def test_confusion_cells_sit_where_the_matrix_puts_them_with_counts_up_to_20_classes(tmp_path, k):
+    import numpy as np
+    from matplotlib import colormaps
+
+    from lightning_cls.callbacks.plots import plot_confusion
+
+    matrix = torch.eye(k, dtype=torch.long) * 10
+    matrix[1] = 0
+    matrix[1, 0], matrix[1, 1] = 3, 7  # row 1 normalized: 0.3 predicted 0, 0.7 right
+    plot_confusion(matrix, [f"c{i}" for i in range(k)], tmp_path / "cm.png")
+    with Image.open(tmp_path / "cm.png") as image:
+        pixels = np.asarray(image.convert("RGB"))
+    blues = colormaps["Blues"]
+    colour = {v: tuple((np.asarray(blues(v)[:3]) * 255).astype(np.uint8)) for v in (0.3, 0.7)}
+    top3, bottom3, left3, right3 = _regions(pixels, colour[0.3])  # cell (1, 0)
+    top7, bottom7, left7, right7 = _regions(pixels, colour[0.7])  # cell (1, 1)
+    assert abs(top3 - top7) <= 1 and left7 > right3  # same row, predicted 1 right of 0
+    cell = pixels[top7 : bottom7 + 1, left7 : right7 + 1]
+    glyph = (cell != colour[0.7]).any(-1)  # (h, w): the count "7", drawn up to 20 classes
+    if k <= 20:  # in white over a cell > 0.5: lighter than the cell
+        assert glyph.sum() > 10 and cell[glyph].sum(-1).mean() > sum(map(int, colour[0.7])) + 100
+    else:
+        assert not glyph.any()
+
+
+def test_per_class_bars_are_as_long_as_the_accuracy_and_red_under_half(tmp_path):
+    import numpy as np
+
+    from lightning_cls.callbacks.plots import plot_per_class_accuracy
+
+    matrix = torch.tensor([[8, 0], [3, 1]])  # class a: 100%, class b: 25%
+    plot_per_class_accuracy(matrix, ["a", "b"], tmp_path / "bars.png")
+    with Image.open(tmp_path / "bars.png") as image:
+        pixels = np.asarray(image.convert("RGB"))
+    top_a, _, left_a, right_a = _regions(pixels, (31, 119, 180))  # tab:blue
+    top_b, _, left_b, right_b = _regions(pixels, (214, 39, 40))  # tab:red
+    assert top_b > top_a and left_a == left_b  # b's bar under a's, both from 0
+    assert (right_b - left_b + 1) / (right_a - left_a + 1) == pytest.approx(0.25, abs=0.01)
+    spine = pixels[top_a + 5, right_a + 1 : right_a + 3].sum(-1)  # 100% reaches the frame
+    assert spine.min() < 200
