@@ -27,6 +27,28 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.module.__name__ not in slow_modules)
 
 
+_SECONDS_BY_FOLDER: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Sum each test's setup + call + teardown by test folder (in the xdist controller too)."""
+    parts = report.nodeid.split("::")[0].split("/")
+    folder = "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+    _SECONDS_BY_FOLDER[folder] = _SECONDS_BY_FOLDER.get(folder, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Where the suite's time goes: seconds per test folder (summed over the workers, so they
+    add up to about workers x wall time), largest first; after --durations' slowest tests."""
+    if len(_SECONDS_BY_FOLDER) < 2:
+        return
+    total = sum(_SECONDS_BY_FOLDER.values())
+    terminalreporter.section("seconds per test folder (all workers)")
+    for folder, seconds in sorted(_SECONDS_BY_FOLDER.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:8.1f} s {seconds / total:6.1%}  {folder}")
+    terminalreporter.write_line(f"{total:8.1f} s          total")
+
+
 @pytest.fixture(autouse=True)
 def _single_thread():
     """One intra-op thread per test, restored afterwards (code under test may change it)."""
