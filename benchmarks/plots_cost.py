@@ -1,7 +1,9 @@
-"""What ``TrainingPlots``' figures cost on this CPU: each plot function of
+"""What a training run's figures cost on this CPU: each plot function of
 ``lightning_cls.callbacks.plots`` drawn and written as PNG on fixed inputs (10-epoch curves, a
 confusion matrix and per-class accuracy bars for 10 and for 100 classes, average precision bars
-for 10 labels). Every training run with the default callbacks pays curves + confusion + bars.
+for 10 labels), and the prediction mosaic (``inference.mosaic.draw_mosaic``: 48 tiles of 32 px,
+10 classes, side panels). Every training run with the default callbacks pays curves + confusion
++ bars, and with ``prediction_mosaic=true`` (the default) two mosaics (val and test).
 
 Each figure's seconds are the median (and range) over ``--repeats`` calls after one untimed
 warm-up call; the figures are drawn in turn within each repeat, so a shared machine's load
@@ -28,6 +30,7 @@ import torch
 from paired import cpu_name
 
 from lightning_cls.callbacks import plots
+from lightning_cls.inference import mosaic
 
 
 def inputs() -> tuple[dict, list[dict], dict]:
@@ -59,7 +62,23 @@ def figures() -> dict[str, tuple]:
         calls[f"confusion_{k}_classes"] = (plots.plot_confusion, matrix, classes)
         calls[f"per_class_accuracy_{k}_classes"] = (plots.plot_per_class_accuracy, matrix, classes)
     calls["per_label_10_labels"] = (plots.plot_per_label, per_label)
+    g = torch.Generator().manual_seed(1)
+    images = torch.randint(0, 256, (200, 3, 32, 32), dtype=torch.uint8, generator=g)
+    true = torch.randint(0, 10, (200,), generator=g)
+    wrong = torch.rand(200, generator=g) < 0.3
+    pred = torch.where(wrong, torch.randint(0, 10, (200,), generator=g), true)
+    calls["prediction_mosaic_48_tiles"] = (
+        _mosaic,
+        images,
+        pred,
+        true,
+        [f"c{i}" for i in range(10)],
+    )
     return calls
+
+
+def _mosaic(images, pred, true, classes, path):
+    mosaic.draw_mosaic(images, pred, classes, path, true=true)
 
 
 def measure(folder: Path, repeats: int) -> dict:

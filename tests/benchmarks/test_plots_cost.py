@@ -1,4 +1,5 @@
-"""benchmarks/plots_cost.py --quick: every TrainingPlots figure is drawn, written and timed."""
+"""benchmarks/plots_cost.py --quick: every TrainingPlots figure and the prediction mosaic are
+drawn, written and timed."""
 
 FIGURES = {
     "curves_10_epochs",
@@ -7,6 +8,7 @@ FIGURES = {
     "per_class_accuracy_10_classes",
     "per_class_accuracy_100_classes",
     "per_label_10_labels",
+    "prediction_mosaic_48_tiles",
 }
 
 
