@@ -86,6 +86,23 @@ def _run_folder(output_dir: Path) -> Path:
     return folder
 
 
+def _finished_run_log(output_dir: Path) -> list[wandb_internal_pb2.Record]:
+    """The records of the one offline run under ``output_dir``, once W&B has written them all.
+
+    ``run.finish()`` returns when the service has the run's last record, not when the file has
+    it: wandb-core writes the ``.wandb`` file through a buffer that it flushes when it closes the
+    run's stream, after ``finish()`` has returned. Loaded, a read right after ``finish()`` found
+    the bare 7-byte header. ``wandb.teardown()`` waits for the service process to exit, which
+    closes every stream first (what a training command's exit does through W&B's atexit hook).
+    """
+    wandb.teardown()
+    (log_file,) = _run_folder(output_dir).glob("run-*.wandb")
+    records = read_wandb_file(log_file)
+    kinds = [r.WhichOneof("record_type") for r in records]
+    assert kinds[-1:] == ["exit"], kinds  # the whole run: finish() writes the exit record last
+    return records
+
+
 def test_offline_run_holds_the_resolved_config_and_metrics(wandb_offline, tmp_path):
     overrides = [
         *QUIET_TRAINER,
@@ -95,9 +112,8 @@ def test_offline_run_holds_the_resolved_config_and_metrics(wandb_offline, tmp_pa
         "~callbacks.plots",
     ]
     summary = train(compose(overrides=overrides, tmp=tmp_path))
-    assert wandb.run is None  # train() finished its run: the folder is complete
-    (log_file,) = _run_folder(tmp_path / "run").glob("run-*.wandb")
-    records = read_wandb_file(log_file)
+    assert wandb.run is None  # train() finished its run
+    records = _finished_run_log(tmp_path / "run")
 
     config = run_config(records)
     # The whole resolved config, as the CSV/MLflow/TensorBoard loggers get it.
@@ -167,8 +183,7 @@ def test_two_process_ddp_logs_one_offline_run(wandb_offline, tmp_path):
     assert summary["val"]["val/acc"] > 0 and summary["best_ckpt"]  # fit finished
     runs = sorted(p.name for p in (tmp_path / "run" / "wandb").glob("*run-*"))
     assert len(runs) == 1, runs  # not one per process (2 if the spawn started its own)
-    (log_file,) = _run_folder(tmp_path / "run").glob("run-*.wandb")
-    records = read_wandb_file(log_file)
+    records = _finished_run_log(tmp_path / "run")
     config = run_config(records)
     assert config["optimizer"]["lr"] == 0.0025, sorted(config)
     assert config["trainer"]["strategy"] == "ddp_spawn"
