@@ -158,32 +158,6 @@ def test_a_fresh_block_gets_no_shim(probe_server, tmp_path):
     assert proc.returncode == 0 and f"ppid {probe_server.proc.pid} " not in proc.stdout
 
 
-def test_popen_gives_the_forked_childs_pid_to_kill_and_its_exit(probe_server, tmp_path):
-    env = {**probe_server.env, "X": "w"}
-    out, err = tmp_path / "out", tmp_path / "err"
-    with open(out, "w") as stdout, open(err, "w") as stderr:
-        done = probe_server.popen(["-m", "probe_job", "exit3"], tmp_path, env, stdout, stderr)
-        assert done.wait(timeout=60) == 3 and done.poll() == 3
-        slow = probe_server.popen(["-m", "probe_job", "sleep"], tmp_path, env, stdout, stderr)
-        deadline = time.monotonic() + 60
-        while "sleeping" not in out.read_text() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert slow.poll() is None and slow.pid != probe_server.proc.pid
-        slow.kill()  # SIGKILL by pid: the server's own process is a different one
-        assert slow.wait(timeout=60) == -9
-    assert probe_server.proc.poll() is None  # the server lives on
-    assert err.read_text() == "to stderr\n" * 2 and "X w path0 True" in out.read_text()
-
-
-TORCH_IN_CHILD = """
-import sys, torch
-torch.set_num_threads(2)
-x = torch.randn(256, 256)
-print(len(set(sys.modules) & {"pytorch_lightning", "hydra", "lightning_cls.module"}),
-      torch.get_num_threads(), (x @ x).shape[0], torch.initial_seed())
-"""
-
-
 def test_run_captures_like_subprocess_run(probe_server, tmp_path):
     env = {**probe_server.env, "X": "z"}
     forked = probe_server.run(["-m", "probe_job", "exit3"], tmp_path, env, timeout=60)
