@@ -1,8 +1,6 @@
 """bench_data: the packaged config composes, both pipelines run, figures add up."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -28,22 +26,11 @@ def test_bench_counts_images_of_each_pipeline(pipeline):
     assert result["images"] == 2 * 3 * 32 and result["img_s"] > 0
 
 
-def test_command_prints_json_last(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lightning_cls.bench_data",
-            "data=synthetic",
-            "epochs=1",
-            "max_batches=2",
-            f"hydra.run.dir={tmp_path}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+def test_command_prints_json_last(tmp_path, fork_server, fork_env):
+    # `python -m lightning_cls.bench_data ...` as typed, forked from the pre-imported server.
+    argv = ["-m", "lightning_cls.bench_data", "data=synthetic", "epochs=1", "max_batches=2"]
+    out = fork_server.run([*argv, f"hydra.run.dir={tmp_path}"], tmp_path, fork_env, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["task"] == "bench_data" and result["images"] == 2 * 64
 
