@@ -1,12 +1,9 @@
 """Child process of test_crash_safety.py: trains, checkpointing every step, writing slowly.
 
 argv: out_dir checkpoint_class ("atomic" | "plain"). Files ``<out>/saving-<n>`` and
-``<out>/step-<n>`` tell the parent when the n-th save starts and the n-th step ends; ``<out>/pid``
-names this process (the parent kills it by pid: it may run forked from the suite's pre-imported
-server rather than as the parent's own child).
+``<out>/step-<n>`` tell the parent when the n-th save starts and the n-th step ends.
 """
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -23,7 +20,6 @@ from lightning_cls.training.checkpoint_io import AtomicCheckpointIO
 
 out, kind = Path(sys.argv[1]), sys.argv[2]
 saves = 0
-(out / "pid").write_text(str(os.getpid()))
 
 
 def slow_save(checkpoint, filepath):

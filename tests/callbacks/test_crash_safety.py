@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,31 +16,32 @@ from lightning_cls.training.resume import check_compatible, resolve_ckpt_path
 HERE = Path(__file__).parent
 
 
-def _wait_for(path: Path, child: Future, timeout: float = 120) -> None:
+def _wait_for(path: Path, proc, log: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
-        if child.done():
-            raise RuntimeError(f"child exited early:\n{child.result().stderr[-3000:]}")
+        if proc.poll() is not None:
+            raise RuntimeError(f"child exited early:\n{log.read_text()[-3000:]}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"{path.name} never appeared")
         time.sleep(0.02)
 
 
 def _train_and_kill(out: Path, kind: str, moment: str, fork_server, fork_env) -> None:
-    """Run crash_child.py (forked from the pre-imported server: no import time), SIGKILL it
-    at ``moment`` by the pid it wrote."""
+    """Run crash_child.py forked from the pre-imported server (no import time) and SIGKILL
+    it at ``moment``."""
     out.mkdir(parents=True, exist_ok=True)
     argv = [str(HERE / "crash_child.py"), str(out), kind]
-    with ThreadPoolExecutor(1) as pool:
-        child = pool.submit(fork_server.run, argv, out, fork_env, 300)
+    log = out / "child.stderr"
+    with open(log, "w") as stderr, open(os.devnull, "w") as devnull:
+        proc = fork_server.popen(argv, out, fork_env, devnull, stderr)
         try:
             # The 3rd save overwrites an existing last.ckpt; kill inside it, or between steps.
-            _wait_for(out / ("saving-3" if moment == "mid_save" else "step-3"), child)
+            _wait_for(out / ("saving-3" if moment == "mid_save" else "step-3"), proc, log)
             time.sleep(0.1)
         finally:
-            if (out / "pid").exists():
-                os.kill(int((out / "pid").read_text()), signal.SIGKILL)
-        assert child.result().returncode == -signal.SIGKILL
+            proc.kill()
+            proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
 
 
 @pytest.mark.slow  # a training process per case

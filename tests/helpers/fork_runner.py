@@ -82,6 +82,9 @@ class Forked:
         return self.returncode
 
     def kill(self) -> None:
+        """SIGKILL the command, unless it has ended (its pid may be another process's by now)."""
+        if self.returncode is not None:
+            return
         try:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
