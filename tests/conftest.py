@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
 
-import multilabel_helpers
-from helpers import Artifacts, Trained, trained_artifacts, trained_model
-from helpers.fork_runner import ForkServer
-from hydra_helpers import QUIET_TRAINER
-
-# Tests run two at a time on two cores (pytest -n 2): one intra-op thread each.
-torch.set_num_threads(1)
+# Tests run two at a time on two cores (pytest -n 2): one intra-op thread each (set before any
+# test module imports torch). torch and the helpers are imported by the fixtures that use them:
+# pytest -n 2's controller loads this file too, before it starts the workers, and runs no test.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+if TYPE_CHECKING:
+    from helpers import Artifacts, Trained
 
 
 def pytest_collection_modifyitems(config, items):
@@ -52,6 +51,8 @@ def pytest_terminal_summary(terminalreporter):
 @pytest.fixture(autouse=True)
 def _single_thread():
     """One intra-op thread per test, restored afterwards (code under test may change it)."""
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -75,6 +76,8 @@ def _restore_cli_env():
 
 @pytest.fixture
 def quiet_trainer() -> list[str]:
+    from hydra_helpers import QUIET_TRAINER
+
     return list(QUIET_TRAINER)
 
 
@@ -82,6 +85,8 @@ def quiet_trainer() -> list[str]:
 def trained(tmp_path_factory) -> Trained:
     """A SimpleCNN trained for a few seconds on synthetic data, shared by the export,
     inference and examples tests (built once per test process)."""
+    from helpers import trained_model
+
     return trained_model(tmp_path_factory.mktemp("trained"))
 
 
@@ -89,6 +94,8 @@ def trained(tmp_path_factory) -> Trained:
 def artifacts(tmp_path_factory) -> Artifacts:
     """A flip+translate-TTA SimpleCNN with its checkpoint, weights and exports, shared by the
     inference and serve tests (built once per test process)."""
+    from helpers import trained_artifacts
+
     return trained_artifacts(tmp_path_factory.mktemp("artifacts"))
 
 
@@ -100,12 +107,16 @@ FORK_ENV = {"OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1", "PYTHONUNBUFFERED":
 @pytest.fixture(scope="session")
 def multilabel_squares(tmp_path_factory) -> Path:
     """The colour-square multi-label data (tests/multilabel_helpers.py), written once."""
+    import multilabel_helpers
+
     return multilabel_helpers.squares(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def multilabel_run(tmp_path_factory) -> dict:
     """results.json of the one multi-label training of the process (5 epochs, ONNX export)."""
+    import multilabel_helpers
+
     return multilabel_helpers.multilabel_run(tmp_path_factory)
 
 
@@ -119,6 +130,8 @@ def fork_server(fork_env):
     """A Python that has imported torch, Lightning and Hydra and forks per command
     (tests/helpers/fork_server.py, fork_runner.py): ``python -m lightning_cls.*`` without ~8 s
     of imports. Started on first use, kept for the session."""
+    from helpers.fork_runner import ForkServer
+
     server = ForkServer(fork_env)
     try:
         server.wait_ready()

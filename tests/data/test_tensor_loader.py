@@ -1,16 +1,15 @@
 """TensorBatchLoader: batching, DistributedSampler-identical sharding, seeded and exact resume."""
 
 import os
-import socket
 
 import pytest
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data.distributed import DistributedSampler
 
+from helpers.gloo_ranks import run_ranks
 from lightning_cls.data.augment import BatchAugment
 from lightning_cls.data.tensor_loader import TensorBatchLoader, batch_generator
 
@@ -197,7 +196,8 @@ def test_lightning_resume_from_mid_and_end_of_epoch_is_exact(tmp_path):
         assert _fit(tmp_path, ckpt_path=tmp_path / f"step={step}.ckpt") == full[step * 8 :]
 
 
-def _ddp_worker(rank, world, port, out_dir):
+def _ddp_worker(rank, port, world, out_dir):
+    world = int(world)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
@@ -212,14 +212,11 @@ def _ddp_worker(rank, world, port, out_dir):
         dist.destroy_process_group()
 
 
-def test_two_process_ddp_shards_cover_the_data_like_distributed_sampler(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # Forked (no fresh interpreters importing torch again); "spawn" tests the same code.
-    mp.start_processes(
-        _ddp_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True, start_method="fork"
-    )
+def test_two_process_ddp_shards_cover_the_data_like_distributed_sampler(
+    tmp_path, fork_server, fork_env
+):
+    # Two gloo ranks forked from the pre-imported fork server; each runs _ddp_worker below.
+    run_ranks(fork_server, fork_env, tmp_path, f"{__file__}:_ddp_worker", "2", str(tmp_path))
     results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for epoch in (0, 1):
         shards = [r[epoch] for r in results]

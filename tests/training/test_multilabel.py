@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.gloo_ranks import run_ranks
 from hydra_helpers import QUIET_TRAINER, compose
 from lightning_cls.data.multilabel import MultiLabelDataModule
 from lightning_cls.inference import load_artifact
@@ -195,22 +196,10 @@ def test_misspelt_or_misplaced_multilabel_options_are_errors(kwargs, match):
         )
 
 
-def test_a_rank_without_samples_joins_the_gather(tmp_path):
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as sock:  # a free port for the process group
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    # The target lives in a small module: a spawned child imports it, not this test file's
-    # Lightning and Hydra imports.
-    from multilabel_gather import gather_with_an_empty_rank
-
-    # Forked (no fresh interpreters importing torch again); "spawn" tests the same code.
-    mp.start_processes(
-        gather_with_an_empty_rank, args=(port, str(tmp_path)), nprocs=2, start_method="fork"
-    )
+def test_a_rank_without_samples_joins_the_gather(tmp_path, fork_server, fork_env):
+    # The ranks' body lives in a small module; they fork from the pre-imported fork server.
+    target = f"{Path(__file__).parents[1] / 'multilabel_gather.py'}:gather_with_an_empty_rank"
+    run_ranks(fork_server, fork_env, tmp_path, target, str(tmp_path))
     for rank in (0, 1):  # before: torchmetrics' empty placeholder aborted the gather (SIGABRT)
         shapes = torch.load(tmp_path / f"{rank}.pt", weights_only=False)
         assert shapes == (torch.Size([3, 4]), torch.Size([3, 4]), torch.uint8)
