@@ -9,16 +9,13 @@ matrix is the module's own ``test_confusion`` metric (a torchmetrics
 included, and summed over DDP ranks by torchmetrics), so no second forward pass is needed.
 
 Every training run pays for these figures, so what grows with the classes (cells, counts,
-bars, class names) is painted with PIL, in matplotlib's font, into one canvas placed pixel for
-pixel; matplotlib draws only the frames, titles, axis names, x ticks and colour bar, at fixed
-pixel positions (no ``tight_layout``: it lays every text out once more). On a loaded 2-vCPU
-EPYC a matplotlib text took about 1.5 ms to lay out and render, a tick about 4 ms, a PIL text
-0.1 ms; the 10-class confusion matrix had 120 texts (``benchmarks/plots_cost.py``).
+bars, class names) is painted with PIL (``inference.painting``); matplotlib draws only the
+frames, titles, axis names, x ticks and colour bar. The 10-class confusion matrix had 120
+matplotlib texts (``benchmarks/plots_cost.py``).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +25,8 @@ import pytorch_lightning as pl
 import torch
 
 from lightning_cls.fileio import atomic_savefig
+from lightning_cls.inference import painting
+from lightning_cls.inference.painting import DPI, SAVE
 
 log = logging.getLogger(__name__)
 
@@ -38,84 +37,11 @@ CURVES = {
 }
 # Logged by the module's own on_train_epoch_end, which Lightning calls after the callbacks'.
 LATE = ("train/acc",)
-DPI = 100
-# zlib level 1: half the encoding time of the default 6 (12 ms for curves.png), files 10-35%
-# larger.
-SAVE = {"dpi": DPI, "pil_kwargs": {"compress_level": 1}}
-RED, BLUE = (214, 39, 40), (31, 119, 180)  # matplotlib's tab:red and tab:blue
-
-
-def _figure(width_px: float, height_px: float):
-    """A bare Agg figure (no pyplot: nothing global to register or close)."""
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width_px / DPI, height_px / DPI), dpi=DPI)
-
-
-@functools.lru_cache(maxsize=16)
-def _font(points: float):
-    """PIL font of matplotlib's default family at ``points`` (as a matplotlib text at DPI)."""
-    from matplotlib import font_manager
-    from PIL import ImageFont
-
-    try:
-        return ImageFont.truetype(
-            font_manager.findfont(font_manager.FontProperties()), points * DPI / 72
-        )
-    except OSError:  # a configured font PIL cannot read: Pillow's own
-        return ImageFont.load_default(points * DPI / 72)
-
-
-def _place(fig, canvas: np.ndarray, left: int, bottom: int, width: int, height: int, lift: int = 0):
-    """``canvas`` pixel for pixel with its lower left corner at (left, bottom) pixels, and an
-    axes of (width, height) pixels over its right edge, ``lift`` pixels above its bottom:
-    transparent, the frame only, for matplotlib to draw titles and ticks around."""
-    from matplotlib.artist import Artist
-
-    class Pixels(Artist):  # figimage converts to float and resamples: 0.3 s for 100 classes
-        def draw(self, renderer):
-            gc = renderer.new_gc()
-            renderer.draw_image(gc, left, bottom, rgba[::-1])  # rows from the bottom up
-            gc.restore()
-
-    rgba = np.dstack([canvas, np.full(canvas.shape[:2], 255, np.uint8)])  # (H, W, 4)
-    fig.add_artist(Pixels())
-    w, h = fig.bbox.width, fig.bbox.height
-    x = left + canvas.shape[1] - width
-    ax = fig.add_axes((x / w, (bottom + lift) / h, width / w, height / h), zorder=1)
-    ax.patch.set_visible(False)
-    ax.set(yticks=[])
-    return ax
-
-
-def _labels(labels: Sequence[str], font, pitch: int) -> np.ndarray:
-    """(len(labels) * pitch, w, 3) uint8: the labels right aligned, one every ``pitch`` rows
-    (vertically centred), on white; w is the widest label's width and a margin."""
-    from PIL import Image, ImageDraw
-
-    width = int(max(font.getlength(s) for s in labels)) + 8
-    image = Image.new("RGB", (width, len(labels) * pitch), "white")
-    draw = ImageDraw.Draw(image)
-    for i, text in enumerate(labels):
-        draw.text((width - 5, (i + 0.5) * pitch), text, font=font, fill="black", anchor="rm")
-    return np.asarray(image)
-
-
-def _centred(labels: Sequence[str], font, pitch: int) -> np.ndarray:
-    """(2 * font size, len(labels) * pitch, 3) uint8: the labels side by side, each centred
-    under its ``pitch`` columns, on white."""
-    from PIL import Image, ImageDraw
-
-    image = Image.new("RGB", (len(labels) * pitch, round(2 * font.size)), "white")
-    draw = ImageDraw.Draw(image)
-    for i, text in enumerate(labels):
-        draw.text(((i + 0.5) * pitch, 4), text, font=font, fill="black", anchor="mt")
-    return np.asarray(image)
 
 
 def plot_curves(history: list[dict[str, float]], path: Path) -> None:
     """Loss and accuracy per epoch, train and val, side by side."""
-    fig = _figure(1000, 400)
+    fig = painting.figure(1000, 400)
     axes = fig.subplots(1, 2)
     fig.subplots_adjust(left=0.07, right=0.985, bottom=0.12, top=0.92, wspace=0.2)
     epochs = [row["epoch"] for row in history]
@@ -140,7 +66,7 @@ def _cells(matrix: torch.Tensor, normalized: torch.Tensor, cell: int) -> np.ndar
     colors = (colormaps["Blues"](normalized.numpy())[..., :3] * 255).astype(np.uint8)  # (K, K, 3)
     cells = Image.fromarray(colors.repeat(cell, 0).repeat(cell, 1))
     if len(matrix) <= 20:
-        draw, font = ImageDraw.Draw(cells), _font(8)
+        draw, font = ImageDraw.Draw(cells), painting.font(8)
         for (i, j), n in np.ndenumerate(matrix.numpy()):
             white = normalized[i, j] > 0.5
             xy = ((j + 0.5) * cell, (i + 0.5) * cell)
@@ -153,11 +79,11 @@ def _column_names(classes: Sequence[str], font, cell: int) -> tuple[np.ndarray, 
     matplotlib to write them slanted (long names, up to 10 classes: as drawn before)."""
     longest = max(font.getlength(c) for c in classes)
     if longest + 4 <= cell:  # short names fit level
-        return _centred(classes, font, cell), False
+        return painting.centred(classes, font, cell), False
     if len(classes) <= 10:
         height = int((longest + font.size) / 2**0.5) + 8  # a name turned 45 degrees
         return np.full((height, len(classes) * cell, 3), 255, np.uint8), True
-    return np.rot90(_labels(classes, font, cell)), False  # reads upwards, like rotation=90
+    return np.rot90(painting.labels(classes, font, cell)), False  # reads upwards, like rotation=90
 
 
 def plot_confusion(matrix: torch.Tensor, classes: list[str], path: Path) -> None:
@@ -170,8 +96,8 @@ def plot_confusion(matrix: torch.Tensor, classes: list[str], path: Path) -> None
     k = len(classes)
     normalized = matrix.float() / matrix.sum(1, keepdim=True).clamp(min=1)  # (K, K)
     cell = max(1, min(60, min(200 + 40 * k, 1800) // k), 240 // k)  # pixels: 60 for 4 to 10
-    font = _font(min(10, max(5, (cell - 2) * 72 / DPI)))  # tick-label size, smaller if crowded
-    rows = _labels(classes, font, cell)  # (K * cell, w, 3)
+    font = painting.font(min(10, max(5, (cell - 2) * 72 / DPI)))  # smaller if crowded
+    rows = painting.labels(classes, font, cell)  # (K * cell, w, 3)
     columns, slanted = _column_names(classes, font, cell)
     side, pad = k * cell, rows.shape[1]
     canvas = np.full((side + columns.shape[0], pad + side, 3), 255, np.uint8)
@@ -179,8 +105,8 @@ def plot_confusion(matrix: torch.Tensor, classes: list[str], path: Path) -> None
     canvas[:side, pad:] = _cells(matrix, normalized, cell)
     canvas[side:, pad:] = columns
     left, bottom, top, right = 40, 40, 40, 110  # axis names; title; colour bar and its ticks
-    fig = _figure(left + canvas.shape[1] + right, bottom + canvas.shape[0] + top)
-    ax = _place(fig, canvas, left, bottom, side, side, lift=columns.shape[0])
+    fig = painting.figure(left + canvas.shape[1] + right, bottom + canvas.shape[0] + top)
+    ax = painting.place(fig, canvas, left, bottom, side, side, lift=columns.shape[0])
     ax.set(xticks=[], title="confusion matrix (test)")
     ax.set_xlabel("predicted", labelpad=columns.shape[0] * 72 / DPI)
     ax.set_ylabel("true", labelpad=pad * 72 / DPI)
@@ -201,35 +127,13 @@ def _bars(
     xlabel: str,
     path: Path,
 ) -> None:
-    """One horizontal bar per class (a value in 0..1, NaN drawn as none), support in the
-    labels, values under 0.5 in red, the value beside each bar up to 30 classes: what
-    ``inference.mosaic.draw_bars`` draws, painted (see the module's docstring)."""
-    from PIL import Image, ImageDraw
-
-    n = len(classes)
-    pitch, width = (30 if n <= 60 else max(1, 1800 // n)), 440  # pixels per bar; of the axes
-    values = [0.0 if v != v else float(v) for v in values]
-    labels = [f"{c} (n={int(s)})" for c, s in zip(classes, support)]
-    rows = _labels(labels, _font(8 if n <= 20 else 5), pitch)  # (n * pitch, w, 3)
-    plot = Image.new("RGB", (width, n * pitch), "white")
-    draw, font = ImageDraw.Draw(plot), _font(7)
-    gap = round(0.1 * pitch)  # bars 0.8 of the pitch tall, as barh draws them
-    for i, (v, s) in enumerate(zip(values, support)):
-        if v > 0:
-            box = (0, i * pitch + gap, round(v * width) - 1, (i + 1) * pitch - gap - 1)
-            draw.rectangle(box, fill=RED if v < 0.5 else BLUE)
-        if n <= 30:  # a 0% bar has no width to see
-            xy = ((min(v, 0.85) + 0.01) * width, (i + 0.5) * pitch)
-            draw.text(xy, f"{v:.0%}" if s else "-", font=font, fill="black", anchor="lm")
-    canvas = np.concatenate([rows, np.asarray(plot)], 1)  # (n * pitch, w + width, 3)
-    half = (pitch + 1) // 2  # room above the first bar and below the last, as barh leaves
-    canvas = np.pad(canvas, ((half, half), (0, 0), (0, 0)), constant_values=255)
+    """One horizontal bar per class (``painting.bars``), in a figure of its own: what
+    ``inference.mosaic`` draws beside its tiles."""
+    width = 440  # pixels of the plot
+    canvas = painting.bars(values, support, classes, painting.bar_pitch(len(classes)), width)
     left, bottom, top, right = 10, 45, 35, 25  # x ticks and name; title
-    fig = _figure(left + canvas.shape[1] + right, bottom + canvas.shape[0] + top)
-    ax = _place(fig, canvas, left, bottom, width, canvas.shape[0])
-    ax.set_xlim(0, 1)
-    ax.set(xlabel=xlabel, title=title)
-    ax.grid(axis="x", alpha=0.3)
+    fig = painting.figure(left + canvas.shape[1] + right, bottom + canvas.shape[0] + top)
+    painting.axes_over(fig, canvas, left, bottom, width, title, xlabel)
     atomic_savefig(fig, path, **SAVE)
 
 

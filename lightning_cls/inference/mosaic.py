@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from lightning_cls.fileio import atomic_savefig
+from lightning_cls.inference import painting
 from lightning_cls.inference.tasks import Task, create_task
 
 log = logging.getLogger(__name__)
@@ -46,36 +47,6 @@ def most_confused(
     ]
 
 
-def draw_class_bars(ax, matrix: torch.Tensor, classes: Sequence[str], title: str) -> None:
-    """Horizontal bars of per-class accuracy (recall), support in the labels."""
-    support = matrix.sum(1)
-    draw_bars(ax, (matrix.diag().double() / support.clamp(min=1)).tolist(), support, classes, title)
-
-
-def draw_bars(
-    ax,
-    values: Sequence[float],
-    support: torch.Tensor,
-    classes: Sequence[str],
-    title: str,
-    xlabel: str = "accuracy",
-) -> None:
-    """One horizontal bar per class (a value in 0..1, NaN drawn as none), support in the
-    labels, values under 0.5 in red."""
-    values = [0.0 if v != v else v for v in values]
-    labels = [f"{c} (n={int(n)})" for c, n in zip(classes, support.tolist())]
-    colors = ["tab:red" if a < 0.5 else "tab:blue" for a in values]
-    ax.barh(range(len(classes)), values, color=colors)
-    if len(classes) <= 30:  # the value beside each bar (a 0% bar has no width to see)
-        for i, (a, n) in enumerate(zip(values, support.tolist())):
-            ax.text(min(a, 0.85) + 0.01, i, f"{a:.0%}" if n else "-", va="center", fontsize=7)
-    ax.set_yticks(range(len(classes)), labels, fontsize=8 if len(classes) <= 20 else 5)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1)
-    ax.set(xlabel=xlabel, title=title)
-    ax.grid(axis="x", alpha=0.3)
-
-
 def _wrong(true: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
     """(N,) bool: the predicted class (multi-label: the predicted set) is not the true one."""
     mismatch = true.bool() != pred.bool() if pred.ndim == 2 else true != pred
@@ -99,8 +70,10 @@ def _tile_order(true: torch.Tensor | None, pred: torch.Tensor, tiles: int) -> li
     return sorted(wrong + right[: tiles - len(wrong)])
 
 
-# A tile's cell, in pixels at the saved 100 dpi: the image square under two or three label lines.
-CELL_W, CELL_H, IMAGE_PX, DPI = 150, 170, 120, 100
+# A tile's cell, in pixels: the image square under two or three label lines. The side panels'
+# width, the title band's height.
+CELL_W, CELL_H, IMAGE_PX = 150, 170, 120
+SIDE_W, TITLE_H = 500, 80
 
 
 def _tile_pixels(img: torch.Tensor, heat: torch.Tensor | None) -> np.ndarray:
@@ -119,19 +92,29 @@ def _tile_pixels(img: torch.Tensor, heat: torch.Tensor | None) -> np.ndarray:
     return np.asarray(Image.fromarray(array).resize((IMAGE_PX, IMAGE_PX), resample))
 
 
-def _tile_canvas(tiles: list[np.ndarray], wrong: list[bool], cols: int, rows: int) -> np.ndarray:
+def _tile_canvas(tiles: list[np.ndarray], captions: list[str], wrong: list[bool], cols: int):
     """All tiles on one white (rows * CELL_H, cols * CELL_W, 3) canvas, each at the bottom of
-    its cell inside a frame: 3 px red for a wrong prediction, 1 px grey otherwise."""
+    its cell inside a frame (3 px red for a wrong prediction, 1 px grey otherwise) under its
+    caption (red when wrong)."""
+    from PIL import Image, ImageDraw
+
+    rows = max(1, -(-len(tiles) // cols))
     canvas = np.full((rows * CELL_H, cols * CELL_W, 3), 255, np.uint8)
     for n, (tile, bad) in enumerate(zip(tiles, wrong)):
         top = (n // cols) * CELL_H + CELL_H - IMAGE_PX - 6
         left = (n % cols) * CELL_W + (CELL_W - IMAGE_PX) // 2
         frame = 3 if bad else 1
         canvas[top - frame : top + IMAGE_PX + frame, left - frame : left + IMAGE_PX + frame] = (
-            (214, 39, 40) if bad else (204, 204, 204)
+            painting.RED if bad else (204, 204, 204)
         )
         canvas[top : top + IMAGE_PX, left : left + IMAGE_PX] = tile
-    return canvas
+    image = Image.fromarray(canvas)
+    draw, font = ImageDraw.Draw(image), painting.font(7)
+    for n, (caption, bad) in enumerate(zip(captions, wrong)):
+        xy = ((n % cols + 0.5) * CELL_W, (n // cols + 1) * CELL_H - IMAGE_PX - 12)
+        color = painting.RED if bad else (0, 0, 0)
+        draw.multiline_text(xy, caption, font=font, fill=color, anchor="md", align="center")
+    return np.asarray(image)
 
 
 def draw_mosaic(
@@ -148,75 +131,77 @@ def draw_mosaic(
     maps, drawn half transparent), or a function of the shown images (n, C, H, W) that gives
     their maps, so only the tiles drawn are explained.
 
-    The tiles are painted into one image placed pixel for pixel on the figure (one text per
-    tile), not one axes per tile: 48 matplotlib axes took about a second to lay out and render,
-    longer than a short training run itself."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.transforms import IdentityTransform
-
+    Tiles, their captions and the side panels' bars and lines are painted with PIL
+    (``inference.painting``); matplotlib draws the title and the bars' frame and ticks. 48
+    matplotlib axes took about a second to lay out and render, 48 captions as matplotlib
+    texts about 0.2 s: longer than a short training run itself."""
     order = _tile_order(true, pred, tiles)
     wrongs = _wrong(true, pred) if true is not None else None
     cols = min(8, max(1, len(order)))
-    rows = max(1, -(-len(order) // cols))
-    side = true is not None
     if callable(heatmaps):
         heatmaps = dict(zip(order, heatmaps(images[order])))
     wrong = [wrongs is not None and bool(wrongs[i]) for i in order]
-    canvas = _tile_canvas(
-        [_tile_pixels(images[i], None if heatmaps is None else heatmaps[i]) for i in order],
-        wrong,
-        cols,
-        rows,
-    )
-    width_in, height_in = CELL_W * cols / DPI + (5 if side else 0), CELL_H * rows / DPI + 0.8
-    fig = plt.figure(figsize=(width_in, height_in), dpi=DPI)
-    fig.figimage(canvas, 0, 0, origin="upper")  # pixel for pixel: nothing to resample
-    pixels = IdentityTransform()  # text placed in the saved image's pixels, y up
+    captions = []
     for n, i in enumerate(order):
         label = _names(pred[i], classes)
         if true is not None:
             label = f"pred {label}\ntrue {_names(true[i], classes)}" + (" ✗" if wrong[n] else "")
-        x, y = (n % cols + 0.5) * CELL_W, (rows - 1 - n // cols) * CELL_H + 6 + IMAGE_PX + 6
-        color = "tab:red" if wrong[n] else "black"
-        fig.text(x, y, label, fontsize=7, ha="center", va="bottom", color=color, transform=pixels)
-    grid_w, grid_h = CELL_W * cols / DPI / width_in, CELL_H * rows / DPI / height_in
-    if side:
-        _side_panels(fig, true, pred, classes, left=grid_w + 1.6 / width_in, height=grid_h)
+        captions.append(label)
+    pixels = [_tile_pixels(images[i], None if heatmaps is None else heatmaps[i]) for i in order]
+    grid = _tile_canvas(pixels, captions, wrong, cols)
+    panels = _side_panels(true, pred, classes) if true is not None else None
+    height = max(grid.shape[0], 0 if panels is None else panels[0].shape[0] + 200)
+    fig = painting.figure(grid.shape[1] + (SIDE_W if panels else 0), height + TITLE_H)
+    painting.paste(fig, grid, 0, height - grid.shape[0])  # under the title band
+    if panels is not None:
+        bars, (bars_title, xlabel), text = panels
+        left, top = grid.shape[1] + 20, height - 30  # room for the bars' title
+        painting.axes_over(fig, bars, left, top - bars.shape[0], BARS_W, bars_title, xlabel)
+        painting.paste(fig, text, left, top - bars.shape[0] - 60 - text.shape[0])
         correct = len(true) - int(wrongs.sum())
         title = f"{title}: {correct / max(1, len(true)):.1%} of {len(true)} correct"
-    fig.suptitle(title, y=1 - 0.25 / height_in, va="center")
-    atomic_savefig(fig, path, dpi=DPI)
-    plt.close(fig)
+    fig.suptitle(title, y=1 - TITLE_H / 2 / fig.bbox.height, va="center")
+    atomic_savefig(fig, path, **painting.SAVE)
     return path
 
 
-def _side_panels(fig, true, pred, classes: Sequence[str], left: float, height: float) -> None:
-    """Per-class accuracy (multi-label: per-label recall) bars over the most confused pairs
-    (multi-label: the most wrong labels), right of the tiles."""
-    width = 1 - left - 0.02
-    bars = fig.add_axes((left, height * 0.55, width, height * 0.4))
-    text = fig.add_axes((left, 0.02, width, height * 0.4))
-    text.axis("off")
+BARS_W = 260  # pixels of the side panel's bars (their names and counts left of them)
+
+
+def _side_panels(true, pred, classes: Sequence[str]):
+    """The painted bars of per-class accuracy (multi-label: per-label recall), their title and
+    axis name, and the lines under them: the most confused pairs (multi-label: the most wrong labels)."""
+    from PIL import Image, ImageDraw
+
     if pred.ndim == 2:
-        heading, lines = _multilabel_panels(bars, true.bool(), pred.bool(), classes)
+        true, pred = true.bool(), pred.bool()
+        support = true.sum(0)
+        values = ((true & pred).sum(0).double() / support.clamp(min=1)).tolist()
+        names, (heading, lines) = (
+            ("per-label recall", "recall"),
+            _multilabel_lines(true, pred, classes),
+        )
     else:
         matrix = confusion(true, pred, len(classes))
-        draw_class_bars(bars, matrix, classes, "per-class accuracy")
+        support = matrix.sum(1)
+        values = (matrix.diag().double() / support.clamp(min=1)).tolist()
         pairs = most_confused(matrix, classes)
         heading = "most confused (true → pred)"
         lines = [f"{t} → {p}: {n}" for t, p, n in pairs] or ["no confusions"]
-    text.text(0, 1, heading + "\n\n" + "\n".join(lines), va="top", fontsize=9)
+        names = ("per-class accuracy", "accuracy")
+    n = len(classes)
+    pitch = 30 if n <= 12 else max(1, 600 // n)
+    bars = painting.bars(values, support.tolist(), classes, pitch, BARS_W)
+    font = painting.font(9)
+    text = Image.new("RGB", (SIDE_W - 40, round(1.4 * font.size * (len(lines) + 2))), "white")
+    ImageDraw.Draw(text).multiline_text(
+        (0, 0), heading + "\n\n" + "\n".join(lines), font=font, fill="black", spacing=3
+    )
+    return bars, names, np.asarray(text)
 
 
-def _multilabel_panels(bars, true: torch.Tensor, pred: torch.Tensor, classes: Sequence[str]):
-    """Per-label recall bars (found / present); returns the heading and lines of the
-    missed/false-label counts."""
-    found, present = (true & pred).sum(0), true.sum(0)
-    recall = (found.double() / present.clamp(min=1)).tolist()
-    draw_bars(bars, recall, present, classes, "per-label recall", xlabel="recall")
+def _multilabel_lines(true: torch.Tensor, pred: torch.Tensor, classes: Sequence[str]):
+    """The heading and lines of the labels most often missed or falsely predicted."""
     missed = (true & ~pred).sum(0).tolist()
     false = (~true & pred).sum(0).tolist()
     worst = sorted(range(len(classes)), key=lambda i: -(missed[i] + false[i]))[:5]
