@@ -114,25 +114,6 @@ def test_no_layer_imports_a_higher_one():
     assert not offenders, "a lower layer imports a higher one:\n" + "\n".join(offenders)
 
 
-def test_importing_the_library_leaves_hydra_out():
-    # A fresh interpreter: this test process has imported Hydra already (other tests). After
-    # lightning_cls.data alone, then after what a plain training script imports and every
-    # registry lookup (which imports each built-in and installed plug-in). The AST test above
-    # covers the rest statically; this one catches a third-party import that pulls Hydra in.
-    code = (
-        "import sys\n"
-        "def loaded(): return sorted(m for m in ('hydra', 'omegaconf') if m in sys.modules)\n"
-        "import lightning_cls.data\nprint(loaded())\n"
-        "import lightning_cls.module, lightning_cls.inference, lightning_cls.training.resume\n"
-        "from lightning_cls.callbacks.registry import list_callbacks\n"
-        "from lightning_cls.data import list_datasets\nfrom lightning_cls.models import list_models\n"
-        "list_callbacks(), list_datasets(), list_models()\nprint(loaded())\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["[]", "[]"]
-
-
 def test_the_checker_sees_lazy_and_package_imports(tmp_path):
     source = tmp_path / "sample.py"
     source.write_text(
@@ -165,26 +146,67 @@ def test_entry_points_are_derived_from_the_layout():
 
 
 # Each of these must import without Lightning and without Hydra: a server, an exporter and the
-# sweeper run on machines that never train.
+# sweeper run on machines that never train. Then the library as a plain training script uses it
+# (and every registry lookup, which imports each built-in and installed plug-in) must not load
+# Hydra: the AST test above covers our own imports statically, this catches a third-party import
+# that pulls it in.
 LIGHT_IMPORTS = {
+    "lightning_cls.training.trials": ("pytorch_lightning", "torch"),
     "lightning_cls.inference": ("pytorch_lightning", "hydra", "omegaconf"),
     "lightning_cls.export": ("pytorch_lightning", "hydra", "omegaconf"),
     "lightning_cls.export.onnx": ("pytorch_lightning", "hydra", "omegaconf"),
     "lightning_cls.export.quantize": ("pytorch_lightning", "hydra", "omegaconf"),
     "lightning_cls.export.openvino": ("pytorch_lightning", "hydra", "omegaconf"),
     "lightning_cls.export.exporter": ("pytorch_lightning", "hydra", "omegaconf"),
-    "lightning_cls.training.trials": ("pytorch_lightning", "torch"),
-    "hydra_plugins.lightning_cls_optuna_sweeper.optuna_sweeper": ("pytorch_lightning", "optuna"),
+    "lightning_cls.data": ("hydra", "omegaconf"),
+    "lightning_cls.module": ("hydra", "omegaconf"),
+    "lightning_cls.training.resume": ("hydra", "omegaconf"),
+    "lightning_cls.callbacks.registry": ("hydra", "omegaconf"),
 }
+# Imported in a process of its own: it imports Hydra, which the modules above must not.
+SWEEPER = {
+    "hydra_plugins.lightning_cls_optuna_sweeper.optuna_sweeper": ("pytorch_lightning", "optuna")
+}
+REGISTRY_LOOKUPS = (
+    "from lightning_cls.callbacks.registry import list_callbacks\n"
+    "from lightning_cls.data import list_datasets\nfrom lightning_cls.models import list_models\n"
+    "list_callbacks(), list_datasets(), list_models()\n"
+)
 
 
-@pytest.mark.parametrize("module", sorted(LIGHT_IMPORTS))
-def test_light_modules_import_without_lightning(module):
-    forbidden = LIGHT_IMPORTS[module]
-    code = f"import sys, {module}\nprint(sorted(m for m in {forbidden!r} if m in sys.modules))\n"
+def _loaded_after_each(imports: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
+    """Import the modules in order in one fresh interpreter (this test process has imported
+    them all already); after each, which of its forbidden modules are loaded. Loaded after
+    modules 1..k includes whatever module k alone loads, so an empty list clears module k, and
+    the first module with a non-empty one is the culprit. The registry lookups run with the
+    last module."""
+    lines = ["import importlib, json, sys", "seen = {}"]
+    for module, forbidden in imports.items():
+        lines.append(f"importlib.import_module({module!r})")
+        if module == "lightning_cls.callbacks.registry":
+            lines.append(REGISTRY_LOOKUPS)
+        lines.append(f"seen[{module!r}] = sorted(m for m in {forbidden!r} if m in sys.modules)")
+    lines.append("print(json.dumps(seen))")
+    code = "\n".join(lines)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["[]"], f"import {module} loaded {out.stdout.strip()}"
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def loaded_after() -> dict[str, list[str]]:
+    return {**_loaded_after_each(LIGHT_IMPORTS), **_loaded_after_each(SWEEPER)}
+
+
+@pytest.mark.parametrize("module", sorted({**LIGHT_IMPORTS, **SWEEPER}))
+def test_light_modules_import_without_lightning_or_hydra(module, loaded_after):
+    assert loaded_after[module] == [], f"import {module} loaded {loaded_after[module]}"
+
+
+def test_the_import_check_names_the_module_that_loads_a_forbidden_one():
+    # fractions imports decimal; json does not.
+    seen = _loaded_after_each({"json": ("decimal",), "fractions": ("decimal",), "csv": ()})
+    assert seen == {"json": [], "fractions": ["decimal"], "csv": []}
 
 
 # What each light path of a command must not load (a fresh process each, ``-X importtime``).
