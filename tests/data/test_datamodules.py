@@ -1,8 +1,5 @@
 """Digits and synthetic DataModules, both pipelines, with and without a Trainer."""
 
-import subprocess
-import sys
-
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -132,9 +129,3 @@ def test_bf16_true_hands_the_model_a_bf16_batch():
     trainer.fit(module, datamodule=dm)
     assert trainer.state.finished
     assert dtypes.dtypes == [torch.bfloat16]
-
-
-def test_importing_data_does_not_import_hydra():
-    code = "import sys, lightning_cls.data, lightning_cls.module; print('hydra' in sys.modules, 'omegaconf' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "False"]

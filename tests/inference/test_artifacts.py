@@ -120,17 +120,6 @@ def test_compiled_wrapper_keys_are_stripped(trained, tmp_path):
         torch.testing.assert_close(net(x), trained.net(x))
 
 
-def test_library_does_not_import_hydra():
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, lightning_cls.export, lightning_cls.export.quantize; "
-        "bad = [m for m in ('hydra', 'omegaconf') if m in sys.modules]; sys.exit(bool(bad))"
-    )
-    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
-
-
 def test_weights_next_to_their_checkpoint_need_nothing_else(trained, tmp_path):
     """``SaveModelWeights`` writes model_weights.pt beside the best checkpoint."""
     (tmp_path / "best.ckpt").write_bytes(trained.ckpt.read_bytes())
