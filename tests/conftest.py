@@ -138,3 +138,16 @@ def fork_server(fork_env):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def user_command(fork_server, fork_env):
+    """``user_command(["-m", "lightning_cls.X", ...], cwd)``: the command as a user types it,
+    forked from the pre-imported server: the same exit code and output as a fresh interpreter,
+    in a user's environment (no HYDRA_FULL_ERROR: a user error ends in one line)."""
+    env = {k: v for k, v in fork_env.items() if k != "HYDRA_FULL_ERROR"}
+
+    def run(argv: list[str], cwd, timeout: float = 120):
+        return fork_server.run(argv, cwd, env, timeout=timeout)
+
+    return run

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 import pytest
@@ -13,21 +11,10 @@ from omegaconf.errors import ConfigKeyError
 from lightning_cls import cli
 
 
-def test_bad_value_ends_in_one_line_naming_it_and_exit_1(tmp_path):
+def test_bad_value_ends_in_one_line_naming_it_and_exit_1(tmp_path, user_command):
     """End to end through Hydra and instantiate (the rest of this file runs in-process)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "lightning_cls.stats",
-        f"hydra.run.dir={tmp_path}/run",
-        "data.batch_size=0",
-    ]
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("HYDRA_FULL_ERROR", "LIGHTNING_CLS_FULL_ERROR")
-    }
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    argv = ["-m", "lightning_cls.stats", f"hydra.run.dir={tmp_path}/run", "data.batch_size=0"]
+    proc = user_command(argv, tmp_path)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]

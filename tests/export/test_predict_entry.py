@@ -79,16 +79,13 @@ def test_predict_cli_user_errors_exit_1_with_one_line(trained, tmp_path, run_pre
 
 
 @pytest.fixture
-def run_predict(fork_server, fork_env):
-    """``python -m lightning_cls.predict ARGS`` as typed, forked from the pre-imported server
-    (tests/conftest.py): the same exit code and output as a fresh interpreter, in a user's
-    environment (no HYDRA_FULL_ERROR: user errors end in one line)."""
-    env = {k: v for k, v in fork_env.items() if k != "HYDRA_FULL_ERROR"}
+def run_predict(user_command):
+    """``python -m lightning_cls.predict ARGS`` as a user types it (``user_command``)."""
 
     def run(args, tmp_path, timeout=120):
         argv = ["-m", "lightning_cls.predict", *args, f"paths.root_dir={tmp_path}"]
         argv.append(f"paths.output_dir={tmp_path}/run")
-        return fork_server.run(argv, Path.cwd(), env, timeout=timeout)
+        return user_command(argv, Path.cwd(), timeout=timeout)
 
     return run
 

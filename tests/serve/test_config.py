@@ -55,36 +55,16 @@ def test_serving_library_imports_neither_hydra_nor_lightning():
     assert out.stdout.strip() == "[]"
 
 
-def test_cli_user_error_is_one_line_and_exit_1(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lightning_cls.serve",
-            f"artifact={tmp_path}/missing.onnx",
-            f"hydra.run.dir={tmp_path}/run",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_cli_user_error_is_one_line_and_exit_1(tmp_path, user_command):
+    argv = ["-m", "lightning_cls.serve", f"artifact={tmp_path}/missing.onnx"]
+    out = user_command([*argv, f"hydra.run.dir={tmp_path}/run"], tmp_path)
     assert out.returncode == 1
     assert "Model artifact not found" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_cli_refuses_an_untrusted_pt2_naming_the_serve_key(artifacts, tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lightning_cls.serve",
-            f"artifact={artifacts.paths['pt2']}",
-            f"hydra.run.dir={tmp_path}/run",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_cli_refuses_an_untrusted_pt2_naming_the_serve_key(artifacts, tmp_path, user_command):
+    argv = ["-m", "lightning_cls.serve", f"artifact={artifacts.paths['pt2']}"]
+    out = user_command([*argv, f"hydra.run.dir={tmp_path}/run"], tmp_path)
     assert out.returncode == 1, out.stderr[-2000:]
     assert "can run arbitrary code" in out.stderr and "serve.trust_artifact=true" in out.stderr
     assert "Traceback" not in out.stderr
