@@ -63,7 +63,7 @@ class Forked:
     """A command running in a forked child of the server (``ForkServer.popen``)."""
 
     def __init__(self, conn, pid: int):
-        self.pid, self.returncode = pid, None
+        self.pid, self.returncode, self._conn = pid, None, conn
         self._thread = threading.Thread(target=self._wait, args=(conn,), daemon=True)
         self._thread.start()
 
@@ -82,13 +82,13 @@ class Forked:
         return self.returncode
 
     def kill(self) -> None:
-        """SIGKILL the command, unless it has ended (its pid may be another process's by now)."""
-        if self.returncode is not None:
-            return
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """SIGKILL the command. The server sends it while the command is its unreaped child,
+        so it cannot reach another process that got the pid after the command ended (as
+        ``os.kill(self.pid)`` from here could); a command that has ended ignores it."""
+        from helpers.fork_client import forward
+
+        if self.returncode is None:
+            forward(self._conn, signal.SIGKILL)
 
 
 class ForkServer:

@@ -177,12 +177,13 @@ def test_popen_gives_the_forked_childs_pid_to_kill_and_its_exit(probe_server, tm
     with open(out, "w") as stdout, open(err, "w") as stderr:
         done = probe_server.popen(["-m", "probe_job", "exit3"], tmp_path, env, stdout, stderr)
         assert done.wait(timeout=60) == 3 and done.poll() == 3
+        done.kill()  # ended: nothing to kill, nothing else hit
         slow = probe_server.popen(["-m", "probe_job", "sleep"], tmp_path, env, stdout, stderr)
         deadline = time.monotonic() + 60
         while "sleeping" not in out.read_text() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert slow.poll() is None and slow.pid != probe_server.proc.pid
-        slow.kill()  # SIGKILL by pid: the server's own process is a different one
+        slow.kill()  # SIGKILL through the server, to its child: the server lives on
         assert slow.wait(timeout=60) == -9
     assert probe_server.proc.poll() is None  # the server lives on
     assert err.read_text() == "to stderr\n" * 2 and "X w path0 True" in out.read_text()
