@@ -150,12 +150,16 @@ def draw_mosaic(
     pixels = [_tile_pixels(images[i], None if heatmaps is None else heatmaps[i]) for i in order]
     grid = _tile_canvas(pixels, captions, wrong, cols)
     panels = _side_panels(true, pred, classes) if true is not None else None
-    height = max(grid.shape[0], 0 if panels is None else panels[0].shape[0] + 200)
-    fig = painting.figure(grid.shape[1] + (SIDE_W if panels else 0), height + TITLE_H)
+    height, side_w = grid.shape[0], 0
+    if panels is not None:  # 30 px for the bars' title, 60 for their ticks and axis name
+        bars, _, text = panels
+        height = max(height, 30 + bars.shape[0] + 60 + text.shape[0])
+        side_w = max(SIDE_W, 20 + max(bars.shape[1], text.shape[1]) + 20)
+    fig = painting.figure(grid.shape[1] + side_w, height + TITLE_H)
     painting.paste(fig, grid, 0, height - grid.shape[0])  # under the title band
     if panels is not None:
         bars, (bars_title, xlabel), text = panels
-        left, top = grid.shape[1] + 20, height - 30  # room for the bars' title
+        left, top = grid.shape[1] + 20, height - 30
         painting.axes_over(fig, bars, left, top - bars.shape[0], BARS_W, bars_title, xlabel)
         painting.paste(fig, text, left, top - bars.shape[0] - 60 - text.shape[0])
         correct = len(true) - int(wrongs.sum())
