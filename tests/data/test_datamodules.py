@@ -1,5 +1,8 @@
 """Digits and synthetic DataModules, both pipelines, with and without a Trainer."""
 
+import sys
+
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -40,6 +43,23 @@ def test_digits_splits_are_real_and_fixed():
     # an InputSpec, from the DataModule on; **spec hands a module the data's keys
     assert a.spec == InputSpec(**described) and isinstance(a.spec, InputSpec)
     assert dict(a.spec) == {**described, "resize_size": None}
+
+
+def test_embedded_digits_are_scikit_learns_and_load_without_it(monkeypatch):
+    from sklearn.datasets import load_digits
+
+    from lightning_cls.data.digits import load_digits_arrays
+
+    images, labels = load_digits_arrays()
+    reference = load_digits()
+    assert images.dtype == labels.dtype == np.uint8
+    assert np.array_equal(images, reference.images) and np.array_equal(labels, reference.target)
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)  # importing it now fails
+    dm = DigitsDataModule()
+    dm.setup()
+    assert len(dm.splits["test"]) == 359
+    # The fixed split: the first test images' labels, as the scikit-learn loader gave them.
+    assert dm.splits["test"].labels[:10].tolist() == [6, 5, 5, 7, 9, 9, 8, 4, 6, 8]
 
 
 def test_pipelines_give_the_same_eval_batches():
