@@ -194,7 +194,11 @@ class Server:
         return None
 
     def _message(self, pid: int) -> None:
-        """A signal to forward ("K 15"), or the caller went away: then the command goes too."""
+        """A signal to forward ("K 15"), or the caller went away: then the command goes too.
+        A command reaped earlier in the same select() round (it ended as its caller wrote) is
+        gone, and so is its connection: nothing to do."""
+        if pid not in self.jobs:
+            return
         conn, _ = self.jobs[pid]
         try:
             data = conn.recv(256).decode()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -187,6 +188,41 @@ def test_popen_gives_the_forked_childs_pid_to_kill_and_its_exit(probe_server, tm
         assert slow.wait(timeout=60) == -9
     assert probe_server.proc.poll() is None  # the server lives on
     assert err.read_text() == "to stderr\n" * 2 and "X w path0 True" in out.read_text()
+
+
+def test_a_signal_for_a_command_that_has_just_ended_leaves_the_server_serving(
+    probe_server, tmp_path
+):
+    """The command ends and its caller forwards a signal before the server looks, so one
+    select() returns both: the server reaps the command, answers its exit and drops the late
+    signal. (It used to look the reaped command up again and die of a KeyError; every later
+    command then ran in a fresh interpreter, and the server's own tests failed.) The server is
+    stopped while both happen, so the order is fixed: epoll lists the exit first."""
+    env = {**probe_server.env, "X": "w"}
+    server = probe_server.proc.pid
+    with open(tmp_path / "out", "w") as stdout, open(tmp_path / "err", "w") as stderr:
+        slow = probe_server.popen(["-m", "probe_job", "sleep"], tmp_path, env, stdout, stderr)
+        deadline = time.monotonic() + 60
+        while "sleeping" not in (tmp_path / "out").read_text() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(server, signal.SIGSTOP)
+        try:
+            os.kill(slow.pid, signal.SIGTERM)  # the server's unreaped child: its pid is its own
+            while _state(slow.pid) != "Z" and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert _state(slow.pid) == "Z"
+            slow.kill()  # "K 9", after the exit
+        finally:
+            os.kill(server, signal.SIGCONT)
+        assert slow.wait(timeout=60) == -signal.SIGTERM
+    assert probe_server.proc.poll() is None
+    after = probe_server.run(["-m", "probe_job"], tmp_path, env, timeout=60)
+    assert f"ppid {server} " in after.stdout  # still forked by the server
+
+
+def _state(pid: int) -> str:
+    """The process state letter from /proc (Z: ended, not yet reaped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 TORCH_IN_CHILD = """
