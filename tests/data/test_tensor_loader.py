@@ -1,7 +1,5 @@
 """TensorBatchLoader: batching, DistributedSampler-identical sharding, seeded and exact resume."""
 
-import os
-
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -196,10 +194,9 @@ def test_lightning_resume_from_mid_and_end_of_epoch_is_exact(tmp_path):
         assert _fit(tmp_path, ckpt_path=tmp_path / f"step={step}.ckpt") == full[step * 8 :]
 
 
-def _ddp_worker(rank, port, world, out_dir):
+def _ddp_worker(rank, init, world, out_dir):
     world = int(world)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
         images, labels = _data(21)
         loader = TensorBatchLoader(

@@ -1,5 +1,8 @@
-"""``python gloo_ranks.py NPROCS FILE:FUNCTION [ARG ...]``: call ``FUNCTION(rank, port, *ARGS)``
-in NPROCS forked processes that can join one gloo process group on ``127.0.0.1:port``.
+"""``python gloo_ranks.py NPROCS FILE:FUNCTION [ARG ...]``: call ``FUNCTION(rank, init, *ARGS)``
+in NPROCS forked processes that join one gloo process group with
+``dist.init_process_group("gloo", init_method=init, rank=rank, world_size=NPROCS)``. ``init`` is
+a ``file://`` store in a new folder: a TCP store on a port found free beforehand can be taken in
+between by another xdist worker's process (one run under load lost a group that way).
 
 Tests run it through the fork server (``ForkServer.run``): the ranks are then forked from a
 process with one thread and torch already imported, in about a second. Forking them from the
@@ -10,15 +13,9 @@ may be mid-use; two full runs lost that worker ("node down") during such a test.
 from __future__ import annotations
 
 import importlib.util
-import socket
 import sys
+import tempfile
 from pathlib import Path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def load(target: str):
@@ -43,7 +40,9 @@ def main(argv: list[str]) -> None:
     import torch.multiprocessing as mp
 
     nprocs, fn, args = int(argv[1]), load(argv[2]), argv[3:]
-    mp.start_processes(fn, args=(free_port(), *args), nprocs=nprocs, start_method="fork")
+    with tempfile.TemporaryDirectory(prefix="gloo-") as folder:
+        init = Path(folder, "store").as_uri()
+        mp.start_processes(fn, args=(init, *args), nprocs=nprocs, start_method="fork")
 
 
 if __name__ == "__main__":
