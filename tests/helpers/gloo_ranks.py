@@ -1,8 +1,9 @@
 """``python gloo_ranks.py NPROCS FILE:FUNCTION [ARG ...]``: call ``FUNCTION(rank, init, *ARGS)``
 in NPROCS forked processes that join one gloo process group with
 ``dist.init_process_group("gloo", init_method=init, rank=rank, world_size=NPROCS)``. ``init`` is
-a ``file://`` store in a new folder: a TCP store on a port found free beforehand can be taken in
-between by another xdist worker's process (one run under load lost a group that way).
+a ``file://`` store in a new folder, not a TCP store on a port found free beforehand, which
+another xdist worker's process can take in between (one run under load lost a group with
+"Connection closed by peer"; the file store takes the port out of the question).
 
 Tests run it through the fork server (``ForkServer.run``): the ranks are then forked from a
 process with one thread and torch already imported, in about a second. Forking them from the
