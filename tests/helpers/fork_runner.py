@@ -106,13 +106,16 @@ class ForkServer:
                                         socket=self.socket))  # fmt: skip
             shim.chmod(0o755)
         self.env = env
-        self.proc = subprocess.Popen(
-            [self.python, str(SERVER), self.socket, *modules],
-            env=env,
-            stdin=subprocess.PIPE,  # never written: the server exits when this process does
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        self.stderr = self.dir / "server.stderr"  # the server's own errors (its children's go
+        with open(self.stderr, "w") as stderr:  # to their callers' files)
+            self.proc = subprocess.Popen(
+                [self.python, str(SERVER), self.socket, *modules],
+                env=env,
+                stdin=subprocess.PIPE,  # never written: the server exits when this process does
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
         self.threads: int | None = None
 
     def wait_ready(self, timeout: float = 300) -> None:
@@ -126,7 +129,10 @@ class ForkServer:
                 raise RuntimeError(f"fork server not ready after {timeout} s")
         line = self.proc.stdout.readline()  # "ready threads=N"
         if not line.startswith("ready"):
-            raise RuntimeError(f"fork server did not start: {line!r}, rc={self.proc.poll()}")
+            error = self.stderr.read_text()[-3000:]
+            raise RuntimeError(
+                f"fork server did not start: {line!r}, rc={self.proc.poll()}\n{error}"
+            )
         self.threads = int(line.split("threads=")[1])
 
     def run(
@@ -174,6 +180,10 @@ class ForkServer:
         return os.pathsep.join([str(self.bin)] * shim + [os.path.dirname(self.python), env_path])
 
     def stop(self) -> None:
+        """Stop the server; an error if it had died before (every command after that ran in a
+        fresh interpreter: slower, and a bug in the server), with its traceback."""
+        died = self.proc.poll()
+        error = self.stderr.read_text()[-3000:] if died is not None else ""
         self.proc.stdin.close()
         try:
             self.proc.wait(timeout=30)
@@ -184,3 +194,5 @@ class ForkServer:
         for path in sorted(self.dir.rglob("*"), reverse=True):
             path.rmdir() if path.is_dir() else path.unlink()
         self.dir.rmdir()
+        if died is not None:
+            raise RuntimeError(f"the fork server had died (exit code {died}):\n{error}")

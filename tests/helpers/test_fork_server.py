@@ -220,6 +220,19 @@ def test_a_signal_for_a_command_that_has_just_ended_leaves_the_server_serving(
     assert f"ppid {server} " in after.stdout  # still forked by the server
 
 
+def test_stopping_a_server_that_had_died_is_an_error(tmp_path):
+    """A dead server sends every later command to a fresh interpreter: slower, and silent unless
+    its end of session says so."""
+    server = ForkServer(dict(os.environ), prefix="probe", modules=[])
+    server.wait_ready(timeout=60)
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait(timeout=60)
+    folder = server.dir
+    with pytest.raises(RuntimeError, match=r"the fork server had died \(exit code -9\)"):
+        server.stop()
+    assert not folder.exists()  # its socket and shim are gone all the same
+
+
 def _state(pid: int) -> str:
     """The process state letter from /proc (Z: ended, not yet reaped)."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
