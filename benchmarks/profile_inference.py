@@ -56,13 +56,16 @@ def profile_ov(path: Path, precision: str, x: np.ndarray, runs: int, threads: in
     """Microseconds per run, summed per (layer type, kernel), from OpenVINO's counters."""
     import openvino as ov
 
+    from lightning_cls.inference.openvino import signal_stack_kept
+
     config = {
         "PERF_COUNT": True,
         "INFERENCE_NUM_THREADS": threads,
         "PERFORMANCE_HINT": "LATENCY",
         "INFERENCE_PRECISION_HINT": precision,
     }
-    request = ov.Core().compile_model(str(path), "CPU", config).create_infer_request()
+    with signal_stack_kept():
+        request = ov.Core().compile_model(str(path), "CPU", config).create_infer_request()
     per_op: collections.Counter = collections.Counter()
     for _ in range(runs):
         request.infer({0: x})

@@ -26,6 +26,7 @@ from lightning_cls.inference.openvino import (
     OpenVINORuntime,
     compile_model,
     read_rt_props,
+    signal_stack_kept,
     spec_props,
 )
 from lightning_cls.inference.spec import InputSpec, Split
@@ -145,12 +146,13 @@ def quantize_openvino_int8(
     n = sum(len(b) for b in batches)
     model = ov.Core().read_model(str(xml_path))
     props = read_rt_props(model)
-    quantized = nncf.quantize(
-        model,
-        nncf.Dataset(batches),
-        preset=getattr(nncf.QuantizationPreset, preset.upper()),
-        subset_size=len(batches),  # counted in dataset items (batches), not images
-    )
+    with signal_stack_kept():  # NNCF compiles the model to collect its statistics
+        quantized = nncf.quantize(
+            model,
+            nncf.Dataset(batches),
+            preset=getattr(nncf.QuantizationPreset, preset.upper()),
+            subset_size=len(batches),  # counted in dataset items (batches), not images
+        )
     props["quantization"] = f"NNCF post-training int8, preset={preset}, {n} calibration images"
     _set_props(quantized, props)
     _save(quantized, Path(int8_path))

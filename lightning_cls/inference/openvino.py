@@ -9,7 +9,10 @@ explicitly: a file runs at the precision its accuracy was checked at.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import ctypes
+import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +34,43 @@ def read_rt_props(model) -> dict[str, str]:
     return {key: value.astype(str) for key, value in section.items()}
 
 
+class _SignalStack(ctypes.Structure):
+    """Linux's ``stack_t``."""
+
+    _fields_ = [
+        ("ss_sp", ctypes.c_void_p),
+        ("ss_flags", ctypes.c_int),
+        ("ss_size", ctypes.c_size_t),
+    ]
+
+
+@contextlib.contextmanager
+def signal_stack_kept() -> Iterator[None]:
+    """Put this thread's alternate signal stack back when the block ends.
+
+    OpenVINO's CPU plugin points the thread that compiles a model at an alternate signal stack
+    of its own (``sigaltstack``), and puts the old one back only in the thread that destroys
+    its ``Core``. When that is another thread (Python's garbage collector runs wherever it
+    happens to), the plugin's stack is unmapped while the compiling thread still points at it,
+    and the next signal that thread gets (SIGCHLD, SIGTERM) kills the process with a SIGSEGV
+    from the kernel, before faulthandler can print anything. Linux only; elsewhere a no-op.
+    """
+    if not sys.platform.startswith("linux"):
+        yield
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    saved = _SignalStack()
+    ok = libc.sigaltstack(None, ctypes.byref(saved)) == 0
+    try:
+        yield
+    finally:
+        if ok:
+            libc.sigaltstack(ctypes.byref(saved), None)
+
+
 def compile_model(model, threads: int | None = None, precision: str = "f32"):
-    """An OpenVINO CPU ``CompiledModel`` with the latency hint (one stream) at ``precision``."""
+    """An OpenVINO CPU ``CompiledModel`` with the latency hint (one stream) at ``precision``;
+    the calling thread keeps its own signal stack (``signal_stack_kept``)."""
     import openvino as ov
 
     if precision not in PRECISIONS:
@@ -43,7 +81,8 @@ def compile_model(model, threads: int | None = None, precision: str = "f32"):
     }
     if threads:
         config["INFERENCE_NUM_THREADS"] = int(threads)
-    return ov.Core().compile_model(model, "CPU", config)
+    with signal_stack_kept():
+        return ov.Core().compile_model(model, "CPU", config)
 
 
 class OpenVINORuntime(Runtime):
