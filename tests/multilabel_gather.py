@@ -1,5 +1,5 @@
 """The body of each process of ``test_a_rank_without_samples_joins_the_gather``
-(tests/test_multilabel.py), in a module that imports little: its ranks import it."""
+(tests/training/test_multilabel.py), in a module that imports little: its ranks import it."""
 
 from __future__ import annotations
 

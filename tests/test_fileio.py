@@ -113,7 +113,7 @@ def landed(monkeypatch) -> list[Path]:
 
 @pytest.mark.slow
 def test_every_file_train_export_and_summarize_write_goes_through_fileio(tmp_path, landed):
-    from artifact_helpers import SYNTHETIC_OVERRIDES
+    from helpers import TRAINED_OVERRIDES
     from hydra_helpers import QUIET_TRAINER, compose
     from lightning_cls.export.__main__ import export
     from lightning_cls.summarize import summarize
@@ -121,7 +121,7 @@ def test_every_file_train_export_and_summarize_write_goes_through_fileio(tmp_pat
 
     sweep = tmp_path / "multirun"
     run = sweep / "0"
-    overrides = [*QUIET_TRAINER, *SYNTHETIC_OVERRIDES, "trainer.max_epochs=2"]
+    overrides = [*QUIET_TRAINER, *TRAINED_OVERRIDES, "trainer.max_epochs=2"]
     summary = train(compose(overrides=[*overrides, f"paths.output_dir={run}"], tmp=tmp_path))
     export_options = [
         f"ckpt_path={summary['best_ckpt']}",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 
-from artifact_helpers import fit, make_data, make_module
+from helpers import LEARNABLE, fit, make_data, make_untrained
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,5 +29,9 @@ def helpers():
     from types import SimpleNamespace
 
     return SimpleNamespace(
-        make_data=make_data, make_module=make_module, fit=fit, compose=compose_export, repo=REPO
+        make_data=functools.partial(make_data, LEARNABLE),  # the `trained` fixture's data
+        make_module=make_untrained,
+        fit=fit,
+        compose=compose_export,
+        repo=REPO,
     )

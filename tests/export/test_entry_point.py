@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from artifact_helpers import SYNTHETIC_OVERRIDES as SYNTHETIC  # the `trained` fixture's data
+from helpers import TRAINED_OVERRIDES as SYNTHETIC  # the `trained` fixture's data
 from lightning_cls.export import ExportConfig
 from lightning_cls.export.__main__ import export
 from lightning_cls.export.callback import ExportCallback

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from artifact_helpers import make_data
+from helpers import LEARNABLE, make_data
 from lightning_cls.export.exporter import ExportConfig, export_model
 
 
 def test_int8_calibration_on_other_classes_is_refused(trained, tmp_path):
     config = ExportConfig(formats=["onnx"])
     config.quantize.static = True
-    other = make_data(num_classes=5)
+    other = make_data(LEARNABLE, num_classes=5)
     with pytest.raises(
         ValueError,
         match=r"The model being quantized was trained on other data: "

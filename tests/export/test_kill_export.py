@@ -31,7 +31,7 @@ from pathlib import Path
 import inplace_format
 import pytest
 
-from artifact_helpers import SYNTHETIC_OVERRIDES as SYNTHETIC  # the `trained` fixture's data
+from helpers import TRAINED_OVERRIDES as SYNTHETIC  # the `trained` fixture's data
 from lightning_cls.fileio import is_temp_file
 from lightning_cls.inference import load_artifact
 

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("openvino")
 pytest.importorskip("nncf")
 
-from artifact_helpers import SYNTHETIC_OVERRIDES as SYNTHETIC  # the `trained` fixture's data
+from helpers import TRAINED_OVERRIDES as SYNTHETIC  # the `trained` fixture's data
 from lightning_cls.export.__main__ import export
 from lightning_cls.export.checks import example_batch
 from lightning_cls.export.onnx import export_onnx

@@ -11,12 +11,23 @@ from helpers.tiny import (
     make_module,
     make_trainer,
 )
-from helpers.trained import Artifacts, Trained, png_bytes, trained_artifacts, trained_model
+from helpers.trained import (
+    TRAINED_OVERRIDES,
+    TRAINED_WIDTHS,
+    Artifacts,
+    Trained,
+    make_untrained,
+    png_bytes,
+    trained_artifacts,
+    trained_model,
+)
 
 __all__ = [
     "LEARNABLE",
     "SGD",
     "SMALL",
+    "TRAINED_OVERRIDES",
+    "TRAINED_WIDTHS",
     "Artifacts",
     "Trained",
     "as_overrides",
@@ -24,6 +35,7 @@ __all__ = [
     "make_data",
     "make_module",
     "make_trainer",
+    "make_untrained",
     "png_bytes",
     "trained_artifacts",
     "trained_model",

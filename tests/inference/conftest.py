@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from artifact_helpers import Artifacts, make_artifacts
+from helpers import Artifacts, trained_artifacts
 
 
 @pytest.fixture(scope="session")
 def artifacts(tmp_path_factory) -> Artifacts:
-    return make_artifacts(tmp_path_factory.mktemp("inference_artifacts"))
+    return trained_artifacts(tmp_path_factory.mktemp("inference_artifacts"))

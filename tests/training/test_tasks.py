@@ -10,7 +10,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from artifact_helpers import make_data
+from helpers import LEARNABLE, make_data
 from lightning_cls.inference import InputSpec, Predictor
 from lightning_cls.inference.tasks import TASKS, MultiClass, create_task
 from lightning_cls.module import ClassificationModule
@@ -75,7 +75,7 @@ def _module(data, **kwargs) -> ClassificationModule:
 def test_a_registered_task_trains_end_to_end_without_touching_the_module(tmp_path):
     assert "toy_reject" in TRAINING_TASKS and TASKS.get("toy_reject") is Rejecting
     torch.manual_seed(0)
-    data = make_data()
+    data = make_data(LEARNABLE)
     module = _module(data, task="toy_reject", threshold=0.4)
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -104,7 +104,7 @@ def test_a_registered_task_trains_end_to_end_without_touching_the_module(tmp_pat
 
 
 def test_a_task_refuses_options_it_has_no_use_for():
-    data = make_data()
+    data = make_data(LEARNABLE)
     with pytest.raises(ValueError, match=r"label_smoothing=0.1: no meaning for task=toy_reject"):
         _module(data, task="toy_reject", label_smoothing=0.1)
     with pytest.raises(TypeError, match=r"register a TrainingTask subclass"):
@@ -138,7 +138,7 @@ def _old_checkpoint(path, data, **hparams) -> None:
 
 
 def test_checkpoints_written_before_tasks_were_objects_still_load(tmp_path):
-    data = make_data()
+    data = make_data(LEARNABLE)
     # Only the network's weights are in the state dict: metrics and losses keep none, so the
     # layout is the one older checkpoints have.
     assert {k.split(".")[0] for k in _module(data).state_dict()} == {"net"}
@@ -156,7 +156,7 @@ def test_checkpoints_written_before_tasks_were_objects_still_load(tmp_path):
 
 
 def test_the_threshold_has_one_owner_and_hparams_show_it():
-    data = make_data()
+    data = make_data(LEARNABLE)
     module = _module(data, task="multilabel")
     assert module.hparams.threshold == 0.5  # the default until a validation chooses one
     probs = torch.tensor([[0.9, 0.35, 0.1, 0.1], [0.3, 0.8, 0.1, 0.1]])
