@@ -54,18 +54,10 @@ def profile_ort(path: Path, x: np.ndarray, runs: int, threads: int) -> dict[str,
 
 def profile_ov(path: Path, precision: str, x: np.ndarray, runs: int, threads: int) -> dict:
     """Microseconds per run, summed per (layer type, kernel), from OpenVINO's counters."""
-    import openvino as ov
+    from lightning_cls.inference.openvino import compile_model
 
-    from lightning_cls.inference.openvino import signal_stack_kept
-
-    config = {
-        "PERF_COUNT": True,
-        "INFERENCE_NUM_THREADS": threads,
-        "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_PRECISION_HINT": precision,
-    }
-    with signal_stack_kept():
-        request = ov.Core().compile_model(str(path), "CPU", config).create_infer_request()
+    compiled = compile_model(str(path), threads, precision, extra={"PERF_COUNT": True})
+    request = compiled.create_infer_request()
     per_op: collections.Counter = collections.Counter()
     for _ in range(runs):
         request.infer({0: x})

@@ -68,9 +68,15 @@ def signal_stack_kept() -> Iterator[None]:
             libc.sigaltstack(ctypes.byref(saved), None)
 
 
-def compile_model(model, threads: int | None = None, precision: str = "f32"):
-    """An OpenVINO CPU ``CompiledModel`` with the latency hint (one stream) at ``precision``;
-    the calling thread keeps its own signal stack (``signal_stack_kept``)."""
+def compile_model(
+    model,
+    threads: int | None = None,
+    precision: str = "f32",
+    extra: Mapping[str, Any] | None = None,
+):
+    """An OpenVINO CPU ``CompiledModel`` with the latency hint (one stream) at ``precision``,
+    plus ``extra`` properties (``{"PERF_COUNT": True}``); the calling thread keeps its own
+    signal stack (``signal_stack_kept``)."""
     import openvino as ov
 
     if precision not in PRECISIONS:
@@ -78,6 +84,7 @@ def compile_model(model, threads: int | None = None, precision: str = "f32"):
     config: dict[str, Any] = {
         "PERFORMANCE_HINT": "LATENCY",
         "INFERENCE_PRECISION_HINT": precision,
+        **(extra or {}),
     }
     if threads:
         config["INFERENCE_NUM_THREADS"] = int(threads)

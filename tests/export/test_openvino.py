@@ -173,6 +173,9 @@ print("alive", flush=True)
 """
 
 
+LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sigaltstack is Linux's")
+
+
 def _signal_stack_runs(tmp_path, source):
     script = tmp_path / "signal_stack.py"
     script.write_text(SIGNAL_STACK_SCRIPT)
@@ -195,13 +198,13 @@ def _no_core_dump():
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sigaltstack is set on Linux")
+@LINUX
 def test_signal_stack_kept_puts_the_thread_s_stack_back_before_a_foreign_one_is_unmapped(
     tmp_path,
 ):
     """The mechanism, on any Linux machine: a block that points the thread at a stack of its
-    own and unmaps it later. Without the guard the next signal kills the process (the
-    control); with it the thread's own stack is back and the signal is handled."""
+    own, which another thread then takes away. Without the guard the next signal kills the
+    process (the control); with it the thread's own stack is back and the signal is handled."""
     runs = _signal_stack_runs(tmp_path, "simulated")
     guarded, control = runs["guarded"], runs["control"]
     assert (guarded.returncode, guarded.stdout) == (0, "kept\nalive\n"), guarded.stderr[-2000:]
@@ -212,22 +215,19 @@ def test_signal_stack_kept_puts_the_thread_s_stack_back_before_a_foreign_one_is_
     )
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sigaltstack is read on Linux")
+@LINUX
 def test_a_model_freed_in_another_thread_leaves_the_compiling_thread_able_to_take_signals(
     tmp_path,
 ):
     """OpenVINO's CPU plugin can give the compiling thread its own alternate signal stack and
     unmap it when another thread frees the model: the next signal then killed the process with
-    a silent SIGSEGV (the suite's "node down" worker crashes, on a Zen 4 machine). Whether the
-    unguarded control dies is not the plugin's alone: where it keeps the thread's stack the
-    control lives, and where the unmapped hole is mapped again before the signal the frame
-    lands there and it lives too (seen in a fresh-clone CI run). ``compile_model`` must keep
-    the stack either way; the simulated test above pins the crash itself."""
+    a silent SIGSEGV (the suite's "node down" worker crashes, on a Zen 4 machine). The
+    unguarded control may live: where the plugin keeps the thread's stack, and where the
+    unmapped hole is mapped again before the signal (the frame then lands in live memory; CI's
+    machine saw a control live once). ``compile_model`` must keep the stack either way; the
+    simulated test above pins the crash itself."""
     runs = _signal_stack_runs(tmp_path, "openvino")
     guarded, control = runs["guarded"], runs["control"]
     assert (guarded.returncode, guarded.stdout) == (0, "kept\nalive\n"), guarded.stderr[-2000:]
-    swapped = control.stdout.startswith("swapped")
-    expected = (-signal.SIGSEGV, "swapped\n") if swapped else (0, "kept\nalive\n")
-    if swapped and control.returncode == 0:  # the plugin's hole was mapped again in time
-        expected = (0, "swapped\nalive\n")
-    assert (control.returncode, control.stdout) == expected, control.stderr[-2000:]
+    outcomes = {(-signal.SIGSEGV, "swapped\n"), (0, "swapped\nalive\n"), (0, "kept\nalive\n")}
+    assert (control.returncode, control.stdout) in outcomes, control.stderr[-2000:]

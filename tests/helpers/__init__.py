@@ -13,7 +13,6 @@ from helpers.tiny import (
 )
 from helpers.trained import (
     TRAINED_OVERRIDES,
-    TRAINED_WIDTHS,
     Artifacts,
     Trained,
     make_untrained,
@@ -27,7 +26,6 @@ __all__ = [
     "SGD",
     "SMALL",
     "TRAINED_OVERRIDES",
-    "TRAINED_WIDTHS",
     "Artifacts",
     "Trained",
     "as_overrides",

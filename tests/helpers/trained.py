@@ -29,12 +29,11 @@ _BUILT: dict[tuple, object] = {}
 # ``trained_model``'s recipe: LEARNABLE data (here as Hydra overrides, for commands that must
 # see what it learned, e.g. INT8 calibration) and a SimpleCNN this wide.
 TRAINED_OVERRIDES = as_overrides(LEARNABLE)
-TRAINED_WIDTHS = {"widths": [8, 16], "hidden": 32}
 
 
 def make_untrained(data: SyntheticDataModule) -> ClassificationModule:
     """A fresh SimpleCNN as wide as ``trained_model``'s: its outputs differ, its shapes match."""
-    return make_module(data, **TRAINED_WIDTHS)
+    return make_module(data, widths=[8, 16], hidden=32)
 
 
 @dataclass
@@ -63,7 +62,7 @@ def trained_model(root: Path) -> Trained:
         with _one_thread():
             torch.manual_seed(0)
             data = make_data(LEARNABLE)
-            module = make_module(data, **TRAINED_WIDTHS)
+            module = make_untrained(data)
             ckpt = fit(module, data, root)
         _BUILT["model"] = Trained(ckpt, module.eval(), data, InputSpec.from_hparams(module.hparams))
     return _BUILT["model"]
