@@ -37,7 +37,11 @@ def predict(cfg: DictConfig) -> list[dict]:
         predict_files,
         write_predictions_csv,
     )
+    from lightning_cls.inference.flags import check_trust_flag
     from lightning_cls.inference.runtimes import runtime_for
+
+    # A real boolean only: Hydra reads trust_artifact=no as the string "no", which bool() trusts.
+    trust_artifact = check_trust_flag("trust_artifact", cfg.get("trust_artifact", False))
 
     device = cfg.device
     if device == "auto":  # a GPU where there is one, for the PyTorch kinds
@@ -52,7 +56,7 @@ def predict(cfg: DictConfig) -> list[dict]:
         model_name=cfg.get("model_name"),
         spec=spec,
         device=device,
-        trust_artifact=bool(cfg.get("trust_artifact", False)),
+        trust_artifact=trust_artifact,
     )
     log.info("Loaded %s", predictor)
     inputs = OmegaConf.to_container(cfg.inputs) if OmegaConf.is_list(cfg.inputs) else [cfg.inputs]

@@ -202,14 +202,21 @@ class UntrustedArtifactError(ValueError):
 
 def refuse_untrusted(path: str | Path, kind: str, trust_artifact: bool) -> None:
     """Raise ``UntrustedArtifactError`` for a ``kind`` file that can run code, unless trusted
-    (``True`` itself: a truthy string such as ``"false"`` is not trust)."""
-    if trust_artifact is not True:
-        raise UntrustedArtifactError(
-            f"Refusing to load {path}: a {kind} file can run arbitrary code when it is loaded, "
-            "so only load one from a source you trust. If you do, pass trust_artifact=true "
-            "(Python: trust_artifact=True); otherwise use an ONNX export (export=onnx), which "
-            "is data only."
-        )
+    (``True`` itself: ``"false"``, ``"no"`` or 1 is refused, saying so; ``flags.py``)."""
+    from lightning_cls.inference.flags import check_trust_flag  # the one rule for trust flags
+
+    refusal = (
+        f"Refusing to load {path}: a {kind} file can run arbitrary code when it is loaded, "
+        "so only load one from a source you trust. If you do, pass trust_artifact=true "
+        "(Python: trust_artifact=True); otherwise use an ONNX export (export=onnx), which "
+        "is data only."
+    )
+    try:
+        trusted = check_trust_flag("trust_artifact", trust_artifact)
+    except TypeError as err:  # not a boolean: no trust, and the reason first
+        raise UntrustedArtifactError(f"{err} {refusal}") from None
+    if not trusted:
+        raise UntrustedArtifactError(refusal)
 
 
 def _stored_json(text: str, path: Path) -> dict | None:
