@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -67,4 +68,26 @@ def test_cli_refuses_an_untrusted_pt2_naming_the_serve_key(artifacts, tmp_path, 
     out = user_command([*argv, f"hydra.run.dir={tmp_path}/run"], tmp_path)
     assert out.returncode == 1, out.stderr[-2000:]
     assert "can run arbitrary code" in out.stderr and "serve.trust_artifact=true" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("value", ["no", "off", "false", "true", 1, 0, None], ids=repr)
+def test_trust_artifact_takes_a_real_boolean_only(value):
+    """``serve.trust_artifact=no`` reaches ServeConfig as the string "no" (Hydra): refused."""
+    message = (
+        rf"^serve\.trust_artifact={re.escape(repr(value))} is not a boolean; .* set "
+        r"serve\.trust_artifact=true \(you trust its source\) or serve\.trust_artifact=false\.$"
+    )
+    with pytest.raises(TypeError, match=message):
+        ServeConfig(artifact="m.pt2", trust_artifact=value)
+    assert ServeConfig(artifact="m.pt2", trust_artifact=True).trust_artifact is True
+
+
+def test_cli_refuses_trust_artifact_no_in_one_line(artifacts, tmp_path, user_command):
+    argv = ["-m", "lightning_cls.serve", f"artifact={artifacts.paths['pt2']}"]
+    argv += ["serve.trust_artifact=no", f"hydra.run.dir={tmp_path}/run"]
+    out = user_command(argv, tmp_path)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.returncode == 1 and len(errors) == 1, out.stderr[-2000:]
+    assert errors[0].startswith("error: serve.trust_artifact='no' is not a boolean;"), errors
     assert "Traceback" not in out.stderr
