@@ -30,11 +30,14 @@ pickled or deep-copied (``ddp_spawn``, ``EMAWeightAveraging``'s copy).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
+
+from lightning_cls.inference.flags import check_trust_flag
 
 if TYPE_CHECKING:
     from lightning_cls.inference.runtimes import Runtime
@@ -77,16 +80,22 @@ class Distiller:
         temperature: float = 4.0,
         trust_teacher: bool = False,
     ):
-        if not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+        # Hydra reads distill.alpha=true as True, an int to isinstance: refused, not taken as 1.
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
             raise ValueError(
                 f"distill.alpha={alpha!r} is not a weight from 0 to 1; set distill.alpha to the "
                 "soft targets' share of the loss, e.g. distill.alpha=0.5."
             )
-        if not isinstance(temperature, (int, float)) or not temperature > 0:
+        if (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, (int, float))
+            or not 0 < temperature < math.inf  # inf softens every output to uniform
+        ):
             raise ValueError(
-                f"distill.temperature={temperature!r} must be a number above 0; e.g. "
+                f"distill.temperature={temperature!r} must be a number above 0 and finite; e.g. "
                 "distill.temperature=4 (1 = the teacher's own probabilities)."
             )
+        trust_teacher = check_trust_flag("distill.trust_teacher", trust_teacher)
         self.teacher = Path(teacher)
         if not self.teacher.is_file():
             raise FileNotFoundError(
