@@ -37,10 +37,10 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
             f"ckpt_path={str(ckpt)!r} is not a Lightning checkpoint (.ckpt); calibrate the "
             "checkpoint, then export it (the temperature travels into every artifact)."
         )
-    from lightning_cls.inference.trust import check_keep, check_score
+    from lightning_cls.inference.trust import check_keep, check_rule_options
 
-    if cfg.reject is not None:  # a typo's one line before anything loads
-        check_score(cfg.reject)
+    # a typo's one line before anything loads
+    check_rule_options(cfg.reject, cfg.reject_keep, cfg.reject_k, cfg.reject_bank)
     check_keep(cfg.reject_keep)
     # Imported here: --help and a config error load no torch (tests/test_layers.py).
     import pytorch_lightning as pl
@@ -75,6 +75,9 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
         keep=cfg.reject_keep,
         choose_threshold=bool(cfg.choose_threshold),
         diagram=out / "reliability.png",
+        train=splits.get("train"),
+        k=cfg.reject_k,
+        bank_size=cfg.reject_bank,
     )
     target = update_checkpoint(ckpt, cfg.output, result.spec_updates)
     report = {

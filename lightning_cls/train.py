@@ -79,6 +79,10 @@ def train(cfg: DictConfig) -> dict:
     scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
     check_option_types(optimizer, "optimizer")  # a typo's one line comes before Lightning loads
     check_option_types(scheduler, "scheduler")
+    from lightning_cls.inference.trust import check_rule_options
+
+    check_rule_options(*(cfg.get(key) for key in ("reject", "reject_keep", "reject_k")),
+                       cfg.get("reject_bank"))  # fmt: skip
     # Imported here: `--help`, a config error and the checks above do not pay for Lightning,
     # torchmetrics and the callbacks (tests/test_layers.py runs each and checks sys.modules).
     import pytorch_lightning as pl
@@ -137,6 +141,8 @@ def train(cfg: DictConfig) -> dict:
             cfg.get("reject"),
             cfg.get("reject_keep", 0.95),
             Path(cfg.paths.output_dir) / "reliability.png",
+            k=cfg.get("reject_k"),
+            bank_size=cfg.get("reject_bank"),
         )
         callbacks.append(calibration)
     export_config = instantiate(cfg.export) if cfg.get("export") else None

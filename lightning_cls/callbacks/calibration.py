@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from lightning_cls.inference import load_torch_model
+from lightning_cls.inference import feature_rules, load_torch_model
 from lightning_cls.inference.spec import InputSpec
 from lightning_cls.training.calibration import Calibration, calibrate, update_checkpoint
 
@@ -32,15 +32,21 @@ class Calibrate(pl.Callback):
         reject: str | None = None,
         keep: float = 0.95,
         diagram: str | Path | None = None,
+        k: int = feature_rules.DEFAULT_K,
+        bank_size: int = feature_rules.DEFAULT_BANK,
     ):
         self.temperature, self.reject, self.keep, self.diagram = temperature, reject, keep, diagram
+        self.k, self.bank_size = k, bank_size  # the knn rule's (training/calibration.py)
         self.result: Calibration | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Before training (the DataModule is set up): a data source without validation
         images in memory is an error now, not after the whole fit."""
         if stage == "fit":
-            self._val(trainer)
+            splits = self._val(trainer)
+            if self.reject == "knn":  # reject_k must fit in the bank this data gives
+                train = len(splits.get("train") or ())
+                feature_rules.check_k(self.k, min(feature_rules.check_bank_size(self.bank_size), train))
 
     @staticmethod
     def _val(trainer: pl.Trainer):
@@ -71,6 +77,9 @@ class Calibrate(pl.Callback):
             keep=self.keep,
             choose_threshold=getattr(pl_module.task, "choose_threshold", True),
             diagram=self.diagram,
+            train=splits.get("train"),
+            k=self.k,
+            bank_size=self.bank_size,
         )
         updates = self.result.spec_updates
         pl_module.hparams.update(updates)

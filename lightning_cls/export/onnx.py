@@ -15,7 +15,11 @@ from torch import nn
 
 from lightning_cls.export.errors import ExportCheckError
 from lightning_cls.export.writer import CHECK_BATCH_SIZES, Writer, register_format, write_verified
-from lightning_cls.inference.runtimes import make_session  # noqa: F401  (public: benchmarks)
+from lightning_cls.inference.network import FeatureNet
+from lightning_cls.inference.runtimes import (
+    FEATURES_OUTPUT,
+    make_session,  # noqa: F401  (public: benchmarks)
+)
 from lightning_cls.inference.spec import InputSpec
 
 OPSET = 18
@@ -83,7 +87,8 @@ def write_onnx(
         dynamic_shapes=({0: batch},),
         opset_version=opset,
         input_names=[input_name],
-        output_names=[output_name],
+        # A FeatureNet (a feature-space rejection rule) answers (logits, features).
+        output_names=[output_name, *([FEATURES_OUTPUT] if isinstance(module, FeatureNet) else [])],
         external_data=False,
         verbose=False,
     )

@@ -92,6 +92,8 @@ class OnnxE2EWriter(Writer):
     def example(self, spec, batch_size, seed=0):
         return example_images(spec, batch_size, seed)  # (B, H, W, C) uint8
 
+    features = False  # probabilities out: a feature-space rule runs on model.onnx, not here
+
     def expected(self, net, spec, images):
         return Predictor(net, spec).predict_images(images.permute(0, 3, 1, 2).contiguous())
 

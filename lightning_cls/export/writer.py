@@ -28,7 +28,8 @@ from torch import nn
 
 from lightning_cls.export.checks import check_outputs_close, example_batch
 from lightning_cls.fileio import atomic_path, atomic_paths
-from lightning_cls.inference.runtimes import open_runtime
+from lightning_cls.inference.network import with_features
+from lightning_cls.inference.runtimes import FEATURES_OUTPUT, open_runtime
 from lightning_cls.inference.spec import InputSpec
 
 if TYPE_CHECKING:
@@ -47,6 +48,10 @@ class Writer:
     file: str = ""  # its name in an export folder ("model.onnx"); the suffix picks the runtime
     companions: tuple[str, ...] = ()  # suffixes of files written beside it (OpenVINO: ".bin")
     title: str = ""  # what messages call it ("ONNX", "TorchScript (trace)")
+    # Whether the file gets a second output, the penultimate ``features``, when the spec's
+    # rejection rule scores them (``reject=knn|mahalanobis``): ``write`` then receives a
+    # ``network.FeatureNet`` answering ``(logits, features)``.
+    features: bool = True
 
     def write(self, net: nn.Module | None, example: torch.Tensor, tmp: Path, spec: InputSpec):
         """Write the file at ``tmp`` (and its companions beside it, same stem)."""
@@ -146,9 +151,12 @@ def write_verified(
     was_training = net.training if net is not None else False
     if net is not None:
         net.eval()
+    model = net
+    if net is not None and writer.features and spec.decision.needs_features:
+        model = with_features(net, spec.input_shape)  # (logits, features): two outputs
     try:
         with _temp_files(files) as temps:
-            writer.write(net, writer.example(spec, 2), temps[-1], spec)
+            writer.write(model, writer.example(spec, 2), temps[-1], spec)
             run, stored = writer.read_back(temps[-1])
             if stored != writer.stored_spec(spec):
                 raise ValueError(
@@ -157,7 +165,7 @@ def write_verified(
                 )
             if net is not None:
                 what = f"{writer.title} {path.name}"  # the final name, not the temp one
-                compare(writer, net, run, spec, check_batch_sizes, atol, rtol, what)
+                compare(writer, model, run, spec, check_batch_sizes, atol, rtol, what)
     finally:
         if net is not None:
             net.train(was_training)
@@ -166,11 +174,19 @@ def write_verified(
 
 
 def compare(writer, net, run, spec, batch_sizes, atol, rtol, what) -> None:
-    """``run`` (the file read back) must match eager ``net`` at each batch size."""
+    """``run`` (the file read back) must match eager ``net`` at each batch size (a
+    ``FeatureNet``: its logits, and its features against the runtime's ``outputs``)."""
     for seed, batch_size in enumerate(batch_sizes):
         x = writer.example(spec, batch_size, seed=seed)
         with torch.no_grad():
-            expected, actual = writer.expected(net, spec, x), run(x)
+            expected = writer.expected(net, spec, x)
+            if isinstance(expected, tuple):
+                actual = run.outputs(x)
+                where = f"{what} ({FEATURES_OUTPUT}) at batch {batch_size}"
+                check_outputs_close(expected[1], actual[1], atol, rtol, where)
+                expected, actual = expected[0], actual[0]
+            else:
+                actual = run(x)
         check_outputs_close(expected, actual, atol, rtol, f"{what} at batch {batch_size}")
 
 

@@ -142,3 +142,12 @@ def as_kind(x: np.ndarray, like) -> torch.Tensor | np.ndarray:
     import torch
 
     return torch.from_numpy(x)
+
+
+def join(a, b):
+    """(B, K) and (B, D) of one kind -> (B, K + D) float32 of that kind."""
+    if is_numpy(a):
+        return np.concatenate([a.astype(np.float32, copy=False), as_numpy(b)], axis=1)
+    import torch
+
+    return torch.cat([a.float(), b.float()], 1)

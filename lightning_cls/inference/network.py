@@ -120,3 +120,80 @@ def _class_difference(trained: list[str], data: list[str], data_name: str) -> st
 def _shown(items: list[str]) -> str:
     more = f" (+{len(items) - MAX_LISTED} more)" if len(items) > MAX_LISTED else ""
     return "[" + ", ".join(map(str, items[:MAX_LISTED])) + "]" + more
+
+
+class FeatureNet(nn.Module):
+    """``net`` with a second output: the input of its last ``nn.Linear`` (the penultimate
+    features, (B, D)) beside the logits, for the feature-space rejection rules
+    (``inference/feature_rules.py``).
+
+    ``body`` is a copy of ``net`` whose head is an ``nn.Identity`` (so it returns the
+    features), and the logits are ``head(body(x))``: one pass, no hooks, a plain graph that
+    exports to ONNX, TorchScript and ``.pt2`` with two named outputs. The copy shares
+    ``net``'s parameters. A network that changes the head's output afterwards (anything but
+    a linear rescaling, as airbench's ``logit_scale`` is) is refused: its features would not
+    be what its logits come from.
+    """
+
+    def __init__(self, net: nn.Module, input_shape: Sequence[int] | None = None):
+        super().__init__()
+        name, self.head = _last_linear(net)
+        self.body = _without(net, name)
+        self.train(net.training)
+        if input_shape is not None:
+            self._check(net, tuple(input_shape))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = torch.flatten(self.body(x), 1)  # (B, D)
+        return self.head(features), features
+
+    @torch.no_grad()
+    def _check(self, net: nn.Module, input_shape: tuple[int, ...]) -> None:
+        weight = self.head.weight
+        x = torch.randn(2, *input_shape, dtype=weight.dtype, device=weight.device)
+        was = net.training
+        net.eval()
+        try:
+            expected, (logits, _) = net(x), self(x)
+        finally:
+            net.train(was)
+        if not torch.allclose(expected, logits, atol=1e-4, rtol=1e-3):
+            raise ValueError(
+                f"{type(net).__name__} changes its last linear layer's output before returning "
+                "it, so that layer's input is not what its logits come from; the feature-space "
+                "rejection rules (knn, mahalanobis) cannot use it: use reject=msp or energy."
+            )
+
+
+def with_features(net: nn.Module, input_shape: Sequence[int] | None = None) -> FeatureNet:
+    """``net`` giving ``(logits, features)`` (``FeatureNet``; one already is, as it is),
+    checked on a random batch of ``input_shape`` when given."""
+    return net if isinstance(net, FeatureNet) else FeatureNet(net, input_shape)
+
+
+def _last_linear(net: nn.Module) -> tuple[str, nn.Linear]:
+    heads = [(name, m) for name, m in net.named_modules() if isinstance(m, nn.Linear)]
+    if not heads:
+        raise ValueError(
+            f"{type(net).__name__} has no nn.Linear head, so it has no penultimate features for "
+            "reject=knn or reject=mahalanobis; use reject=msp or energy."
+        )
+    return heads[-1]
+
+
+def _without(net: nn.Module, name: str) -> nn.Module:
+    """A shallow structural copy of ``net`` with the module ``name`` replaced by ``Identity``;
+    parameters and buffers are shared, not copied."""
+    import copy
+
+    parent_name, _, leaf = name.rpartition(".")
+    body = copy.copy(net)
+    body._modules = dict(net._modules)
+    node = body
+    for part in parent_name.split(".") if parent_name else []:
+        child = copy.copy(node._modules[part])
+        child._modules = dict(child._modules)
+        node._modules[part] = child
+        node = child
+    node._modules[leaf] = nn.Identity()
+    return body

@@ -16,9 +16,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from lightning_cls.inference.arrays import call_numpy
+import numpy as np
+
+from lightning_cls.inference.arrays import as_kind, as_numpy, call_numpy
 from lightning_cls.inference.artifact_checks import check_declared_shapes, unreadable_as
-from lightning_cls.inference.runtimes import Runtime
+from lightning_cls.inference.runtimes import FEATURES_OUTPUT, Runtime
 from lightning_cls.inference.spec import InputSpec, merge_spec, props_to_dict
 
 RT_SECTION = "lightning_cls"
@@ -124,6 +126,9 @@ class OpenVINORuntime(Runtime):
         )
         self.compiled = compile_model(model, threads, self.precision)
         self.request = self.compiled.create_infer_request()
+        named = [o for o in self.compiled.outputs[1:] if FEATURES_OUTPUT in o.get_names()]
+        self.features_output = named[0] if named else None
+        self.gives_features = self.features_output is not None
 
     def __call__(self, x):
         """Normalized float (B, C, H, W) -> logits (B, K): numpy in, numpy out (a tensor in, a
@@ -133,6 +138,15 @@ class OpenVINORuntime(Runtime):
     def _infer(self, x):
         result = self.request.infer({0: x})
         return result[self.compiled.output(0)].copy()
+
+    def outputs(self, x):
+        if not self.gives_features:
+            return self(x), None
+        result = self.request.infer({0: np.ascontiguousarray(as_numpy(x))})
+        logits, features = (
+            result[o].copy() for o in (self.compiled.output(0), self.features_output)
+        )
+        return as_kind(logits, x), as_kind(features, x)
 
 
 def _dims(shape) -> list[int | None]:

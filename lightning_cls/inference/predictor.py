@@ -104,6 +104,29 @@ class Predictor:
             import torch
 
             self.device = torch.device(self.device)
+        if self.task.needs_features and not self.gives_features:
+            raise ValueError(
+                f"{self.path.name} has no features output, and its rejection rule "
+                f"reject={self.spec.reject['score']} scores the network's features; export "
+                "the calibrated checkpoint again (export=onnx|openvino|torchscript|pt2 write the "
+                "features output for such a rule), or predict with the .ckpt."
+            )
+
+    @property
+    def gives_features(self) -> bool:
+        """Whether the runtime answers the penultimate features beside the logits (a
+        ``Runtime`` that says so, or an eager ``nn.Module``: ``network.FeatureNet``)."""
+        return getattr(self.runtime, "gives_features", self.arrays == "torch")
+
+    def _outputs(self, v):
+        """One pass -> (logits, features) of the runtime (or the eager network)."""
+        outputs = getattr(self.runtime, "outputs", None)
+        if outputs is None:  # an nn.Module given directly
+            from lightning_cls.inference.network import with_features
+
+            self.runtime = with_features(self.runtime, self.spec.input_shape)
+            outputs = self.runtime
+        return outputs(v)
 
     def __repr__(self) -> str:
         return f"Predictor({self.kind}: {self.path}, {self.spec.num_classes} classes)"
@@ -126,17 +149,19 @@ class Predictor:
         self._check_input(x)
         return self._run(x, lambda forward, v: tta(forward, v, flip, translate))
 
-    def _run(self, x, compute: Callable):
+    def _run(self, x, compute: Callable, forward: Callable | None = None):
         """``compute(forward, batch)`` with ``x`` as the runtime takes it (float32, contiguous,
-        on its device); the logits back on the CPU, of ``x``'s kind (numpy or tensor)."""
+        on its device); the logits back on the CPU, of ``x``'s kind (numpy or tensor).
+        ``forward``: what one pass is (default: the runtime's logits)."""
+        forward = forward or self.runtime
         if self.arrays == "numpy":
-            forward = lambda v: self.runtime(np.ascontiguousarray(v))  # noqa: E731
-            return arrays.as_kind(compute(forward, arrays.as_numpy(x)), x)
+            run = lambda v: forward(np.ascontiguousarray(v))  # noqa: E731
+            return arrays.as_kind(compute(run, arrays.as_numpy(x)), x)
         import torch
 
         with torch.inference_mode():
             batch = torch.from_numpy(x) if arrays.is_numpy(x) else x
-            out = compute(self.runtime, batch.float().contiguous().to(self.device)).cpu()
+            out = compute(forward, batch.float().contiguous().to(self.device)).cpu()
         return out.numpy() if arrays.is_numpy(x) else out
 
     def predict_proba(self, x, batch_size: int = 64):
@@ -163,6 +188,35 @@ class Predictor:
             for i in range(0, len(images), batch_size)
         ]
         return arrays.concat(outs, images, self.spec.num_classes)
+
+    def image_outputs(self, images, batch_size: int = 64):
+        """uint8 (N, C, H, W) -> ``(logits (N, K), features (N, D) or None)``, with the
+        artifact's TTA applied to both (each view's features averaged as its logits are).
+        Features only when the rejection rule needs them (``task.needs_features``; else
+        ``None``, and this is ``image_logits``); ``image_features`` always gives them."""
+        if not self.task.needs_features:
+            return self.image_logits(images, batch_size), None
+        return self.image_features(images, batch_size)
+
+    def image_features(self, images, batch_size: int = 64):
+        """uint8 (N, C, H, W) -> (logits (N, K), features (N, D)), TTA as ``image_outputs``."""
+        _check_batch_size(batch_size)
+        k = self.spec.num_classes
+        flip, translate = self.spec.tta_flip, self.spec.tta_translate
+
+        def joined(v):  # one (B, K + D) array: TTA averages both halves alike
+            logits, features = self._outputs(v)
+            return arrays.join(logits, features)
+
+        parts = []
+        for i in range(0, len(images), batch_size):
+            x = self.spec.preprocess(images[i : i + batch_size])
+            self._check_input(x)
+            parts.append(self._run(x, lambda forward, v: tta(forward, v, flip, translate), joined))
+        if not parts:
+            return arrays.concat([], images, k), None
+        out = arrays.concat(parts, images, k)
+        return out[:, :k], out[:, k:]
 
     @property
     def score_name(self) -> str:
@@ -282,10 +336,10 @@ def predict_files(
         failures += bad
         if not ok:
             continue
-        logits = predictor.image_logits(images, batch_size)  # (B, K)
+        logits, features = predictor.image_outputs(images, batch_size)  # (B, K), (B, D) | None
         probs = task.probabilities(logits)  # (B, K), after the model's temperature
         indices, values = task.decide(probs, top_k)
-        verdicts = task.verdicts(logits) or [None] * len(ok)  # the rejection rule, if any
+        verdicts = task.verdicts(logits, features) or [None] * len(ok)  # the rule, if any
         for path, idx, p, row, verdict in zip(ok, indices, values, probs.tolist(), verdicts):
             answer = {"file": str(path), **task.row(idx, p, row, spec.classes)}
             rows.append(task.judged(answer, verdict))

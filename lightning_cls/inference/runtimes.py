@@ -25,12 +25,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from lightning_cls.inference.arrays import call_numpy
+import numpy as np
+
+from lightning_cls.inference.arrays import as_kind, as_numpy, call_numpy
 from lightning_cls.inference.artifact_checks import (
     check_declared_shapes,
     quiet_logger,
     unreadable_as,
 )
+from lightning_cls.inference.feature_rules import OUTPUT_NAME as FEATURES_OUTPUT
 from lightning_cls.inference.spec import META_FILE, InputSpec, merge_spec, props_to_dict
 
 if TYPE_CHECKING:
@@ -68,6 +71,22 @@ class Runtime:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    # Whether ``outputs`` gives the penultimate features too (an exported file: when it was
+    # written with a ``features`` output, for a feature-space rejection rule).
+    gives_features: bool = False
+
+    def outputs(self, x):
+        """Normalized float (B, C, H, W) -> ``(logits (B, K), features (B, D) or None)``."""
+        return self(x), None
+
+
+def split_outputs(out) -> tuple:
+    """A module's answer -> ``(logits, features or None)``: a file exported with a feature
+    output answers a pair, others the logits alone."""
+    if isinstance(out, (tuple, list)):
+        return out[0], (out[1] if len(out) > 1 else None)
+    return out, None
+
 
 class TorchRuntime(Runtime):
     """Eager PyTorch from a Lightning ``.ckpt`` or a bare ``model_weights.pt`` state_dict."""
@@ -86,9 +105,19 @@ class TorchRuntime(Runtime):
         self.device = torch.device(device)
         net, self.spec = load_torch_model(path, model_name, spec, model_kwargs)
         self.net = net.to(self.device)
+        self._feature_net = None
+
+    gives_features = True  # any network with a linear head (``network.FeatureNet``)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+    def outputs(self, x):
+        if self._feature_net is None:
+            from lightning_cls.inference.network import with_features
+
+            self._feature_net = with_features(self.net, self.spec.input_shape)
+        return self._feature_net(x)
 
 
 class TorchScriptRuntime(Runtime):
@@ -119,10 +148,14 @@ class TorchScriptRuntime(Runtime):
             _stored_json(extra[META_FILE], path), spec, f"{path.name} ({META_FILE} inside)"
         )
         self.module = module.eval().to(self.device)
+        self.gives_features = self.spec.decision.needs_features
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.outputs(x)[0]
+
+    def outputs(self, x):
         with quiet_jit():
-            return self.module(x)
+            return split_outputs(self.module(x))
 
 
 class Pt2Runtime(Runtime):
@@ -159,9 +192,13 @@ class Pt2Runtime(Runtime):
             _stored_json(extra[META_FILE], path), spec, f"{path.name} ({META_FILE} inside)"
         )
         self.module = program.module().to(self.device)
+        self.gives_features = self.spec.decision.needs_features
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.module(x)
+        return self.outputs(x)[0]
+
+    def outputs(self, x):
+        return split_outputs(self.module(x))
 
 
 class OnnxRuntime(Runtime):
@@ -183,7 +220,9 @@ class OnnxRuntime(Runtime):
         stored = props_to_dict(props, f"{path.name} (metadata_props)") or None
         self.spec = merge_spec(stored, spec, f"{path.name} (metadata_props)")
         first, out = self.session.get_inputs()[0], self.session.get_outputs()[0]
-        self.input_name = first.name
+        self.input_name, self.output_name = first.name, out.name
+        names = [o.name for o in self.session.get_outputs()]
+        self.gives_features = FEATURES_OUTPUT in names[1:]
         check_declared_shapes(path, self.spec, first.shape, out.shape)
 
     def __call__(self, x):
@@ -192,8 +231,15 @@ class OnnxRuntime(Runtime):
         return call_numpy(self._run, x)
 
     def _run(self, x):
-        (logits,) = self.session.run(None, {self.input_name: x})
+        (logits,) = self.session.run([self.output_name], {self.input_name: x})
         return logits
+
+    def outputs(self, x):
+        if not self.gives_features:
+            return self(x), None
+        names = [self.output_name, FEATURES_OUTPUT]
+        feed = {self.input_name: np.ascontiguousarray(as_numpy(x))}
+        return tuple(as_kind(out, x) for out in self.session.run(names, feed))
 
 
 class UntrustedArtifactError(ValueError):

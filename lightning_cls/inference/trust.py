@@ -26,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
-REJECT_SCORES = ("msp", "energy")
+from lightning_cls.inference import feature_rules
+
+REJECT_SCORES = ("msp", "energy", *feature_rules.FEATURE_RULES)
 UNKNOWN = "unknown"  # the answer for an image below the rejection threshold
 
 
@@ -65,34 +67,59 @@ def check_temperature(value: Any, num_classes: int, per_label: bool) -> float | 
 
 
 def check_reject(value: Any) -> dict[str, Any] | None:
-    """None, or ``{"score": "msp"|"energy", "threshold": float, "keep": float in (0, 1)}``."""
+    """None, or ``{"score": "msp"|"energy"|"knn"|"mahalanobis", "threshold": float, "keep":
+    float in (0, 1)}`` plus a feature-space rule's fitted parameters (``feature_rules``)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
         raise ValueError(
-            f"reject={value!r} is not a rejection rule; give a mapping {{score: msp|energy, "
-            "threshold: <number>, keep: <share in (0, 1)>}} or null."
+            f"reject={value!r} is not a rejection rule; give a mapping {{score: "
+            f"{'|'.join(REJECT_SCORES)}, threshold: <number>, keep: <share in (0, 1)>}} or null."
         )
-    unknown = sorted(set(value) - {"score", "threshold", "keep"})
-    if unknown:
-        raise ValueError(f"reject has unknown key(s) {unknown}; known: score, threshold, keep.")
     score = check_score(value.get("score"))
+    known = {"score", "threshold", "keep", *feature_rules.PARAM_KEYS.get(score, ())}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ValueError(
+            f"reject has unknown key(s) {unknown} for score={score}; known: {sorted(known)}."
+        )
     keep = check_keep(value.get("keep"))
+    params = feature_rules.check_params(score, value) if score in feature_rules.FEATURE_RULES else {}
     threshold = value.get("threshold")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
         raise ValueError(f"reject.threshold={threshold!r} is not a number.")
     if not math.isfinite(threshold):
         raise ValueError(f"reject.threshold={threshold!r} is not a finite number.")
-    return {"score": score, "threshold": float(threshold), "keep": keep}
+    return {"score": score, "threshold": float(threshold), "keep": keep, **params}
 
 
 def check_score(score: Any) -> str:
     if score not in REJECT_SCORES:
+        import difflib
+
+        close = difflib.get_close_matches(str(score), REJECT_SCORES, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
         raise ValueError(
-            f"reject={score!r} is not a known confidence score; use one of "
+            f"reject={score!r} is not a known rejection rule{hint}; use one of "
             f"{', '.join(REJECT_SCORES)} (or null: no rejection)."
         )
     return str(score)
+
+
+def check_rule_options(
+    reject: Any,
+    keep: Any = 0.95,
+    k: Any = feature_rules.DEFAULT_K,
+    bank_size: Any = feature_rules.DEFAULT_BANK,
+) -> None:
+    """The command line's rejection options (``reject``, ``reject_keep``, ``reject_k``,
+    ``reject_bank``), checked before any work starts: one ``ValueError`` naming the value."""
+    if reject is None:
+        return
+    check_score(reject)
+    check_keep(keep)
+    if reject == "knn":
+        feature_rules.check_k(k, feature_rules.check_bank_size(bank_size))
 
 
 def check_keep(keep: Any) -> float:

@@ -103,14 +103,16 @@ class Batcher:
     def _run(self, pixels: np.ndarray, requests: list[tuple[int, int]]) -> list[tuple]:
         """In the model thread: probabilities, then each request's labels as the task decides
         them: per request (probabilities per image, class indices per image)."""
-        chunks = []
+        chunks = []  # (logits, features or None) per model batch
         for start in range(0, len(pixels), self.max_batch_size):
             part = pixels[start : start + self.max_batch_size]  # (n, C, H, W) uint8
-            chunks.append(self.predictor.image_logits(part, batch_size=len(part)))
+            chunks.append(self.predictor.image_outputs(part, batch_size=len(part)))
             self.metrics.batch_size.observe(len(part))
-        logits = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)  # (N, K) float32
+        logits, features = (
+            chunks[0] if len(chunks) == 1 else [_stacked(c) for c in zip(*chunks)]
+        )  # (N, K) float32; (N, D) for a feature-space rejection rule, else None
         probs = self.task.probabilities(logits)  # after the model's temperature
-        verdicts = self.task.verdicts(logits)  # None without a rejection rule
+        verdicts = self.task.verdicts(logits, features)  # None without a rejection rule
         answers, start = [], 0
         for n, top_k in requests:
             indices, values = self.task.decide(probs[start : start + n], top_k)
@@ -148,3 +150,8 @@ def warm_up(predictor: Predictor, max_batch_size: int) -> None:
     for size in sorted({1, max_batch_size}):
         shape = (size, *predictor.spec.input_shape)
         predictor.predict_images(np.zeros(shape, np.uint8), size)
+
+
+def _stacked(parts):
+    """Row batches -> one array (None when the runtime gave none)."""
+    return None if parts[0] is None else np.concatenate(parts)

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lightning_cls.fileio import atomic_savefig
+from lightning_cls.inference import feature_rules
 from lightning_cls.inference.predictor import Predictor
 from lightning_cls.inference.spec import InputSpec, Split
 from lightning_cls.inference.trust import check_keep, check_score, quantile_threshold
@@ -62,7 +63,8 @@ class Calibration:
         return updates
 
     def report(self) -> dict[str, Any]:
-        return {**self.spec_updates, **self.metrics}
+        """The ``results.json`` entry: a feature-space rule's arrays shown by their shapes."""
+        return {**self.spec_updates, "reject": feature_rules.summary(self.reject), **self.metrics}
 
 
 def calibrate(
@@ -76,18 +78,33 @@ def calibrate(
     choose_threshold: bool = True,
     diagram: str | Path | None = None,
     batch_size: int = 256,
+    train: Split | None = None,
+    k: int = feature_rules.DEFAULT_K,
+    bank_size: int = feature_rules.DEFAULT_BANK,
 ) -> Calibration:
     """Fit the temperature (``temperature=False``: keep the spec's) and the rejection rule
-    (``reject``: ``msp`` | ``energy`` | None) on ``val``; measure on ``val`` and ``test``."""
+    (``reject``: ``msp`` | ``energy`` | ``knn`` | ``mahalanobis`` | None) on ``val``; measure
+    on ``val`` and ``test``. The feature-space rules are fitted on ``train``'s features (kNN:
+    a class-balanced bank of at most ``bank_size`` of them, scored at the ``k``-th nearest)."""
+    features_rule = reject in feature_rules.FEATURE_RULES
     if reject is not None:
         check_score(reject)
         check_keep(keep)
+    if features_rule:
+        if train is None or len(train) == 0:
+            raise ValueError(
+                f"reject={reject} is fitted on the training images' features, and no training "
+                "images were given; calibrate with data that has a train split."
+            )
+        if reject == "knn":
+            feature_rules.check_k(k, min(feature_rules.check_bank_size(bank_size), len(train)))
     if len(val) == 0:
         raise ValueError("Calibration needs validation images, but the val split is empty.")
     base = replace(spec, temperature=1.0, reject=None)  # the network's own probabilities
     predictor = Predictor(net.eval(), base)
     base.decision.check_labels(val.labels, "calibration")
-    logits = predictor.image_logits(val.images, batch_size)  # (N, K) float32
+    outputs = predictor.image_features if features_rule else predictor.image_outputs
+    logits, val_features = outputs(val.images, batch_size)  # (N, K) float32, (N, D) | None
     multi_hot = base.decision.multi_hot
     fitted = fit_temperature(logits, val.labels, multi_hot) if temperature else spec.temperature
     calibrated = replace(base, temperature=_plain(fitted))
@@ -99,20 +116,23 @@ def calibrate(
         calibrated = replace(calibrated, threshold=threshold)
     rule = None
     if reject is not None:
-        scores = calibrated.decision.confidence(logits, reject)
-        rule = {
-            "score": reject,
-            "threshold": quantile_threshold(scores.numpy(), keep),
-            "keep": keep,
-        }
+        params = {}
+        if features_rule:
+            _, train_features = predictor.image_features(train.images, batch_size)
+            params = feature_rules.fit(reject, train_features, train.labels, k, bank_size)
+        fitted_rule = {"score": reject, "threshold": 0.0, "keep": keep, **params}
+        calibrated = replace(calibrated, reject=fitted_rule)  # its threshold comes next
+        scores = calibrated.decision.confidence(logits, features=val_features)
+        rule = {**fitted_rule, "threshold": quantile_threshold(scores.numpy(), keep)}
+        calibrated = replace(calibrated, reject=rule)
     metrics = {"split": "val", "images": len(val), "bins": BINS}
     metrics.update(_measure("val", base, calibrated, logits, val.labels))
     if test is not None and len(test):
-        test_logits = predictor.image_logits(test.images, batch_size)
+        test_logits, test_features = outputs(test.images, batch_size)
         metrics.update(_measure("test", base, calibrated, test_logits, test.labels))
         if rule is not None:
-            kept = calibrated.decision.confidence(test_logits, reject) >= rule["threshold"]
-            metrics["test_kept"] = round(kept.float().mean().item(), 6)
+            scores = calibrated.decision.confidence(test_logits, features=test_features)
+            metrics["test_kept"] = round((scores >= rule["threshold"]).float().mean().item(), 6)
     if diagram is not None:
         probs = (base.decision.probabilities(logits), calibrated.decision.probabilities(logits))
         metrics["reliability_diagram"] = str(
@@ -262,8 +282,9 @@ def ood_report(
     """How well the model's confidence separates ``known`` uint8 (N, C, H, W) in-distribution
     images from the images under ``folder``: AUROC (in-distribution positive; 0.5 = chance)
     and, at the checkpoint's rejection threshold, the share of OOD images answered with a
-    label (false accepts) and of known images kept. ``score``: ``msp`` | ``energy``; default
-    the checkpoint's rule's, else ``msp``."""
+    label (false accepts) and of known images kept. ``score``: ``msp`` | ``energy`` | the
+    checkpoint's own feature-space rule (``knn``, ``mahalanobis``); default the checkpoint's
+    rule's, else ``msp``."""
     from torchmetrics.functional.classification import binary_auroc
 
     from lightning_cls.inference import find_images, load_artifact
@@ -276,8 +297,12 @@ def ood_report(
     odd, _, failed = load_image_batch(files, spec.image_size, spec.num_channels, spec.resize_size)
     if len(odd) == 0:
         raise ValueError(f"ood={folder}: none of its {len(files)} files could be read as an image.")
-    inside = task.confidence(predictor.image_logits(known), score)  # (N,)
-    outside = task.confidence(predictor.image_logits(torch.from_numpy(odd)), score)  # (M,)
+
+    def confidence(images: torch.Tensor) -> torch.Tensor:  # (N,) by ``score``
+        logits, features = predictor.image_outputs(images)  # features: a feature-space rule
+        return task.confidence(logits, score, features)
+
+    inside, outside = confidence(known), confidence(torch.from_numpy(odd))  # (N,), (M,)
     scores = torch.cat([inside, outside])
     truth = torch.cat([torch.ones(len(inside)), torch.zeros(len(outside))]).int()
     report: dict[str, Any] = {

@@ -168,7 +168,7 @@ def test_the_server_answers_unknown_with_the_scores(rejecting, onnx_file):
         ({"temperature": [1.0, 2.0]}, r"is a list, but a single-label model takes one number"),
         (
             {"reject": {"score": "entropy", "threshold": 0.5, "keep": 0.9}},
-            r"reject='entropy' is not a known confidence score; use one of msp, energy",
+            r"reject='entropy' is not a known rejection rule \(did you mean energy\?\); use one of msp, energy, knn, mahalanobis",
         ),  # fmt: skip
         (
             {"reject": {"score": "msp", "threshold": 0.5, "keep": 1.0}},

@@ -121,7 +121,7 @@ def test_the_calibrate_command_writes_a_new_checkpoint(trained, tmp_path):
     with pytest.raises(ValueError, match=r"reject_keep=1.5 is not a share strictly between 0"):
         calibrate_checkpoint(bad)
     bad = compose("calibrate", [f"ckpt_path={trained.ckpt}", "reject=odin"], tmp_path)
-    with pytest.raises(ValueError, match=r"reject='odin' is not a known confidence score"):
+    with pytest.raises(ValueError, match=r"reject='odin' is not a known rejection rule"):
         calibrate_checkpoint(bad)
 
 

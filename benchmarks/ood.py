@@ -1,0 +1,246 @@
+"""Unknown images on real photos: near- and far-OOD AUROC and FPR95 of every rejection score.
+
+    python benchmarks/ood.py --per-class 2500 --epochs 10 --seeds 0 1 --work /tmp/ood
+    python benchmarks/ood.py --quick      # generated images, seconds (tests/benchmarks)
+
+Known: 6 CIFAR-10 classes (airplane, automobile, bird, cat, deer, dog: the first six, fixed
+before any measurement) of the JPEG train split, ``--per-class`` each; the DataModule carves
+validation and test (20% each) from them by seed. Unknown:
+
+- near-OOD: the other 4 classes (frog, horse, ship, truck), ``--ood-images`` JPEGs that no
+  split uses;
+- far-OOD: uniform RGB noise, scikit-learn's digits upscaled (bilinear) to 32x32 RGB, and
+  generated shapes and stripes (a random disc, square or stripe pattern in random colours).
+
+One training run per seed (``python -m lightning_cls.train`` in this process, its command line
+printed: ``experiment=cifar10_fast`` scaled to the subset, with ``calibrate=true`` and the
+default rule ``reject=knn``). Then every score is computed on the same network: ``msp`` and
+``energy`` from the calibrated logits, ``pnorm`` (MaxLogit-pNorm, p=2), ``knn`` and
+``mahalanobis`` fitted on the train split's features exactly as calibration fits them
+(``feature_rules.fit``). AUROC treats the known test images as positives; FPR95 is the share
+of unknowns scored above the score that 95% of known test images reach. The default rule's
+threshold is the one chosen on validation (keep 0.95): its share of known test images kept and
+of each unknown set accepted are reported too. Nothing is chosen on the test images or on the
+unknowns. The last output line is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trust import QUIET, _cpu, digits_folder, generated_folder, noise_folder, run
+
+KNOWN = ("airplane", "automobile", "bird", "cat", "deer", "dog")
+UNKNOWN = ("frog", "horse", "ship", "truck")
+SCORES = ("msp", "energy", "pnorm", "knn", "mahalanobis")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse(argv)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    started, cpu = time.time(), _cpu()
+    if args.quick:
+        root = generated_folder(work / "known", classes=3, per_class=24)
+        near = generated_folder(work / "near", classes=1, per_class=24) / "train" / "c0"
+        n_ood, common = 24, ["data.val_size=0.25", "data.test_size=0.25", "data.batch_size=16"]
+        recipe = ["model=simplecnn", "reject_k=5"]
+    else:
+        root, near = cifar_known_unknown(Path(args.cifar), work, args.per_class, args.ood_images)
+        n_ood, common = args.ood_images, ["data.val_size=0.2", "data.test_size=0.2"]
+        recipe = args.model.split()
+    sets = {
+        "near": near,
+        "noise": noise_folder(work / "ood_noise", n_ood),
+        "digits": digits_folder(work / "ood_digits", n_ood),
+        "shapes": shapes_folder(work / "ood_shapes", n_ood),
+    }
+    runs = [one_seed(args, work, root, recipe, common, sets, seed) for seed in args.seeds]
+    report = {
+        "known": {"root": str(root), "classes": len(list((root / "train").iterdir()))},
+        "ood_per_set": n_ood,
+        "model": " ".join(recipe),
+        "epochs": args.epochs,
+        "runs": runs,
+        "mean": {
+            key: round(float(np.mean([r[key] for r in runs])), 4)
+            for key in runs[0]
+            if isinstance(runs[0][key], float)
+        },
+    }
+    report["wall_s"], report["cpu_s"] = round(time.time() - started, 1), round(_cpu() - cpu, 1)
+    print(json.dumps(report))
+    return report
+
+
+def one_seed(args, work: Path, root: Path, recipe, common, sets, seed: int) -> dict:
+    """Train once, then score every set with every rule on that network."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from lightning_cls import config_dir
+
+    data = ["data=imagefolder", f"data.root={root}", *common, f"seed={seed}"]
+    out = work / f"train_seed{seed}"
+    summary = run("train", [*data, *recipe, f"trainer.max_epochs={args.epochs}",
+                            "calibrate=true", "reject=knn", "reject_keep=0.95",
+                            "prediction_mosaic=false", *QUIET], out)  # fmt: skip
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[*data, *recipe])
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    splits = datamodule.splits
+    scores, rule = score_all(summary["best_ckpt"], splits, sets)
+    result: dict = {
+        "seed": seed,
+        "test_acc": round(float(summary["test"].get("test/acc", float("nan"))), 4),
+        "temperature": summary["calibration"]["temperature"],
+        "known_test": len(splits["test"]),
+    }
+    known = scores["test"]
+    for name in sets:
+        for score in SCORES:
+            auroc, fpr95 = auroc_fpr95(known[score], scores[name][score])
+            result[f"{name}_auroc_{score}"], result[f"{name}_fpr95_{score}"] = auroc, fpr95
+        accepted = scores[name][rule["score"]] >= rule["threshold"]
+        result[f"{name}_accepted_at_rule"] = round(float(accepted.mean()), 4)
+    result["test_kept_at_rule"] = round(
+        float((known[rule["score"]] >= rule["threshold"]).mean()), 4
+    )
+    result["rule"] = rule["score"]
+    return result
+
+
+def score_all(ckpt: str, splits, sets: dict) -> tuple[dict, dict]:
+    """{set: {score: (N,) array}} for the known test split and each unknown folder, and the
+    checkpoint's own rule (score, threshold). ``knn``/``mahalanobis`` are fitted on the train
+    split's features as ``training/calibration.py`` fits them."""
+    import torch
+
+    from lightning_cls.inference import feature_rules, find_images, load_artifact
+    from lightning_cls.inference.images import load_image_batch
+
+    predictor = load_artifact(ckpt)
+    spec = predictor.spec
+    _, train_features = predictor.image_features(splits["train"].images)
+    labels, k = splits["train"].labels, spec.reject.get("k", feature_rules.DEFAULT_K)
+    fitted = {
+        name: {"score": name, **feature_rules.fit(name, train_features, labels, k=k)}
+        for name in ("knn", "mahalanobis")
+    }
+
+    def scored(images) -> dict:
+        logits, features = predictor.image_features(images)
+        z = logits / torch.as_tensor(spec.temperature)
+        return {
+            "msp": spec.decision.confidence(logits, "msp").numpy(),
+            "energy": spec.decision.confidence(logits, "energy").numpy(),
+            "pnorm": (z.max(1).values / z.norm(dim=1)).numpy(),
+            **{name: feature_rules.scores(rule, features.numpy()) for name, rule in fitted.items()},
+        }
+
+    out = {"test": scored(splits["test"].images)}
+    for name, folder in sets.items():
+        files = find_images([folder])
+        images, _, failed = load_image_batch(files, spec.image_size, spec.num_channels)
+        if failed:
+            raise ValueError(f"{len(failed)} unreadable images in {folder}: {failed[:3]}")
+        out[name] = scored(torch.from_numpy(images))
+    return out, spec.reject
+
+
+def auroc_fpr95(known: np.ndarray, unknown: np.ndarray) -> tuple[float, float]:
+    """AUROC (known positive, ties count half) and the share of unknowns at or above the
+    score that 95% of the known images reach."""
+    from sklearn.metrics import roc_auc_score
+
+    truth = np.r_[np.ones(len(known)), np.zeros(len(unknown))]
+    auroc = roc_auc_score(truth, np.r_[known, unknown])
+    threshold = np.quantile(known, 0.05)
+    return round(float(auroc), 4), round(float((unknown >= threshold).mean()), 4)
+
+
+def cifar_known_unknown(cifar: Path, work: Path, per_class: int, n_unknown: int) -> tuple:
+    """``work/cifar6_<n>/train/<known class>/`` (links to the first ``per_class`` JPEGs of
+    each known class) and ``work/cifar_unknown/`` (``n_unknown`` JPEGs spread over the
+    unknown classes, taken from the end of each class folder)."""
+    if not (cifar / "train").is_dir():
+        raise FileNotFoundError(
+            f"{cifar}/train not found; unpack the CIFAR-10 JPEGs there: mkdir -p {cifar} && "
+            f"tar -xzf ../shared/data/cifar10-train-jpg.tar.gz -C {cifar}"
+        )
+    known = work / f"cifar6_{per_class}"
+    for name in KNOWN:
+        target = known / "train" / name
+        target.mkdir(parents=True, exist_ok=True)
+        for image in sorted((cifar / "train" / name).glob("*.jpg"))[:per_class]:
+            link = target / image.name
+            if not link.exists():
+                link.symlink_to(image.resolve())
+    unknown = work / "cifar_unknown"
+    unknown.mkdir(parents=True, exist_ok=True)
+    each = -(-n_unknown // len(UNKNOWN))
+    for name in UNKNOWN:
+        for image in sorted((cifar / "train" / name).glob("*.jpg"))[-each:]:
+            link = unknown / f"{name}_{image.name}"
+            if not link.exists():
+                link.symlink_to(image.resolve())
+    return known, unknown
+
+
+def shapes_folder(root: Path, n: int, size: int = 32) -> Path:
+    """Generated pictures that are no photo: a disc, a square or stripes in random colours
+    on a random plain background, 32x32 RGB."""
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(2)
+    yy, xx = np.mgrid[:size, :size]
+    for i in range(n):
+        back, fore = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
+        kind = i % 3
+        if kind == 0:  # disc
+            cy, cx, r = *rng.integers(8, 24, 2), rng.integers(4, 12)
+            mask = (yy - cy) ** 2 + (xx - cx) ** 2 <= r * r
+        elif kind == 1:  # square
+            y0, x0, side = *rng.integers(2, 16, 2), rng.integers(6, 16)
+            mask = (yy >= y0) & (yy < y0 + side) & (xx >= x0) & (xx < x0 + side)
+        else:  # stripes at a random angle and period
+            angle, period = rng.uniform(0, np.pi), rng.integers(3, 9)
+            mask = (np.cos(angle) * xx + np.sin(angle) * yy) % period < period / 2
+        pixels = np.where(mask[..., None], fore, back).astype(np.uint8)
+        Image.fromarray(pixels).save(root / f"{i}.png")
+    return root
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="generated images, seconds")
+    parser.add_argument("--cifar", default=str(Path.home() / "cifar10"),
+                        help="the unpacked JPEGs (holds train/<class>/)")  # fmt: skip
+    parser.add_argument("--work", default="/tmp/ood")
+    parser.add_argument("--per-class", type=int, default=2500)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--ood-images", type=int, default=1000)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument(
+        "--model",
+        default="experiment=cifar10_fast data.batch_size=256 optimizer.lr=0.375 "
+        "tta_flip=false tta_translate=0",
+        help="train overrides: the model and its recipe",
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.epochs, args.seeds = 2, args.seeds[:1]
+    return args
+
+
+if __name__ == "__main__":
+    main()

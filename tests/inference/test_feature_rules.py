@@ -1,0 +1,294 @@
+"""Rejection in feature space (``reject=knn|mahalanobis``): the scores against brute force, the
+rule fitted by calibration, carried as a second ``features`` output by every export, and
+answered the same by the checkpoint and each exported file; bad options are one-line errors."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from helpers import make_data
+from lightning_cls.inference import InputSpec, feature_rules, load_artifact, predict_files
+from lightning_cls.inference.predictor import Predictor
+from lightning_cls.inference.spec import SpecError, Split
+from lightning_cls.inference.trust import check_rule_options
+from lightning_cls.models import create_model
+from lightning_cls.training.calibration import calibrate
+
+# ---------------------------------------------------------------------------------------------
+# The scores, against brute force
+
+
+def test_knn_scores_the_k_th_nearest_cosine_similarity():
+    rng = np.random.default_rng(0)
+    train, labels = rng.normal(size=(60, 5)), np.repeat(np.arange(3), 20)
+    rule = {"score": "knn", **feature_rules.fit("knn", train, labels, k=4, bank_size=1000)}
+    queries = rng.normal(size=(7, 5))
+    bank = train / np.linalg.norm(train, axis=1, keepdims=True)
+    z = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    expected = np.sort(z @ bank.T, axis=1)[:, -4]  # the 4th largest similarity
+    got = feature_rules.scores(rule, queries)
+    np.testing.assert_allclose(got, expected, atol=2e-3)  # the bank is float16
+    # Scale does not matter (the features are normalised); a training point is at home.
+    np.testing.assert_allclose(feature_rules.scores(rule, 10 * queries), got, atol=1e-6)
+    assert feature_rules.scores({**rule, "k": 1}, train[:3]).min() > 0.999
+
+
+def test_mahalanobis_is_minus_the_nearest_class_distance_under_the_shared_covariance():
+    rng = np.random.default_rng(1)
+    train = np.r_[rng.normal(0, 1, (200, 3)) + [4, 0, 0], rng.normal(0, 1, (200, 3)) - [4, 0, 0]]
+    labels = np.repeat([0, 1], 200)
+    rule = {"score": "mahalanobis", **feature_rules.fit("mahalanobis", train, labels)}
+    z = feature_rules.normalized(train)
+    means = np.stack([z[labels == c].mean(0) for c in (0, 1)])
+    centred = z - means[labels]
+    precision = np.linalg.pinv(centred.T @ centred / len(z))
+    queries = rng.normal(size=(5, 3))
+    q = feature_rules.normalized(queries)
+    expected = -np.min([np.einsum("nd,de,ne->n", q - m, precision, q - m) for m in means], axis=0)
+    np.testing.assert_allclose(feature_rules.scores(rule, queries), expected, rtol=1e-3, atol=1e-3)
+
+
+def test_the_bank_is_a_class_balanced_subsample():
+    labels = np.r_[np.zeros(1000), np.ones(30), np.full(500, 2)].astype(int)
+    rows = feature_rules.balanced_subsample(labels, 300, seed=0)
+    counts = np.bincount(labels[rows])
+    assert len(rows) == 300 and len(set(rows)) == 300
+    assert counts[1] == 30  # the small class whole; the rest shared equally
+    assert counts[0] == counts[2] == 135
+    assert (feature_rules.balanced_subsample(labels[:10], 300) == np.arange(10)).all()
+
+
+def test_the_rule_is_stored_float16_and_summarised_without_its_arrays():
+    rule = feature_rules.fit("knn", np.ones((10, 4)), np.zeros(10, int), k=3)
+    assert rule["bank"]["dtype"] == "float16" and rule["bank"]["shape"] == [10, 4]
+    spec = InputSpec.from_dict({
+        "classes": ["a"], "mean": [0.5], "std": [0.5], "image_size": 8, "num_channels": 1,
+        "reject": {"score": "knn", "threshold": 0.5, "keep": 0.9, **rule},
+    })  # fmt: skip
+    again = InputSpec.from_json(spec.to_json())  # the metadata every artifact carries
+    assert again.reject == spec.reject and again.decision.needs_features
+    assert feature_rules.summary(spec.reject)["bank"] == "<float16 10x4>"
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad options: one line naming the value and the fix, before any work
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (("odin",), r"reject='odin' is not a known rejection rule; use one of msp, energy, knn"),
+        (("knm",), r"reject='knm' is not a known rejection rule \(did you mean knn\?\)"),
+        (("knn", 0.95, 0), r"reject_k=0 is not an integer >= 1"),
+        (("knn", 0.95, "5"), r"reject_k='5' is not an integer >= 1"),
+        (("knn", 0.95, 80, 50), r"reject_k=80 is larger than the feature bank \(50 training"),
+        (("knn", 0.95, 5, 0), r"reject_bank=0 is not an integer >= 1"),
+        (("knn", 1.5), r"reject_keep=1.5 is not a share strictly between 0 and 1"),
+    ],
+)
+def test_bad_rule_options_are_one_line_errors(options, match):
+    with pytest.raises(ValueError, match=match):
+        check_rule_options(*options)
+
+
+def test_a_stored_rule_without_its_arrays_or_with_k_past_the_bank_is_refused():
+    base = dict(classes=["a", "b"], mean=[0.5], std=[0.5], image_size=8, num_channels=1)
+    with pytest.raises(SpecError, match=r"reject=knn lacks its fitted bank"):
+        InputSpec(**base, reject={"score": "knn", "threshold": 0.5, "keep": 0.9, "k": 3})
+    rule = feature_rules.fit("knn", np.ones((4, 2)), np.zeros(4, int), k=2)
+    with pytest.raises(SpecError, match=r"reject_k=9 is larger than the feature bank \(4 train"):
+        InputSpec(**base, reject={"score": "knn", "threshold": 0.5, "keep": 0.9, **rule, "k": 9})
+
+
+def test_a_network_without_a_linear_head_has_no_features():
+    from lightning_cls.inference.network import FeatureNet
+
+    with pytest.raises(ValueError, match=r"has no nn.Linear head.*use reject=msp or energy"):
+        FeatureNet(torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.Flatten()))
+
+    class Squared(torch.nn.Module):  # changes the head's output: its features are not the logits'
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.head(x.flatten(1)) ** 2
+
+    with pytest.raises(ValueError, match=r"Squared changes its last linear layer's output"):
+        FeatureNet(Squared(), (1, 2, 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Fitted by calibration on a trained network; every artifact answers alike
+
+
+@dataclass
+class Trained:
+    net: torch.nn.Module
+    spec: InputSpec  # the knn rule chosen on validation
+    test: Split
+    noise: torch.Tensor  # uint8 (N, 1, 16, 16) uniform noise
+    stripes: torch.Tensor
+
+
+def _stripes(n: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    x = torch.arange(16).float().view(1, 1, 1, 16)
+    freq = torch.randint(1, 5, (n, 1, 1, 1), generator=g).float()
+    wave = torch.sin(x * freq * 0.8 + torch.rand(n, 1, 1, 1, generator=g) * 6.28) * 0.5 + 0.5
+    return (wave.expand(n, 1, 16, 16) * 255).round().to(torch.uint8).contiguous()
+
+
+@pytest.fixture(scope="module")
+def trained() -> Trained:
+    """A SimpleCNN trained (plain torch, ~2 s) on one generated family; its knn rule fitted on
+    the train split's features and thresholded to keep 95% of validation."""
+    torch.manual_seed(0)
+    data = make_data(
+        num_classes=4, num_channels=1, image_size=16, train_size=256, test_size=128, val_size=64
+    )
+    data.setup("fit")
+    train, val = data.splits["train"], data.splits["val"]
+    spec = InputSpec.from_dict(
+        {**data.spec, "model_name": "simplecnn", "model_kwargs": {"widths": [8, 16], "hidden": 32}}
+    )
+    net = create_model(
+        "simplecnn", num_classes=4, in_channels=1, image_size=16, widths=[8, 16], hidden=32
+    )
+    optimizer = torch.optim.Adam(net.parameters(), 3e-3)
+    x = spec.preprocess(train.images)
+    for _ in range(60):
+        loss = torch.nn.functional.cross_entropy(net(x), train.labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    result = calibrate(net.eval(), spec, val, reject="knn", keep=0.95, train=train, k=10)
+    spec = InputSpec.from_dict({**spec.to_dict(), **result.spec_updates})
+    noise = torch.randint(0, 256, (128, 1, 16, 16), generator=torch.Generator().manual_seed(2))
+    return Trained(net, spec, data.splits["test"], noise.to(torch.uint8), _stripes(128))
+
+
+def _unknown_share(spec, runtime, images) -> float:
+    logits, features = Predictor(runtime, spec).image_outputs(images)
+    verdicts = spec.decision.verdicts(logits, features)
+    return sum(unknown for unknown, _ in verdicts) / len(verdicts)
+
+
+def test_knn_rejects_noise_and_another_family_and_keeps_the_known(trained):
+    rule = trained.spec.reject
+    assert rule["score"] == "knn" and rule["k"] == 10 and rule["keep"] == 0.95
+    assert rule["bank"]["shape"][0] == 192  # every train image: fewer than the bank size
+    assert _unknown_share(trained.spec, trained.net, trained.noise) >= 0.9
+    assert _unknown_share(trained.spec, trained.net, trained.stripes) >= 0.9
+    assert _unknown_share(trained.spec, trained.net, trained.test.images) <= 0.15
+
+
+def test_mahalanobis_is_fitted_and_applied_the_same_way(trained, tmp_path):
+    data = make_data(
+        num_classes=4, num_channels=1, image_size=16, train_size=256, test_size=128, val_size=64
+    )
+    data.setup("fit")
+    base = InputSpec.from_dict({**trained.spec.to_dict(), "reject": None})
+    result = calibrate(trained.net, base, data.splits["val"], data.splits["test"],
+                       reject="mahalanobis", train=data.splits["train"])  # fmt: skip
+    spec = InputSpec.from_dict({**base.to_dict(), **result.spec_updates})
+    assert set(spec.reject) == {"score", "threshold", "keep", "means", "precision"}
+    assert 0.8 <= result.metrics["test_kept"] <= 1.0
+    assert result.report()["reject"]["precision"] == "<float32 32x32>"  # no arrays in reports
+    assert _unknown_share(spec, trained.net, trained.noise) >= 0.9
+
+
+def _checkpoint(trained: Trained, path) -> str:
+    """The net as a Lightning-style .ckpt (``net.`` keys, the spec in its hyper-parameters)."""
+    state = {f"net.{k}": v for k, v in trained.net.state_dict().items()}
+    torch.save({"state_dict": state, "hyper_parameters": trained.spec.to_dict()}, path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def folder(trained, tmp_path_factory):
+    root = tmp_path_factory.mktemp("images")
+    for name, images in (("known", trained.test.images), ("noise", trained.noise),
+                         ("stripes", trained.stripes)):  # fmt: skip
+        for i in range(12):
+            Image.fromarray(images[i, 0].numpy()).save(root / f"{name}_{i}.png")
+    return sorted(root.glob("*.png"))
+
+
+def _answers(path, files, **options) -> dict:
+    rows, failures = predict_files(load_artifact(path, **options), files, top_k=1)
+    assert not failures
+    return {r["file"]: (r["unknown"], r["score"], r["labels"][0]) for r in rows}
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript", "pt2", "openvino"])
+def test_every_export_carries_the_features_and_answers_like_the_checkpoint(
+    trained, folder, tmp_path, fmt
+):
+    from lightning_cls.export.writer import write_verified
+
+    ckpt = _checkpoint(trained, tmp_path / "m.ckpt")
+    expected = _answers(ckpt, folder)
+    assert sum(u for u, _, _ in expected.values()) >= 20  # noise and stripes: unknown
+    if fmt == "openvino":
+        pytest.importorskip("openvino")
+        from lightning_cls.export.onnx import export_onnx
+        from lightning_cls.export.openvino import OpenVINOWriter
+
+        onnx = export_onnx(trained.net, trained.spec, tmp_path / "model.onnx")
+        path = write_verified(OpenVINOWriter(onnx), None, trained.spec, tmp_path / "model.xml")
+    else:
+        from lightning_cls.export.onnx import OnnxWriter
+        from lightning_cls.export.pt2 import Pt2Writer
+        from lightning_cls.export.torchscript import TorchScriptWriter
+
+        writer = {"onnx": OnnxWriter(), "torchscript": TorchScriptWriter(), "pt2": Pt2Writer()}[fmt]
+        path = write_verified(writer, trained.net, trained.spec, tmp_path / writer.file)
+    predictor = load_artifact(path, trust_artifact=True)
+    assert predictor.runtime.gives_features
+    got = _answers(path, folder, trust_artifact=True)
+    assert got.keys() == expected.keys()
+    for name, (unknown, score, label) in expected.items():
+        assert got[name][0] == unknown and got[name][2] == label, name
+        assert got[name][1] == pytest.approx(score, abs=1e-4), name
+
+
+def test_onnx_writes_features_as_a_second_named_output(trained, tmp_path):
+    import onnxruntime as ort
+
+    from lightning_cls.export.onnx import export_onnx
+
+    path = export_onnx(trained.net, trained.spec, tmp_path / "model.onnx")
+    outputs = [o.name for o in ort.InferenceSession(str(path)).get_outputs()]
+    assert outputs == ["logits", "features"]
+    plain = InputSpec.from_dict({**trained.spec.to_dict(), "reject": None})
+    path = export_onnx(trained.net, plain, tmp_path / "plain.onnx")  # no rule: as before
+    assert [o.name for o in ort.InferenceSession(str(path)).get_outputs()] == ["logits"]
+
+
+def test_a_file_without_features_is_refused_for_a_feature_rule(trained, tmp_path):
+    from lightning_cls.export.onnx import export_onnx
+
+    plain = InputSpec.from_dict({**trained.spec.to_dict(), "reject": None})
+    path = export_onnx(trained.net, plain, tmp_path / "plain.onnx")
+    with pytest.raises(ValueError, match=r"plain.onnx has no features output.*reject=knn"):
+        load_artifact(path, spec={"reject": trained.spec.reject})
+
+
+def test_the_predictions_csv_names_the_rule(trained, folder, tmp_path):
+    from lightning_cls.inference import write_predictions_csv
+
+    ckpt = _checkpoint(trained, tmp_path / "m.ckpt")
+    predictor = load_artifact(ckpt)
+    rows, _ = predict_files(predictor, folder, top_k=1)
+    write_predictions_csv(tmp_path / "p.csv", rows, [], 1, predictor.spec)
+    table = list(csv.DictReader((tmp_path / "p.csv").open()))
+    assert table[0].keys() >= {"file", "answer", "knn_score", "label_1"}
+    noise = [r["answer"] for r in table if "noise_" in r["file"]]
+    assert noise.count("unknown") >= 11
