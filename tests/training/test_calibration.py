@@ -153,3 +153,33 @@ def test_calibrate_without_validation_images_fails_before_training():
     trainer = SimpleNamespace(datamodule=SimpleNamespace(splits={}))
     with pytest.raises(ValueError, match=r"need the validation images in memory .*SimpleNamespace"):
         Calibrate().setup(trainer, None, "fit")
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("reject=odin", r"reject='odin' is not a known rejection rule"),
+        ("reject_k=0", r"reject_k=0 is not an integer >= 1"),
+        ("reject_bank=10", r"reject_k=50 is larger than the feature bank \(10 training"),
+    ],
+)
+def test_train_refuses_a_bad_rule_before_training(tmp_path, override, match):
+    from lightning_cls.train import train
+
+    extra = [] if override == "reject=odin" else ["reject=knn"]
+    overrides = [*QUIET_TRAINER, *as_overrides(SMALL), "trainer.max_epochs=1", override, *extra]
+    with pytest.raises(ValueError, match=match):
+        train(compose(overrides=overrides, tmp=tmp_path))
+    assert not list(tmp_path.rglob("*.ckpt"))  # nothing trained
+
+
+def test_train_with_reject_knn_fits_the_bank_on_train_features(tmp_path):
+    from lightning_cls.train import train
+
+    overrides = [*QUIET_TRAINER, *as_overrides(SMALL), "trainer.max_epochs=1", "reject=knn",
+                 "reject_k=5", "reject_bank=24", "prediction_mosaic=false"]  # fmt: skip
+    summary = train(compose(overrides=overrides, tmp=tmp_path))
+    rule = summary["calibration"]["reject"]
+    assert rule["score"] == "knn" and rule["k"] == 5 and rule["bank"].startswith("<float16 24x")
+    _, spec = load_torch_model(summary["best_ckpt"])
+    assert spec.reject["bank"]["shape"][0] == 24 and spec.decision.needs_features

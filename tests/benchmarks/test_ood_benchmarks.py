@@ -1,0 +1,23 @@
+"""benchmarks/ood.py and benchmarks/reject_cost.py --quick: the unknowns benchmark scores every
+rule on every set, and the kNN rule's predict cost is measured against the plain file."""
+
+from __future__ import annotations
+
+
+def test_ood_quick_mode_scores_every_rule_on_every_set(run_quick, tmp_path):
+    report = run_quick("ood.py", "--work", str(tmp_path))
+    (run,) = report["runs"]
+    assert run["rule"] == "knn" and 0.8 <= run["test_kept_at_rule"] <= 1
+    for name in ("near", "noise", "digits", "shapes"):
+        for score in ("msp", "energy", "pnorm", "knn", "mahalanobis"):
+            assert 0 <= run[f"{name}_auroc_{score}"] <= 1
+            assert 0 <= run[f"{name}_fpr95_{score}"] <= 1
+    # Colour blobs against grey digits and uniform noise: far from anything trained on.
+    assert run["noise_auroc_knn"] > 0.9 and run["digits_auroc_knn"] > 0.9
+
+
+def test_reject_cost_quick_mode_times_both_files(run_quick, tmp_path):
+    report = run_quick("reject_cost.py", "--work", str(tmp_path))
+    assert report["images"] == 64 and report["k"] == 50
+    assert report["plain_ms"] > 0 and report["knn_ms"] > 0
+    assert report["added"]["min"] <= report["added"]["median"] <= report["added"]["max"]
