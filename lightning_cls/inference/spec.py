@@ -63,6 +63,9 @@ class InputSpec:
     # reject = {score: msp|energy, threshold, keep}: below it the answer is ``unknown``.
     temperature: float | tuple[float, ...] = 1.0
     reject: dict[str, Any] | None = None
+    # The label smoothing the model was trained with (0: none), which makes its softmax
+    # confidence a poorer judge of unknowns and its logits poorer teachers (``trust.py``).
+    label_smoothing: float = 0.0
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the types once, here
@@ -77,6 +80,7 @@ class InputSpec:
             "model_kwargs": lambda v: dict(v or {}),
             "task": lambda v: str(v or "multiclass"),
             "threshold": lambda v: None if v is None else float(v),
+            "label_smoothing": lambda v: float(v or 0.0),
         }
         for name, convert in conversions.items():
             value = getattr(self, name)
@@ -253,6 +257,7 @@ _KINDS = {
     "model_kwargs": "a mapping",
     "task": "a task name",
     "threshold": "a probability",
+    "label_smoothing": "a number in [0, 1)",
     "temperature": "a number > 0",
     "reject": "a rejection rule",
 }

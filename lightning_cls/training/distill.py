@@ -30,6 +30,7 @@ pickled or deep-copied (``ddp_spawn``, ``EMAWeightAveraging``'s copy).
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,9 @@ import torch
 import torch.nn.functional as F
 
 from lightning_cls.inference.flags import check_trust_flag
+
+log = logging.getLogger(__name__)
+_WARNED: set[str] = set()  # teachers already warned about (a copy of the Distiller loads again)
 
 if TYPE_CHECKING:
     from lightning_cls.inference.runtimes import Runtime
@@ -132,6 +136,7 @@ class Distiller:
             self.teacher, trust_artifact=self.trust_teacher, threads=torch.get_num_threads()
         )
         check_teacher(runtime.spec, student, self.teacher)
+        warn_label_smoothing(runtime.spec, self.teacher)
         self._renormalize = renormalization(student, runtime.spec)
         self._runtime = runtime
 
@@ -167,6 +172,23 @@ class Distiller:
         batch ``x``; ``soft`` is the task's distillation loss against the teacher's logits."""
         soft = task.distill_loss(logits, self.teacher_logits(x), self.temperature)
         return self.alpha * soft + (1.0 - self.alpha) * task_loss, soft.detach()
+
+
+def warn_label_smoothing(teacher: InputSpec, path: Path) -> bool:
+    """Warn once per teacher file trained with label smoothing: smoothing erases what the
+    wrong classes' logits say about similarity, the very thing a student learns from
+    (Mueller et al. 2019, "When does label smoothing help?"). True when it warned."""
+    if teacher.label_smoothing <= 0 or str(path) in _WARNED:
+        return False
+    _WARNED.add(str(path))
+    log.warning(
+        "distill.teacher=%s was trained with label_smoothing=%g: a label-smoothed teacher's soft "
+        "targets carry less about how classes resemble each other, and make a worse teacher "
+        "(Mueller et al. 2019). Prefer a teacher trained with label_smoothing=0.",
+        path,
+        teacher.label_smoothing,
+    )
+    return True
 
 
 def check_teacher(teacher: InputSpec, student: InputSpec, path: Path) -> None:

@@ -229,3 +229,20 @@ def test_multilabel_student_learns_the_teachers_sigmoids(tmp_path):
     make_trainer(ROOT, max_epochs=EPOCHS, limit_val_batches=0).fit(student.train(), datamodule=data)
     student.eval()
     assert gap() < before * 0.5, (before, gap())
+
+
+def test_a_label_smoothed_teacher_is_warned_about_once(trained, tmp_path, caplog):
+    from lightning_cls.inference import load_torch_model
+    from lightning_cls.training.calibration import update_checkpoint
+
+    smoothed = update_checkpoint(trained.ckpt, tmp_path / "smoothed.ckpt", {"label_smoothing": 0.2})
+    _, student = load_torch_model(trained.ckpt)
+    with caplog.at_level("WARNING", logger="lightning_cls.training.distill"):
+        Distiller(trained.ckpt).prepare(student)  # trained without smoothing: no warning
+        assert not caplog.records
+        first = Distiller(smoothed)
+        first.prepare(student)
+        copy.deepcopy(first).prepare(student)  # a copy (EMA, a spawned rank) loads it again
+    (record,) = caplog.records
+    assert "was trained with label_smoothing=0.2" in record.getMessage()
+    assert "label_smoothing=0" in record.getMessage()
