@@ -1,10 +1,13 @@
 """``ServeApp``: the ASGI application of one server process.
 
-``POST /predict`` is answered by a plain ASGI function (no framework routing, no per-request
-validation models): read the body under a deadline, admit it to the queue, check and decode
-the images, await the ``Batcher``, send pre-serialised JSON. Everything else (``GET /``,
-``/health``, ``/info``, ``/metrics``, ``POST /explain``: the heat map of one image, where the
-served model supports it, ``serve/heatmaps.py``) goes to a small Starlette app.
+``POST /predict`` and ``POST /explain`` (the heat map of one image, where the served model
+supports it, ``serve/heatmaps.py``) are plain ASGI functions (no framework routing, no
+per-request validation models) behind one admission, ``_admit``: read the body under a
+deadline, take a queue slot (503 when full), answer within ``serve.timeout`` (504), the pixel
+budget checked from the headers and big images decoded off the event loop. ``/predict`` then
+awaits the ``Batcher``; ``/explain`` draws in its own thread, one image at a time. Both send
+pre-serialised JSON. Everything else (``GET /``, ``/health``, ``/info``, ``/metrics``) goes to
+a small Starlette app.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 from starlette.applications import Starlette
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -46,6 +51,9 @@ except ImportError:  # pragma: no cover - orjson is in the serve extra
 
 log = logging.getLogger(__name__)
 JSON_HEADERS = [(b"content-type", b"application/json")]
+EXPLAIN_PATH = "/explain"
+# An admitted request's work: (content kind, body, deadline) -> the JSON answer.
+Work = Callable[[str, bytes, float], Awaitable[bytes]]
 
 
 class ServeApp:
@@ -59,10 +67,13 @@ class ServeApp:
         )
         # Decodes of big images; the model thread and these share the worker's cores.
         self.decoder = ThreadPoolExecutor(config.threads, thread_name_prefix="lightning_cls-decode")
-        self.in_flight = 0  # admitted /predict requests not yet answered, this process
-        self.draining = False  # set on SIGTERM: /health and new /predict get 503
+        self.in_flight = 0  # admitted /predict and /explain requests not yet answered, here
+        self.draining = False  # set on SIGTERM: /health, new /predict and /explain get 503
         self.model_json = dumps(info)  # the same for every answer: serialised once
         self.heatmaps = HeatMaps(predictor)
+        # Heat maps, one at a time, beside the model thread: a queue of them waits here, not
+        # in the decode threads /predict's big images need.
+        self.explainer = ThreadPoolExecutor(1, thread_name_prefix="lightning_cls-explain")
         self.info = {"model": {**info, "spec": self.spec.to_dict(), "config": config.public()}}
         self.info["model"]["explain"] = self.heatmaps.describe()
         self.routes = Starlette(
@@ -71,32 +82,48 @@ class ServeApp:
                 Route("/health", self.health),
                 Route("/info", self.describe),
                 Route("/metrics", self.prometheus),
-                Route("/explain", self.explain, methods=["POST"]),
             ]
         )
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["path"] == self.config.api_path:
-            if scope["method"] == "POST":
+        if scope["type"] == "http" and scope["method"] == "POST":
+            if scope["path"] == self.config.api_path:
                 return await self.predict(scope, receive, send)
+            if scope["path"] == EXPLAIN_PATH:
+                return await self.explain(scope, receive, send)
         return await self.routes(scope, receive, send)
 
-    # --- POST /predict -------------------------------------------------------------------
+    # --- POST /predict and POST /explain: one admission ---------------------------------
     async def predict(self, scope, receive, send) -> None:
-        start = time.perf_counter()
-        status = 500
+        start, status = time.perf_counter(), 500
         try:
-            try:
-                body = await self._answer(scope, receive)
-                status = 200
-                await _send(send, 200, body)
-            except Reject as err:
-                status = err.status
-                await _send(send, status, dumps({"detail": err.detail}), err.headers)
+            status = await self._respond(scope, receive, send, self._predicted)
         finally:
             self.metrics.observe_request(status, time.perf_counter() - start)
 
-    async def _answer(self, scope, receive) -> bytes:
+    async def explain(self, scope, receive, send) -> None:
+        """One image's heat map over it (JSON with a PNG data URL), admitted like ``/predict``;
+        501 where the served model has no feature maps to read."""
+        if self.heatmaps.explainer is None:
+            return await _send(send, 501, dumps({"detail": self.heatmaps.reason}))
+        await self._respond(scope, receive, send, self._explained)
+
+    async def _respond(self, scope, receive, send, work: Work) -> int:
+        """Answer with ``work``'s body once admitted (``_admit``), or with the ``Reject``;
+        returns the status sent."""
+        try:
+            body = await self._admit(scope, receive, work)
+        except Reject as err:
+            await _send(send, err.status, dumps({"detail": err.detail}), err.headers)
+            return err.status
+        await _send(send, 200, body)
+        return 200
+
+    async def _admit(self, scope, receive, work: Work) -> bytes:
+        """The admission of every POST endpoint: Content-Type (415) and Content-Length (413)
+        from the headers, the body within ``serve.body_timeout_s`` (408), then a queue slot
+        (503 with Retry-After while ``serve.max_queue`` requests are in flight, or draining)
+        and ``work(kind, body, deadline)`` within ``serve.timeout`` of admission (504)."""
         config = self.config
         content_type, declared = b"", b""
         for name, value in scope["headers"]:
@@ -119,7 +146,7 @@ class ServeApp:
         self.in_flight += 1
         self.metrics.queue_depth(+1)
         try:  # serve.timeout runs from here: header checks, decoding and the model
-            answer = await self._admitted(kind, raw, time.monotonic() + config.timeout)
+            return await work(kind, raw, time.monotonic() + config.timeout)
         except (TimeoutError, asyncio.TimeoutError, Expired):  # one class from Python 3.11
             raise Reject(
                 504,
@@ -129,7 +156,17 @@ class ServeApp:
         finally:
             self.in_flight -= 1
             self.metrics.queue_depth(-1)
-        probs, indices, verdicts, batch_images = answer
+
+    async def _predicted(self, kind: str, raw: bytes, deadline: float) -> bytes:
+        """An admitted ``/predict`` body -> the JSON answer, from the batcher, before
+        ``deadline`` (``time.monotonic()``); ``TimeoutError`` or ``Expired`` after it."""
+        config = self.config
+        if kind == "image":
+            encoded, top_k = [raw], config.top_k
+        else:
+            encoded, top_k = parse_json(raw, config.max_images_per_request, config.top_k)
+        images = await self._decoded(encoded, deadline)
+        probs, indices, verdicts, batch_images = await self.batcher.predict(images, top_k, deadline)
         classes = self.classes
         predictions = [
             {"labels": [classes[i] for i in idx], "probs": p} for p, idx in zip(probs, indices)
@@ -146,24 +183,30 @@ class ServeApp:
             + b"}"
         )
 
-    async def _admitted(self, kind: str, raw: bytes, deadline: float) -> tuple:
-        """An admitted body -> the batcher's answer, all before ``deadline``
-        (``time.monotonic()``); ``TimeoutError`` or ``Expired`` after it."""
+    async def _explained(self, kind: str, raw: bytes, deadline: float) -> bytes:
+        """An admitted ``/explain`` body (one image, raw or as ``{"image": base64}``) -> the
+        heat map's JSON, drawn in the explainer's own thread before ``deadline``. At the
+        deadline a queued explanation is dropped unrun; a running one finishes (one image at
+        the model's input size) while its request is answered 504."""
+        encoded = [raw] if kind == "image" else parse_json(raw, 1, self.config.top_k)[0]
+        image = (await self._decoded(encoded, deadline))[0]  # (C, H, W) uint8
+        loop = asyncio.get_running_loop()
+        drawing = loop.run_in_executor(self.explainer, self.heatmaps.explain, image)
+        return dumps(await asyncio.wait_for(drawing, max(0.0, deadline - time.monotonic())))
+
+    async def _decoded(self, encoded: list[bytes], deadline: float) -> np.ndarray:
+        """Encoded images -> uint8 (N, C, H, W) before ``deadline``: the pixel budget from the
+        headers first (413), a small image decoded inline, bigger ones in a decode thread."""
         config = self.config
-        if kind == "image":
-            encoded, top_k = [raw], config.top_k
-        else:
-            encoded, top_k = parse_json(raw, config.max_images_per_request, config.top_k)
         pixels = request_pixels(encoded, config.max_pixels, config.max_request_pixels)
         if pixels <= INLINE_DECODE_PIXELS:
-            images = decode_all(encoded, self.spec)
-        else:  # a big decode must not stall the event loop (other requests, /health)
-            loop = asyncio.get_running_loop()
-            # At the deadline the request is answered 504 and leaves its queue slot; the
-            # decode thread stops before its next image (decode_all checks the deadline).
-            decoding = loop.run_in_executor(self.decoder, decode_all, encoded, self.spec, deadline)
-            images = await asyncio.wait_for(decoding, max(0.0, deadline - time.monotonic()))
-        return await self.batcher.predict(images, top_k, deadline)
+            return decode_all(encoded, self.spec)
+        # A big decode must not stall the event loop (other requests, /health). At the
+        # deadline the request is answered 504 and leaves its queue slot; the decode thread
+        # stops before its next image (decode_all checks the deadline).
+        loop = asyncio.get_running_loop()
+        decoding = loop.run_in_executor(self.decoder, decode_all, encoded, self.spec, deadline)
+        return await asyncio.wait_for(decoding, max(0.0, deadline - time.monotonic()))
 
     async def _read_body(self, receive) -> bytes:
         seconds = self.config.body_timeout_s
@@ -197,23 +240,6 @@ class ServeApp:
     async def page(self, request) -> Response:
         return HTMLResponse(PAGE_HTML)
 
-    async def explain(self, request) -> Response:
-        """One image's heat map over it (JSON with a PNG data URL); 501 where the served
-        model has no feature maps to read."""
-        if self.heatmaps.explainer is None:
-            return JSONResponse({"detail": self.heatmaps.reason}, 501)
-        config = self.config
-        try:
-            content_kind(request.headers.get("content-type", ""))
-            raw = await self._read_body(request.receive)
-            request_pixels([raw], config.max_pixels, config.max_request_pixels)
-            image = decode_all([raw], self.spec)[0]  # (C, H, W) uint8
-        except Reject as err:
-            return JSONResponse({"detail": err.detail}, err.status, err.headers)
-        loop = asyncio.get_running_loop()
-        answer = await loop.run_in_executor(self.decoder, self.heatmaps.explain, image)
-        return JSONResponse(answer)
-
     async def health(self, request) -> Response:
         if self.draining:
             return JSONResponse({"detail": "draining: the server is shutting down"}, 503)
@@ -228,6 +254,7 @@ class ServeApp:
     def close(self) -> None:
         self.batcher.close()
         self.decoder.shutdown(wait=False, cancel_futures=True)
+        self.explainer.shutdown(wait=False, cancel_futures=True)
 
 
 async def _send(send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:

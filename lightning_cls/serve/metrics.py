@@ -54,7 +54,7 @@ class ServeMetrics:
         self.status_counts = ctx.Array("q", len(STATUSES) + 1)  # last slot: other codes
         self.latency = _Histogram(ctx, LATENCY_BUCKETS_S)
         self.batch_size = _Histogram(ctx, BATCH_BUCKETS)
-        self.in_flight = ctx.Value("i", 0)  # accepted /predict requests not yet answered
+        self.in_flight = ctx.Value("i", 0)  # admitted /predict and /explain requests, unanswered
         # Process ids of the server processes that loaded and warmed up their model.
         self.worker_pids = ctx.Array("i", MAX_WORKERS)
 
@@ -64,7 +64,8 @@ class ServeMetrics:
             self.worker_pids[slot] = pid
 
     def queue_depth(self, change: int) -> None:
-        """Count admitted ``/predict`` requests in and out (summed over worker processes)."""
+        """Count admitted ``/predict`` and ``/explain`` requests in and out (summed over worker
+        processes): the one queue both take a slot in."""
         with self.in_flight.get_lock():
             self.in_flight.value += change
 
@@ -95,7 +96,8 @@ class ServeMetrics:
             "lightning_cls_batch_size", "Images per model call (dynamic batching at work)."
         )
         lines += [
-            "# HELP lightning_cls_queue_depth /predict requests accepted and not yet answered.",
+            "# HELP lightning_cls_queue_depth /predict and /explain requests admitted and not yet "
+            "answered.",
             "# TYPE lightning_cls_queue_depth gauge",
             f"lightning_cls_queue_depth {self.in_flight.value}",
             "# HELP lightning_cls_worker_info Server processes ready to serve.",
