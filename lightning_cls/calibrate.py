@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
+from lightning_cls.cli.run_config import with_checkpoint_data
 from lightning_cls.fileio import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,12 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
     from lightning_cls.inference.network import check_same_data
     from lightning_cls.training.calibration import calibrate, update_checkpoint
 
+    cfg = with_checkpoint_data(cfg, ckpt)  # the run's data unless data= was given
     pl.seed_everything(cfg.seed, workers=True)
     net, spec = load_torch_model(ckpt)
     datamodule = instantiate(cfg.data)
+    channels = {"num_channels": getattr(datamodule, "num_channels", None)}  # before mean/std
+    check_same_data(spec.to_dict(), channels, f"The checkpoint {ckpt}", f"data={cfg.data.name}")
     datamodule.mean, datamodule.std = spec.mean, spec.std  # the checkpoint's preprocessing
     datamodule.prepare_data()
     datamodule.setup("fit")

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, open_dict
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
 from lightning_cls.cli.printing import to_floats
+from lightning_cls.cli.run_config import with_checkpoint_data
 from lightning_cls.fileio import atomic_write_text
 
 if TYPE_CHECKING:
@@ -47,16 +48,19 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     from lightning_cls.module import ClassificationModule
     from lightning_cls.training.precision import resolve_precision
 
+    cfg = with_checkpoint_data(cfg, cfg.ckpt_path)  # the run's data unless data= was given
     pl.seed_everything(cfg.seed, workers=True)
     module = ClassificationModule.load_from_checkpoint(cfg.ckpt_path, map_location="cpu")
     tta = _override_tta(module, cfg.get("tta_flip"), cfg.get("tta_translate"))
     datamodule = instantiate(cfg.data)
     trained = module.hparams
+    where = f"The checkpoint {cfg.ckpt_path}"
+    channels = {"num_channels": getattr(datamodule, "num_channels", None)}  # before mean/std
+    check_same_data(trained, channels, where, data_name=f"data={cfg.data.name}")
     if trained.get("mean") is not None:
         datamodule.mean, datamodule.std = tuple(trained.mean), tuple(trained.std)
     datamodule.prepare_data()
     datamodule.setup("test" if split == "test" else "fit")
-    where = f"The checkpoint {cfg.ckpt_path}"
     check_same_data(trained, datamodule.spec, where, data_name=f"data={cfg.data.name}")
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
     with open_dict(cfg.trainer):  # precision=auto: bf16 only where the hardware runs it natively

@@ -1,0 +1,68 @@
+"""Commands given a checkpoint default to the data (and seed) it was trained on.
+
+``python -m lightning_cls.calibrate ckpt_path=<a model trained on a folder of photos>`` used to
+compose the default data (the embedded digits) and fail on the channel count. A training run
+saves its composed config in ``<run>/.hydra/config.yaml`` and its checkpoints under
+``<run>/checkpoints/<experiment>/``: ``with_checkpoint_data(cfg, ckpt)`` finds that file above
+the checkpoint and puts the run's ``data`` (and ``seed``: validation is carved from train by
+seed) into ``cfg``, unless the command line named them (``data=...``, ``data.<key>=...``,
+``seed=...``: an explicit value always wins). Part of the command layer: it reads Hydra's state.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+SAVED_CONFIG = Path(".hydra") / "config.yaml"
+LEVELS = 4  # run/checkpoints/<experiment>/x.ckpt: the run folder is 3 levels above
+
+
+def run_config_of(ckpt: str | Path) -> Path | None:
+    """The ``.hydra/config.yaml`` of the run that wrote ``ckpt`` (None when there is none)."""
+    folder = Path(ckpt).resolve().parent
+    for _ in range(LEVELS):
+        if (folder / SAVED_CONFIG).is_file():
+            return folder / SAVED_CONFIG
+        folder = folder.parent
+    return None
+
+
+def command_line_keys() -> set[str] | None:
+    """The top-level keys the command line overrode (``data``, ``seed``, ...), or None when
+    the config was not composed by a command (``compose()`` in a script: its caller chose)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    keys = set()
+    for override in HydraConfig.get().overrides.task:
+        key = override.split("=", 1)[0].lstrip("+~")
+        keys.add(key.split(".", 1)[0].split("@", 1)[0])
+    return keys
+
+
+def with_checkpoint_data(cfg: DictConfig, ckpt: str | Path) -> DictConfig:
+    """``cfg`` with the training run's ``data`` and ``seed`` where the command line did not
+    give them; unchanged when the run's config is not found or the caller composed ``cfg``."""
+    given = command_line_keys()
+    saved = run_config_of(ckpt)
+    if given is None or saved is None:
+        return cfg
+    run = OmegaConf.load(saved)
+    taken = []
+    with open_dict(cfg):
+        if "data" not in given and run.get("data") is not None:
+            # Unresolved: its interpolations (${seed}, ${paths.data_dir}) resolve in ``cfg``.
+            cfg.data = run.data
+            taken.append(f"data={cfg.data.get('name')}")
+        if "seed" not in given and run.get("seed") is not None:
+            cfg.seed = run.seed
+            taken.append(f"seed={run.seed}")
+    if taken:
+        log.info("From the training run's config (%s): %s; pass data=... to override.", saved,
+                 ", ".join(taken))  # fmt: skip
+    return cfg
