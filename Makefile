@@ -6,6 +6,10 @@
 # `make refresh-constraints` (resolve the newest versions, run the suite, rewrite the file), a
 # deliberate step reviewed in its own commit.
 PYTHON ?= python3
+# The oldest Python the project runs on: pyproject's requires-python, ruff's target-version and
+# the README say the same (tests/test_packaging.py); constraints.txt pins numpy and scipy
+# releases that need it. The venv is not created with an older one.
+MIN_PYTHON := 3.11
 VENV ?= .venv
 VPYTHON := $(VENV)/bin/python
 PIP := $(VPYTHON) -m pip
@@ -19,6 +23,7 @@ REFRESH_VENV := .venv-refresh
 .PHONY: install install-dev train test test-fast lint docs clean refresh-constraints
 
 $(VPYTHON):
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; need = tuple(map(int, "$(MIN_PYTHON)".split("."))); sys.exit(0 if v >= need else f"error: $(PYTHON) is Python {v[0]}.{v[1]}; lightning_cls needs Python >= $(MIN_PYTHON); run make PYTHON=python$(MIN_PYTHON) (or newer).")'
 	$(PYTHON) -m venv $(VENV)
 
 install: $(VPYTHON)

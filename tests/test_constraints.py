@@ -8,11 +8,11 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import pytest
-import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 CONSTRAINTS = REPO / "constraints.txt"

@@ -16,13 +16,8 @@ import ast
 import importlib.metadata as metadata
 import re
 import sys
-from pathlib import Path
-
-import pytest
-
-if sys.version_info < (3, 11):  # tomllib; the check does not depend on the Python version
-    pytest.skip("reads pyproject.toml with tomllib (Python 3.11+)", allow_module_level=True)
 import tomllib
+from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SCANNED = ("tests", "benchmarks")

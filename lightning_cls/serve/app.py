@@ -147,7 +147,7 @@ class ServeApp:
         self.metrics.queue_depth(+1)
         try:  # serve.timeout runs from here: header checks, decoding and the model
             return await work(kind, raw, time.monotonic() + config.timeout)
-        except (TimeoutError, asyncio.TimeoutError, Expired):  # one class from Python 3.11
+        except (TimeoutError, Expired):  # asyncio's timeouts raise TimeoutError (Python 3.11)
             raise Reject(
                 504,
                 f"not answered within serve.timeout={config.timeout} s of admission "
@@ -166,13 +166,16 @@ class ServeApp:
         else:
             encoded, top_k = parse_json(raw, config.max_images_per_request, config.top_k)
         images = await self._decoded(encoded, deadline)
-        probs, indices, verdicts, batch_images = await self.batcher.predict(images, top_k, deadline)
+        answer = await self.batcher.predict(images, top_k, deadline)
+        probs, indices, verdicts, sets, batch_images = answer
         classes = self.classes
         predictions = [
             {"labels": [classes[i] for i in idx], "probs": p} for p, idx in zip(probs, indices)
         ]
         for prediction, verdict in zip(predictions, verdicts or ()):  # the rejection rule's
             prediction["unknown"], prediction["score"] = verdict
+        for prediction, members in zip(predictions, sets or ()):  # the conformal rule's
+            prediction["set"] = [classes[i] for i in members]
         return (
             b'{"predictions":'
             + dumps(predictions)
@@ -211,11 +214,9 @@ class ServeApp:
     async def _read_body(self, receive) -> bytes:
         seconds = self.config.body_timeout_s
         try:
-            if hasattr(asyncio, "timeout"):  # Python >= 3.11: no extra task per request
-                async with asyncio.timeout(seconds):
-                    return await self._read_chunks(receive)
-            return await asyncio.wait_for(self._read_chunks(receive), seconds)
-        except (TimeoutError, asyncio.TimeoutError):  # the same class from Python 3.11
+            async with asyncio.timeout(seconds):  # no extra task per request (wait_for's)
+                return await self._read_chunks(receive)
+        except TimeoutError:
             raise Reject(
                 408,
                 f"request body not received within serve.body_timeout_s={seconds} s",
