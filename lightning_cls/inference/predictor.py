@@ -319,8 +319,9 @@ def predict_files(
     Returns ``rows`` ({"file", "labels", "probs"} per readable image, as the task decides:
     top-k first; for a multi-label model every label at or above ``spec.threshold``, most
     probable first, and ``"all_probs"``, one per class; with a rejection rule also
-    ``"unknown"`` and ``"score"``) and ``failures`` ([(path, reason)] for every file that
-    could not be read as an image), the shapes ``write_predictions_csv`` takes.
+    ``"unknown"`` and ``"score"``; with a prediction-set rule ``"set"``, its labels) and
+    ``failures`` ([(path, reason)] for every file that could not be read as an image), the
+    shapes ``write_predictions_csv`` takes.
     """
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}.")
@@ -340,9 +341,13 @@ def predict_files(
         probs = task.probabilities(logits)  # (B, K), after the model's temperature
         indices, values = task.decide(probs, top_k)
         verdicts = task.verdicts(logits, features) or [None] * len(ok)  # the rule, if any
-        for path, idx, p, row, verdict in zip(ok, indices, values, probs.tolist(), verdicts):
+        sets = task.sets(probs) or [None] * len(ok)  # prediction sets, if fitted
+        for path, idx, p, row, verdict, members in zip(
+            ok, indices, values, probs.tolist(), verdicts, sets
+        ):
             answer = {"file": str(path), **task.row(idx, p, row, spec.classes)}
-            rows.append(task.judged(answer, verdict))
+            named = None if members is None else [spec.classes[i] for i in members]
+            rows.append(task.judged(answer, verdict, named))
     return rows, failures
 
 

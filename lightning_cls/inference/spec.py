@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lightning_cls.inference.arrays import check_channels, normalize_numpy
+from lightning_cls.inference.conformal import check_conformal
 from lightning_cls.inference.tasks import TASKS, Task, create_task
 from lightning_cls.inference.trust import check_reject, check_temperature
 
@@ -66,6 +67,9 @@ class InputSpec:
     # The label smoothing the model was trained with (0: none), which makes its softmax
     # confidence a poorer judge of unknowns and its logits poorer teachers (``trust.py``).
     label_smoothing: float = 0.0
+    # Prediction sets with guaranteed coverage (inference/conformal.py), fitted on validation
+    # after the temperature: {method: aps|raps, alpha, qhat, lam, k_reg, images}; None: off.
+    conformal: dict[str, Any] | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the types once, here
@@ -152,16 +156,22 @@ class InputSpec:
             reject = check_reject(self.reject)
         except ValueError as err:
             raise SpecError("reject", str(err)) from None
+        try:
+            conformal = check_conformal(self.conformal, decision.multi_hot)
+        except ValueError as err:
+            raise SpecError("conformal", str(err)) from None
         object.__setattr__(self, "temperature", temperature)
         object.__setattr__(self, "reject", reject)
+        object.__setattr__(self, "conformal", conformal)
         decision.temperature, decision.reject = temperature, reject
+        decision.conformal = conformal
 
     @functools.cached_property
     def decision(self) -> Task:
         """The task's decision half (``lightning_cls.inference.tasks``): probabilities (after
         the temperature), the labels predicted from them, the rejection rule, the score.
         Predictors and the server ask it."""
-        return create_task(self.task, self.threshold, self.temperature, self.reject)
+        return create_task(self.task, self.threshold, self.temperature, self.reject, self.conformal)
 
     @property
     def multilabel(self) -> bool:
@@ -260,6 +270,7 @@ _KINDS = {
     "label_smoothing": "a number in [0, 1)",
     "temperature": "a number > 0",
     "reject": "a rejection rule",
+    "conformal": "a fitted prediction-set rule",
 }
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from lightning_cls.inference import arrays, feature_rules, trust
 from lightning_cls.inference.arrays import Decision
+from lightning_cls.inference.conformal import prediction_sets
 from lightning_cls.registry import Registry
 
 if TYPE_CHECKING:
@@ -46,6 +47,9 @@ class Task:
     # keep} or None) turns an image whose confidence is below the threshold into ``unknown``.
     temperature: float | tuple[float, ...] = 1.0
     reject: dict[str, Any] | None = None
+    # ``conformal`` ({method, alpha, qhat, lam, k_reg, images} or None, ``inference/
+    # conformal.py``) gives each image a prediction set, from the probabilities after ``T``.
+    conformal: dict[str, Any] | None = None
 
     def __init__(self, threshold: float | None = None):
         self.threshold: float | None = None  # no threshold: a threshold given is not used
@@ -145,26 +149,39 @@ class Task:
         """One row of ``predict_files``: ``labels`` and ``probs``, most probable first."""
         return {"labels": [classes[i] for i in indices], "probs": values}
 
-    def judged(self, row: dict, verdict: tuple[bool, float] | None) -> dict:
+    def sets(self, probs) -> list[list[int]] | None:
+        """(B, K) probabilities (after the temperature) -> per image its prediction set: class
+        indices, most probable first, never empty; None without a fitted ``conformal`` rule."""
+        if self.conformal is None:
+            return None
+        return prediction_sets(arrays.as_numpy(probs), self.conformal)
+
+    def judged(
+        self, row: dict, verdict: tuple[bool, float] | None, members: list[str] | None = None
+    ) -> dict:
         """``row`` with the rejection rule's answer: ``unknown`` (True when the confidence is
-        below the threshold) and ``score``; unchanged without a rule."""
-        if verdict is None:
-            return row
-        return {**row, "unknown": verdict[0], "score": verdict[1]}
+        below the threshold) and ``score``; with a prediction set, ``set`` (its labels);
+        unchanged without either."""
+        if verdict is not None:
+            row = {**row, "unknown": verdict[0], "score": verdict[1]}
+        return row if members is None else {**row, "set": list(members)}
 
     def answer(self, row: Mapping[str, Any]) -> str:
         """What the model answers for a judged row: ``unknown``, or its label(s)."""
         return trust.UNKNOWN if row.get("unknown") else ";".join(row["labels"][:1])
 
     def _judged_header(self) -> list[str]:
-        return [] if self.reject is None else ["answer", f"{self.reject['score']}_score"]
+        rule = [] if self.reject is None else ["answer", f"{self.reject['score']}_score"]
+        return rule + ([] if self.conformal is None else ["set"])
 
     def _judged_cells(self, row: Mapping[str, Any]) -> list[str]:
-        return [] if self.reject is None else [self.answer(row), f"{row['score']:.6f}"]
+        rule = [] if self.reject is None else [self.answer(row), f"{row['score']:.6f}"]
+        return rule + ([] if self.conformal is None else [";".join(row["set"])])
 
     def csv_header(self, classes: Sequence[str], top_k: int) -> list[str]:
         """The predictions CSV's columns: file, label_1..k, prob_1..k, error; with a rejection
-        rule, answer (the label or ``unknown``) and the confidence score after file."""
+        rule, answer (the label or ``unknown``) and the confidence score after file; with a
+        prediction set, ``set`` (its labels joined by ``;``) after them."""
         labels = [f"label_{i + 1}" for i in range(top_k)]
         probs = [f"prob_{i + 1}" for i in range(top_k)]
         return ["file", *self._judged_header(), *labels, *probs, "error"]
@@ -269,11 +286,13 @@ def create_task(
     threshold: float | None = None,
     temperature: float | Sequence[float] = 1.0,
     reject: Mapping[str, Any] | None = None,
+    conformal: Mapping[str, Any] | None = None,
 ) -> Task:
     """The decision task registered as ``name``; ``threshold`` for a task that has one;
-    ``temperature`` and ``reject`` as ``inference/trust.py`` describes (checked by
-    ``InputSpec``)."""
+    ``temperature`` and ``reject`` as ``inference/trust.py`` describes, ``conformal`` as
+    ``inference/conformal.py`` does (checked by ``InputSpec``)."""
     task = TASKS.get(str(name))(threshold=threshold)
     task.temperature = temperature if isinstance(temperature, (int, float)) else tuple(temperature)
     task.reject = None if reject is None else dict(reject)
+    task.conformal = None if conformal is None else dict(conformal)
     return task

@@ -9,7 +9,8 @@ Runtime, OpenVINO and PyTorch release the GIL), leaving the event loop free for 
 longer than ``max_batch_size`` is split into several model calls. Each request's labels are
 what the model's task decides (``spec.decision``, in the model thread): its ``top_k`` classes,
 or for a multi-label model every label whose probability reaches its threshold, and with a
-rejection rule (``spec.reject``) whether each image is ``unknown``. Images and
+rejection rule (``spec.reject``) whether each image is ``unknown``, and with a conformal rule
+(``spec.conformal``) each image's prediction set. Images and
 probabilities stay numpy arrays here: with an ONNX or OpenVINO model the server never imports
 torch (``Predictor`` answers in the kind it is given).
 """
@@ -54,9 +55,10 @@ class Batcher:
 
     async def predict(
         self, images: np.ndarray, top_k: int, deadline: float | None = None
-    ) -> tuple[list, list, list | None, int]:
+    ) -> tuple[list, list, list | None, list | None, int]:
         """uint8 (N, C, H, W) -> (the predicted labels' probabilities per image, their class
         indices, (unknown, score) per image by the model's rejection rule or None without one,
+        the class indices of each image's prediction set or None without a conformal rule,
         images in the largest model call that served it); ``Expired`` after
         ``timeout`` seconds, or at ``deadline`` (``time.monotonic()``: the server's clock runs
         from admission, decoding included)."""
@@ -113,11 +115,13 @@ class Batcher:
         )  # (N, K) float32; (N, D) for a feature-space rejection rule, else None
         probs = self.task.probabilities(logits)  # after the model's temperature
         verdicts = self.task.verdicts(logits, features)  # None without a rejection rule
+        sets = self.task.sets(probs)  # None without a conformal rule
         answers, start = [], 0
         for n, top_k in requests:
             indices, values = self.task.decide(probs[start : start + n], top_k)
             judged = None if verdicts is None else verdicts[start : start + n]
-            answers.append((values, indices, judged))
+            members = None if sets is None else sets[start : start + n]
+            answers.append((values, indices, judged, members))
             start += n
         return answers
 

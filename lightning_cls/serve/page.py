@@ -3,7 +3,8 @@
 Drop or pick one or more images: each is posted to ``/predict`` as raw bytes (the server
 batches them) and shown with its top-5 labels as bars with probabilities, and, where the
 served model supports it (a PyTorch checkpoint: ``/info``'s ``model.explain``), with the heat
-map of where it looked (``POST /explain``); elsewhere the card says why there is none.
+map of where it looked (``POST /explain``); elsewhere the card says why there is none. A
+model with a prediction-set rule (``conformal``) shows each image's set above the bars.
 """
 
 PAGE_HTML = """<!doctype html>
@@ -38,6 +39,7 @@ PAGE_HTML = """<!doctype html>
   .error { color: #b3261e; }
   .card img.heat { width: 128px; height: 128px; }
   .explain { color: #5b6573; font-size: .85rem; margin-top: .4rem; }
+  .set { color: #1d232b; font-size: .9rem; margin: .2rem 0 .4rem; }
 </style>
 </head>
 <body>
@@ -52,10 +54,12 @@ PAGE_HTML = """<!doctype html>
 const drop = document.getElementById("drop");
 const results = document.getElementById("results");
 let explain = {supported: false, reason: "model information not loaded"};
+let setCoverage = null;  // 1 - alpha of the model's conformal rule, from /info
 
 fetch("info").then(r => r.json()).then(info => {
   const m = info.model;
   if (m.explain) explain = m.explain;
+  if (m.spec.conformal) setCoverage = 1 - m.spec.conformal.alpha;
   document.getElementById("model").textContent =
     `Model ${m.name} (version ${m.version}, ${m.runtime}), ${m.spec.classes.length} classes`;
 }).catch(() => { document.getElementById("model").textContent = ""; });
@@ -89,6 +93,10 @@ async function classify(file) {
     const p = answer.predictions[0];
     if (p.unknown) {  // below the model's rejection threshold: the scores are still shown
       body.append(el("div", "row unknown", `unknown (confidence ${p.score.toFixed(3)} below the model's threshold)`));
+    }
+    if (p.set) {  // the model's prediction set: holds the true label with the stated coverage
+      const level = setCoverage === null ? "" : ` (${Math.round(100 * setCoverage)}% coverage)`;
+      body.append(el("div", "set", `set${level}: {${p.set.join(", ")}}`));
     }
     if (!p.labels.length) {  // a multi-label model: no label reached its threshold
       body.append(el("div", "row", "no label above the model's threshold"));
