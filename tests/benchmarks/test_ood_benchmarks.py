@@ -21,3 +21,12 @@ def test_reject_cost_quick_mode_times_both_files(run_quick, tmp_path):
     assert report["images"] == 64 and report["k"] == 50
     assert report["plain_ms"] > 0 and report["knn_ms"] > 0
     assert report["added"]["min"] <= report["added"]["median"] <= report["added"]["max"]
+
+
+def test_int8_ece_quick_mode_compares_both_files_on_the_test_split(run_quick, tmp_path):
+    report = run_quick("int8_ece.py", "--work", str(tmp_path))
+    (run,) = report["runs"]
+    assert run["images"] == 18 and run["temperature"] > 0
+    for key in ("ece_fp32", "ece_int8", "acc_fp32", "acc_int8"):
+        assert 0 <= run[key] <= 1
+    assert run["acc_fp32"] > 0.6  # 3 colours: learned
