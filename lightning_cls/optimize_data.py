@@ -16,13 +16,15 @@ from omegaconf import DictConfig
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
-from lightning_cls.data.chunks import write_streaming
 
 log = logging.getLogger(__name__)
 
 
 def optimize(cfg: DictConfig) -> dict:
     """Decode ``cfg.data``'s train/val/test splits and write them to ``cfg.out``."""
+    # Imported here: `--help` and a config error load no torch (tests/test_layers.py).
+    from lightning_cls.data.chunks import write_streaming
+
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 import time
@@ -214,7 +215,39 @@ TRAINING = ("pytorch_lightning", "torchmetrics", "lightning_cls.callbacks", "lig
 # The ONNX paths of predict and serve build no network (torchvision, the model registry) and
 # never import torch: Predictor, the spec, the task and the batcher compute with numpy there.
 ONNX_PATH = (*TRAINING, "torch", "torchvision", "lightning_cls.models")
-COMMANDS = ["train", "eval", "predict", "serve", "stats", "inspect_model", "bench_data", "export"]
+
+
+def _commands() -> list[str]:
+    """Every command a user runs (``python -m lightning_cls.<command>``): the entry points with
+    a ``@hydra.main``, derived from the layout like ``ENTRY_POINTS``."""
+    found = []
+    for rel in sorted(ENTRY_POINTS - {e for e in ENTRY_POINTS if e.startswith("cli/")}):
+        if "@hydra.main(" in (PACKAGE / rel).read_text():
+            found.append(rel.removesuffix("/__main__.py").removesuffix(".py"))
+    return found
+
+
+COMMANDS = _commands()
+# A misspelt option of each command: (the real key, the typo on the command line).
+MISSPELT = {
+    "bench_data": ("warmup_batches", "warmup_batch=2"),
+    "calibrate": ("temperature", "temprature=1.5"),
+    "doctor": ("doctor.folds", "doctor.fold=3"),
+    "eval": ("split", "splt=val"),
+    "explain": ("method", "methd=cam"),
+    "export": ("output_dir", "output_dri=out"),
+    "inspect_model": ("data.batch_size", "data.bach_size=8"),
+    "optimize_data": ("chunk_bytes", "chunk_byte=1MB"),
+    "predict": ("top_k", "topk=3"),
+    "serve": ("serve.port", "serve.prot=8001"),
+    "stats": ("data.batch_size", "data.batchsize=8"),
+    "train": ("trainer.max_epochs", "trainer.max_epoch=1"),
+}
+
+
+def test_the_commands_are_derived_from_the_layout_and_each_has_a_typo_case():
+    assert {"train", "eval", "predict", "serve", "export", "doctor", "explain"} <= set(COMMANDS)
+    assert sorted(MISSPELT) == COMMANDS, "give each command a misspelt option in MISSPELT"
 
 
 def _run_and_list_imports(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, set]:
@@ -259,6 +292,36 @@ def test_a_user_errors_one_line_loads_no_lightning(args, message, forbidden, tmp
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert out.returncode == 1 and len(errors) == 1 and message in errors[0], out.stderr[-3000:]
     assert _loaded(modules, (*TRAINING, *([forbidden] if forbidden else []))) == []
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_misspelt_option_is_one_line_and_loads_neither_lightning_nor_torch(command, tmp_path):
+    """Hydra refuses the typo before the command runs: one ``error:`` line naming it and the
+    fix, exit 1, and no Lightning or torch paid for (the real key is in the config)."""
+    from omegaconf import OmegaConf
+
+    from hydra_helpers import compose
+
+    key, typo = MISSPELT[command]
+    config = _config_name(command)
+    options = OmegaConf.to_container(compose(config), resolve=False)
+    for part in key.split("."):
+        assert part in options, f"{key} is no option of {config}.yaml: fix MISSPELT"
+        options = options[part]
+    argv = ["-m", f"lightning_cls.{command}", typo, f"hydra.run.dir={tmp_path}/run"]
+    out, modules = _run_and_list_imports(argv, tmp_path)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    wrong = typo.split("=")[0]
+    assert out.returncode == 1 and len(errors) == 1, out.stderr[-3000:]
+    assert f"Could not override '{wrong}'" in errors[0], errors
+    assert "Traceback" not in out.stderr
+    assert _loaded(modules, (*TRAINING, "torch")) == [], f"{command}'s typo loaded them"
+
+
+def _config_name(command: str) -> str:
+    """The primary config a command composes (its ``@hydra.main(config_name=...)``)."""
+    rel = f"{command}.py" if (PACKAGE / f"{command}.py").is_file() else f"{command}/__main__.py"
+    return re.search(r'config_name="([^"]+)"', (PACKAGE / rel).read_text()).group(1)
 
 
 @pytest.fixture(scope="module")
