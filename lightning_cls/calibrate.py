@@ -1,6 +1,7 @@
 """``python -m lightning_cls.calibrate ckpt_path=... [data=...]``: calibrate a trained checkpoint.
 
-Fits temperature scaling and, with ``reject=msp|energy``, a rejection rule on the validation
+Fits temperature scaling and, with ``reject=msp|energy``, a rejection rule, with
+``conformal=<alpha>`` prediction sets (``conformal_method=aps|raps``) on the validation
 split (``lightning_cls.training.calibration``), then writes a calibrated copy of the checkpoint
 to ``output`` (default: ``calibrated.ckpt`` in the run folder; ``output=<ckpt_path>`` replaces
 the given file atomically, with a log line), ``results.json`` (ECE before and after, on
@@ -38,11 +39,14 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
             f"ckpt_path={str(ckpt)!r} is not a Lightning checkpoint (.ckpt); calibrate the "
             "checkpoint, then export it (the temperature travels into every artifact)."
         )
+    from lightning_cls.inference.conformal import check_options as check_conformal_options
     from lightning_cls.inference.trust import check_keep, check_rule_options
 
     # a typo's one line before anything loads
     check_rule_options(cfg.reject, cfg.reject_keep, cfg.reject_k, cfg.reject_bank)
+    temperature = check_temperature_option(cfg.temperature)
     check_keep(cfg.reject_keep)
+    check_conformal_options(cfg.conformal, cfg.conformal_method)
     # Imported here: --help and a config error load no torch (tests/test_layers.py).
     import pytorch_lightning as pl
 
@@ -74,7 +78,7 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
         spec,
         splits["val"],
         splits.get("test"),
-        temperature=bool(cfg.temperature),
+        temperature=temperature,
         reject=cfg.reject,
         keep=cfg.reject_keep,
         choose_threshold=bool(cfg.choose_threshold),
@@ -82,6 +86,8 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
         train=splits.get("train"),
         k=cfg.reject_k,
         bank_size=cfg.reject_bank,
+        conformal=cfg.conformal,
+        conformal_method=cfg.conformal_method,
     )
     target = update_checkpoint(ckpt, cfg.output, result.spec_updates)
     report = {
@@ -92,6 +98,19 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
     atomic_write_text(out / "results.json", json.dumps(report, indent=2) + "\n")
     log.info("Calibrated checkpoint: %s", target)
     return report
+
+
+def check_temperature_option(value):
+    """``temperature=``: true (fit one), false (keep the checkpoint's) or a number > 0 (use it);
+    anything else is one line naming the value."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value > 0 and value != float("inf"):
+        return float(value)
+    raise ValueError(
+        f"temperature={value!r} is not true, false or a number > 0; temperature=true fits one on "
+        "validation, temperature=false keeps the checkpoint's, temperature=1.5 sets it."
+    )
 
 
 @hydra.main(config_path=config_dir(), config_name="calibrate", version_base="1.3")

@@ -15,6 +15,9 @@ predict does (``Predictor.image_logits``: the artifact's preprocessing and TTA),
 - chooses the **rejection threshold** (``reject="msp"|"energy"``): the ``1 - keep`` quantile
   of the validation images' confidence, so ``keep`` of them are answered and the rest
   ``unknown``.
+- fits **prediction sets** (``conformal=alpha``, ``inference/conformal.py``: APS or RAPS) on
+  the validation probabilities after the temperature, and reports their coverage and mean
+  size on validation and the held-out split.
 
 It reports the expected calibration error (torchmetrics, 15 equal-width bins; multi-label:
 the binary ECE over every (image, label) probability) before and after, on validation and, when
@@ -36,10 +39,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from lightning_cls.fileio import atomic_savefig
+from lightning_cls.inference import conformal as conformal_sets
 from lightning_cls.inference import feature_rules
 from lightning_cls.inference.predictor import Predictor
 from lightning_cls.inference.spec import InputSpec, Split
-from lightning_cls.inference.trust import check_keep, check_score, quantile_threshold
+from lightning_cls.inference.trust import (
+    check_keep,
+    check_score,
+    check_temperature,
+    quantile_threshold,
+)
 
 log = logging.getLogger(__name__)
 BINS = 15  # reliability-diagram and ECE bins (Guo et al. use 15)
@@ -53,11 +62,13 @@ class Calibration:
     reject: dict[str, Any] | None
     threshold: float | None  # a multi-label model's decision threshold (None: multi-class)
     metrics: dict[str, Any] = field(default_factory=dict)
+    conformal: dict[str, Any] | None = None  # the prediction-set rule (inference/conformal.py)
 
     @property
     def spec_updates(self) -> dict[str, Any]:
         """The hyper-parameters / spec keys that carry the calibration."""
         updates = {"temperature": self.temperature, "reject": self.reject}
+        updates["conformal"] = self.conformal  # None removes a rule fitted before
         if self.threshold is not None:
             updates["threshold"] = self.threshold
         return updates
@@ -72,7 +83,7 @@ def calibrate(
     spec: InputSpec,
     val: Split,
     test: Split | None = None,
-    temperature: bool = True,
+    temperature: bool | float = True,
     reject: str | None = None,
     keep: float = 0.95,
     choose_threshold: bool = True,
@@ -81,11 +92,18 @@ def calibrate(
     train: Split | None = None,
     k: int = feature_rules.DEFAULT_K,
     bank_size: int = feature_rules.DEFAULT_BANK,
+    conformal: float | None = None,
+    conformal_method: str = conformal_sets.DEFAULT_METHOD,
 ) -> Calibration:
     """Fit the temperature (``temperature=False``: keep the spec's) and the rejection rule
     (``reject``: ``msp`` | ``energy`` | ``knn`` | ``mahalanobis`` | None) on ``val``; measure
     on ``val`` and ``test``. The feature-space rules are fitted on ``train``'s features (kNN:
-    a class-balanced bank of at most ``bank_size`` of them, scored at the ``k``-th nearest)."""
+    a class-balanced bank of at most ``bank_size`` of them, scored at the ``k``-th nearest).
+    ``conformal``: the miscoverage alpha of prediction sets fitted on ``val`` after the
+    temperature (``conformal_method``: ``aps`` | ``raps``); None: none."""
+    conformal_sets.check_options(conformal, conformal_method)
+    if conformal is not None:
+        conformal_sets.refuse_multilabel(spec.decision.multi_hot)
     features_rule = reject in feature_rules.FEATURE_RULES
     if reject is not None:
         check_score(reject)
@@ -106,7 +124,12 @@ def calibrate(
     outputs = predictor.image_features if features_rule else predictor.image_outputs
     logits, val_features = outputs(val.images, batch_size)  # (N, K) float32, (N, D) | None
     multi_hot = base.decision.multi_hot
-    fitted = fit_temperature(logits, val.labels, multi_hot) if temperature else spec.temperature
+    if temperature is True:
+        fitted = fit_temperature(logits, val.labels, multi_hot)
+    elif temperature is False:
+        fitted = spec.temperature
+    else:  # a number the user set: used as given, measured like a fitted one
+        fitted = check_temperature(temperature, spec.num_classes, multi_hot)
     calibrated = replace(base, temperature=_plain(fitted))
     threshold = spec.threshold
     if multi_hot and choose_threshold:
@@ -125,11 +148,17 @@ def calibrate(
         scores = calibrated.decision.confidence(logits, features=val_features)
         rule = {**fitted_rule, "threshold": quantile_threshold(scores.numpy(), keep)}
         calibrated = replace(calibrated, reject=rule)
+    if conformal is not None:  # on the probabilities after the temperature, as predict has them
+        probs = calibrated.decision.probabilities(logits).numpy()
+        fitted_sets = conformal_sets.fit(probs, val.labels.numpy(), conformal, conformal_method)
+        calibrated = replace(calibrated, conformal=fitted_sets)
     metrics = {"split": "val", "images": len(val), "bins": BINS}
     metrics.update(_measure("val", base, calibrated, logits, val.labels))
+    metrics.update(_measure_sets("val", calibrated, logits, val.labels))
     if test is not None and len(test):
         test_logits, test_features = outputs(test.images, batch_size)
         metrics.update(_measure("test", base, calibrated, test_logits, test.labels))
+        metrics.update(_measure_sets("test", calibrated, test_logits, test.labels))
         if rule is not None:
             scores = calibrated.decision.confidence(test_logits, features=test_features)
             metrics["test_kept"] = round((scores >= rule["threshold"]).float().mean().item(), 6)
@@ -138,7 +167,9 @@ def calibrate(
         metrics["reliability_diagram"] = str(
             reliability_diagram(*probs, val.labels, multi_hot, diagram)
         )
-    result = Calibration(_plain(fitted), rule, threshold if multi_hot else None, metrics)
+    result = Calibration(
+        _plain(fitted), rule, threshold if multi_hot else None, metrics, calibrated.conformal
+    )
     log.info("Calibration on %d validation images: %s", len(val), result.report())
     return result
 
@@ -202,6 +233,19 @@ def _measure(split, base: InputSpec, calibrated: InputSpec, logits, labels) -> d
             spec.decision.score(probs, labels), 6
         )
     return out
+
+
+def _measure_sets(split: str, calibrated: InputSpec, logits, labels) -> dict[str, float]:
+    """The prediction sets' coverage (share holding the true label) and mean size on
+    ``split``; nothing without a conformal rule. On ``val`` they are in-sample (fitted there)."""
+    rule = calibrated.conformal
+    if rule is None:
+        return {}
+    probs = calibrated.decision.probabilities(logits).numpy()  # (N, K) as predict has them
+    return {
+        f"{split}_coverage": round(float(conformal_sets.covered(probs, labels, rule).mean()), 6),
+        f"{split}_mean_set_size": round(float(conformal_sets.set_sizes(probs, rule).mean()), 6),
+    }
 
 
 def reliability_diagram(

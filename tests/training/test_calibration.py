@@ -183,3 +183,18 @@ def test_train_with_reject_knn_fits_the_bank_on_train_features(tmp_path):
     assert rule["score"] == "knn" and rule["k"] == 5 and rule["bank"].startswith("<float16 24x")
     _, spec = load_torch_model(summary["best_ckpt"])
     assert spec.reject["bank"]["shape"][0] == 24 and spec.decision.needs_features
+
+
+def test_calibrate_temperature_takes_a_number_or_refuses_the_value(trained, tmp_path):
+    from lightning_cls.calibrate import calibrate_checkpoint
+
+    cfg = compose("calibrate", [f"ckpt_path={trained.ckpt}", "temperature=1.5",
+                                *as_overrides(LEARNABLE)], tmp_path)  # fmt: skip
+    report = calibrate_checkpoint(cfg)["calibration"]
+    assert report["temperature"] == 1.5  # set, not fitted
+    _, spec = load_torch_model(tmp_path / "run" / "calibrated.ckpt")
+    assert spec.temperature == 1.5
+    for bad, shown in (("hot", "'hot'"), ("0", "0"), ("-1", "-1")):
+        cfg = compose("calibrate", [f"ckpt_path={trained.ckpt}", f"temperature={bad}"], tmp_path)
+        with pytest.raises(ValueError, match=rf"^temperature={shown} is not true, false or a num"):
+            calibrate_checkpoint(cfg)
