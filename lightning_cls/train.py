@@ -79,10 +79,12 @@ def train(cfg: DictConfig) -> dict:
     scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
     check_option_types(optimizer, "optimizer")  # a typo's one line comes before Lightning loads
     check_option_types(scheduler, "scheduler")
+    from lightning_cls.inference.conformal import check_options as check_conformal_options
     from lightning_cls.inference.trust import check_rule_options
 
     check_rule_options(*(cfg.get(key) for key in ("reject", "reject_keep", "reject_k")),
                        cfg.get("reject_bank"))  # fmt: skip
+    check_conformal_options(cfg.get("conformal"), cfg.get("conformal_method", "raps"))
     # Imported here: `--help`, a config error and the checks above do not pay for Lightning,
     # torchmetrics and the callbacks (tests/test_layers.py runs each and checks sys.modules).
     import pytorch_lightning as pl
@@ -132,8 +134,8 @@ def train(cfg: DictConfig) -> dict:
     if cfg.trainer.get("enable_progress_bar") is False:  # the user's flag wins over the preset
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     callbacks += [instantiate(c) for c in (cfg.get("tuner") or {}).values()]  # tuner=lr|batch_size
-    calibration = None  # calibrate=true / reject=...: on validation when fit ends, before export
-    if cfg.get("calibrate") or cfg.get("reject"):
+    calibration = None  # calibrate=true / reject= / conformal=: on val when fit ends, before export
+    if cfg.get("calibrate") or cfg.get("reject") or cfg.get("conformal") is not None:
         from lightning_cls.callbacks.calibration import Calibrate
 
         calibration = Calibrate(
@@ -143,6 +145,8 @@ def train(cfg: DictConfig) -> dict:
             Path(cfg.paths.output_dir) / "reliability.png",
             k=cfg.get("reject_k"),
             bank_size=cfg.get("reject_bank"),
+            conformal=cfg.get("conformal"),
+            conformal_method=cfg.get("conformal_method", "raps"),
         )
         callbacks.append(calibration)
     export_config = instantiate(cfg.export) if cfg.get("export") else None

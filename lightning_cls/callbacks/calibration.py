@@ -1,7 +1,7 @@
-"""``Calibrate``: temperature scaling and the rejection rule, when ``fit`` ends.
+"""``Calibrate``: temperature scaling, the rejection rule and prediction sets, when ``fit`` ends.
 
-Added by ``train.py`` for ``calibrate=true`` or ``reject=msp|energy``, before the
-``ExportCallback``: it calibrates the best checkpoint's network (the final weights without
+Added by ``train.py`` for ``calibrate=true``, ``reject=...`` or ``conformal=<alpha>``, before
+the ``ExportCallback``: it calibrates the best checkpoint's network (the final weights without
 one) on the validation split (``lightning_cls.training.calibration``), writes what it chose
 into that checkpoint's hyper-parameters (replaced atomically, with a log line) and into the
 module's, so the test run, every exported artifact, predict and the server carry it.
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
+from lightning_cls.inference import conformal as conformal_sets
 from lightning_cls.inference import feature_rules, load_torch_model
 from lightning_cls.inference.spec import InputSpec
 from lightning_cls.training.calibration import Calibration, calibrate, update_checkpoint
@@ -24,7 +25,8 @@ log = logging.getLogger(__name__)
 
 class Calibrate(pl.Callback):
     """``temperature``: fit one (multi-label: one per label); ``reject``: ``msp`` | ``energy``
-    | None with ``keep`` the validation share answered; ``diagram``: the reliability PNG."""
+    | None with ``keep`` the validation share answered; ``diagram``: the reliability PNG;
+    ``conformal``: the miscoverage alpha of prediction sets (``conformal_method``) or None."""
 
     def __init__(
         self,
@@ -34,8 +36,12 @@ class Calibrate(pl.Callback):
         diagram: str | Path | None = None,
         k: int = feature_rules.DEFAULT_K,
         bank_size: int = feature_rules.DEFAULT_BANK,
+        conformal: float | None = None,
+        conformal_method: str = conformal_sets.DEFAULT_METHOD,
     ):
         self.temperature, self.reject, self.keep, self.diagram = temperature, reject, keep, diagram
+        conformal_sets.check_options(conformal, conformal_method)
+        self.conformal, self.conformal_method = conformal, conformal_method
         self.k, self.bank_size = k, bank_size  # the knn rule's (training/calibration.py)
         self.result: Calibration | None = None
 
@@ -44,6 +50,8 @@ class Calibrate(pl.Callback):
         images in memory is an error now, not after the whole fit."""
         if stage == "fit":
             splits = self._val(trainer)
+            if self.conformal is not None:  # sets are for single-label models
+                conformal_sets.refuse_multilabel(pl_module.decision.multi_hot)
             if self.reject == "knn":  # reject_k must fit in the bank this data gives
                 train = len(splits.get("train") or ())
                 feature_rules.check_k(self.k, min(feature_rules.check_bank_size(self.bank_size), train))
@@ -80,6 +88,8 @@ class Calibrate(pl.Callback):
             train=splits.get("train"),
             k=self.k,
             bank_size=self.bank_size,
+            conformal=self.conformal,
+            conformal_method=self.conformal_method,
         )
         updates = self.result.spec_updates
         pl_module.hparams.update(updates)
