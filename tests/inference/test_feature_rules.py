@@ -292,3 +292,41 @@ def test_the_predictions_csv_names_the_rule(trained, folder, tmp_path):
     assert table[0].keys() >= {"file", "answer", "knn_score", "label_1"}
     noise = [r["answer"] for r in table if "noise_" in r["file"]]
     assert noise.count("unknown") >= 11
+
+
+def test_the_server_answers_the_knn_rule_like_predict(trained, tmp_path):
+    import asyncio
+    import io
+
+    import httpx
+
+    from lightning_cls.export.onnx import export_onnx
+    from lightning_cls.serve.app import ServeApp
+    from lightning_cls.serve.config import ServeConfig
+    from lightning_cls.serve.metrics import ServeMetrics
+
+    path = export_onnx(trained.net, trained.spec, tmp_path / "model.onnx")
+    predictor = load_artifact(path)
+    app = ServeApp(ServeConfig(artifact=str(path)), predictor, ServeMetrics(), {"name": "m"})
+    images = [trained.noise[0], trained.stripes[0], trained.test.images[0]]
+    bodies = []
+    for image in images:
+        buffer = io.BytesIO()
+        Image.fromarray(image[0].numpy()).save(buffer, format="PNG")
+        bodies.append(buffer.getvalue())
+
+    async def ask():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            headers = {"content-type": "image/png"}
+            return [await client.post("/predict", content=b, headers=headers) for b in bodies]
+
+    try:
+        answers = [a.json()["predictions"][0] for a in asyncio.run(ask())]
+    finally:
+        app.close()
+    logits, features = predictor.image_outputs(np.stack([i.numpy() for i in images]))
+    expected = predictor.task.confidence(logits, features=features)
+    for answer, score in zip(answers, expected.tolist()):
+        assert answer["score"] == pytest.approx(score, abs=1e-5)
+    assert [a["unknown"] for a in answers] == [True, True, False]
