@@ -181,7 +181,7 @@ def fit(
             f"conformal fit takes probabilities (N, classes) and labels (N,), got "
             f"{probs.shape} and {labels.shape}."
         )
-    labels = labels.astype(np.int64)
+    labels, total, note = labels.astype(np.int64), len(labels), ""
     if method == "aps":
         lam, k_reg = 0.0, 0
     elif lam is None or k_reg is None:  # the paper's choice, on images the quantile won't see
@@ -192,7 +192,11 @@ def fit(
         k_reg = chosen_k if k_reg is None else k_reg
         lam = chosen_lam if lam is None else lam
         probs, labels = probs[rest], labels[rest]
-    qhat = conformal_quantile(true_scores(probs, labels, lam, k_reg), alpha)
+        note = f" RAPS chose k_reg and lam on {cut} of the {total}; conformal_method=aps uses all."
+    try:
+        qhat = conformal_quantile(true_scores(probs, labels, lam, k_reg), alpha)
+    except ValueError as err:
+        raise ValueError(f"{err}{note}") from None
     return check_conformal(
         dict(method=method, alpha=alpha, qhat=qhat, lam=float(lam), k_reg=int(k_reg),
              images=len(labels))
