@@ -95,6 +95,7 @@ class Predictor:
         device: str | torch.device | None = None,
     ):
         self.runtime, self.spec = runtime, spec
+        self._feature_net = None  # an nn.Module runtime's FeatureNet, built when first asked
         self.kind = kind or getattr(runtime, "kind", "eager")
         self.path = Path(path) if path else Path(f"<{self.kind}>")
         # "numpy": the runtime takes and gives numpy arrays, and so does everything around it.
@@ -122,10 +123,11 @@ class Predictor:
         """One pass -> (logits, features) of the runtime (or the eager network)."""
         outputs = getattr(self.runtime, "outputs", None)
         if outputs is None:  # an nn.Module given directly
-            from lightning_cls.inference.network import with_features
+            if self._feature_net is None:
+                from lightning_cls.inference.network import with_features
 
-            self.runtime = with_features(self.runtime, self.spec.input_shape)
-            outputs = self.runtime
+                self._feature_net = with_features(self.runtime, self.spec.input_shape)
+            outputs = self._feature_net
         return outputs(v)
 
     def __repr__(self) -> str:
@@ -182,9 +184,13 @@ class Predictor:
     def image_logits(self, images, batch_size: int = 64):
         """uint8 (N, C, H, W) -> logits (N, classes) with the artifact's TTA, preprocessed as
         in training: what the task's probabilities and rejection score are computed from."""
+        return self._images(images, batch_size, self.tta_logits)
+
+    def _images(self, images, batch_size: int, one: Callable):
+        """``one`` (a normalized batch -> (B, W) rows) over uint8 ``images`` in batches."""
         _check_batch_size(batch_size)
         outs = [
-            self.tta_logits(self.spec.preprocess(images[i : i + batch_size]))
+            one(self.spec.preprocess(images[i : i + batch_size]))
             for i in range(0, len(images), batch_size)
         ]
         return arrays.concat(outs, images, self.spec.num_classes)
@@ -200,23 +206,20 @@ class Predictor:
 
     def image_features(self, images, batch_size: int = 64):
         """uint8 (N, C, H, W) -> (logits (N, K), features (N, D)), TTA as ``image_outputs``."""
-        _check_batch_size(batch_size)
+        out = self._images(images, batch_size, self._tta_joined)  # (N, K + D)
         k = self.spec.num_classes
+        return out[:, :k], out[:, k:]
+
+    def _tta_joined(self, x):
+        """A normalized batch -> (B, K + D): logits and features side by side, so the TTA
+        averages each view's features as it averages its logits."""
         flip, translate = self.spec.tta_flip, self.spec.tta_translate
 
-        def joined(v):  # one (B, K + D) array: TTA averages both halves alike
-            logits, features = self._outputs(v)
-            return arrays.join(logits, features)
+        def joined(v):
+            return arrays.join(*self._outputs(v))
 
-        parts = []
-        for i in range(0, len(images), batch_size):
-            x = self.spec.preprocess(images[i : i + batch_size])
-            self._check_input(x)
-            parts.append(self._run(x, lambda forward, v: tta(forward, v, flip, translate), joined))
-        if not parts:
-            return arrays.concat([], images, k), None
-        out = arrays.concat(parts, images, k)
-        return out[:, :k], out[:, k:]
+        self._check_input(x)
+        return self._run(x, lambda forward, v: tta(forward, v, flip, translate), joined)
 
     @property
     def score_name(self) -> str:

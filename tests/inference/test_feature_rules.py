@@ -330,3 +330,11 @@ def test_the_server_answers_the_knn_rule_like_predict(trained, tmp_path):
     for answer, score in zip(answers, expected.tolist()):
         assert answer["score"] == pytest.approx(score, abs=1e-5)
     assert [a["unknown"] for a in answers] == [True, True, False]
+
+
+def test_an_eager_predictor_gives_logits_after_features(trained):
+    predictor = Predictor(trained.net, trained.spec)
+    images = trained.test.images[:5]
+    logits, features = predictor.image_features(images)
+    assert features.shape == (5, 32)
+    torch.testing.assert_close(predictor.image_logits(images), logits)  # still plain logits
