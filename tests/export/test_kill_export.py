@@ -2,12 +2,15 @@
 
 ``python -m lightning_cls.export`` (ONNX, TorchScript, .pt2, OpenVINO, INT8 of each) first runs
 to the end once (the reference: which files, how long it wrote, the size of each ``.bin``).
-Then the same command is SIGKILLed at seeded random moments spread over the whole export
-(uniform over the reference's writing time, counted from the run's first write: in a write,
+Then the same command is SIGKILLed at random moments spread over the whole export (uniform
+over the reference's writing time, counted from the run's first write: in a write,
 between writes, between the two renames of a ``.xml``/``.bin`` pair), once into an empty folder
 and once over the reference's finished files. After each kill every file under a final name
 must be complete: each model loads, each ``.xml`` has its ``.bin``, each ``.bin`` has the
 reference's size; anything else must be a hidden temp file (``fileio.is_temp_file``).
+
+The moments come from a fresh seed each run (more moments tried over the suite's runs than a
+fixed seed's two), named in every failure's message; ``KILL_SEED=<seed>`` replays one.
 
 The negative control (``inplace_format.py``) is a format whose writer writes in place under its
 final name, the bug this test exists for: the same kill schedule and the same check catch it.
@@ -25,6 +28,7 @@ import random
 import shutil
 import signal
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +39,6 @@ from helpers import TRAINED_OVERRIDES as SYNTHETIC  # the `trained` fixture's da
 from lightning_cls.fileio import is_temp_file
 from lightning_cls.inference import load_artifact
 
-SEED = 27
 FINAL_NAMES = {
     "meta.json",
     "quantization_report.json",
@@ -135,6 +138,19 @@ def _run(server, command, out: Path, env, kill_after: float | None = None) -> Ru
     return Run(first_write, last_write, killed)
 
 
+@contextmanager
+def _fresh_seed():
+    """A fresh seed per run (``KILL_SEED`` replays one), printed and named in any failure."""
+    seed = int(os.environ.get("KILL_SEED") or random.SystemRandom().randrange(2**32))
+    print(f"kill moments from seed {seed}")
+    try:
+        yield seed
+    except AssertionError as err:
+        raise AssertionError(
+            f"{err}\n(kill moments from seed {seed}; KILL_SEED={seed} replays)"
+        ) from err
+
+
 def _kill_moments(reference: Run, count: int, seed: int) -> list[float]:
     """Seeded moments spread uniformly over the export's writing, from its first write."""
     rng = random.Random(seed)
@@ -191,24 +207,25 @@ def test_an_export_killed_at_random_moments_leaves_only_complete_files(
     )
     sizes = _bin_sizes(reference_dir)
     assert _check_folder(reference_dir, FINAL_NAMES, sizes) == FINAL_NAMES
-    # Seeded kills: one into an empty folder, one over the reference's finished files.
-    first, second = _kill_moments(reference, 2, SEED)
-    kills = [
-        _killed_run(
-            server, _full_export(trained.ckpt, fresh, tmp_path), fresh, env, first, reference
-        ),
-        _killed_run(
-            server,
-            _full_export(trained.ckpt, reference_dir, tmp_path),
-            reference_dir,
-            env,
-            second,
-            reference,
-        ),
-    ]
-    assert all(k.killed for k in kills), (reference, kills)
-    _check_folder(fresh, FINAL_NAMES, sizes)
-    _check_folder(reference_dir, FINAL_NAMES, sizes)
+    # Two kills: one into an empty folder, one over the reference's finished files.
+    with _fresh_seed() as seed:
+        first, second = _kill_moments(reference, 2, seed)
+        kills = [
+            _killed_run(
+                server, _full_export(trained.ckpt, fresh, tmp_path), fresh, env, first, reference
+            ),
+            _killed_run(
+                server,
+                _full_export(trained.ckpt, reference_dir, tmp_path),
+                reference_dir,
+                env,
+                second,
+                reference,
+            ),
+        ]
+        assert all(k.killed for k in kills), (reference, kills)
+        _check_folder(fresh, FINAL_NAMES, sizes)
+        _check_folder(reference_dir, FINAL_NAMES, sizes)
 
 
 @pytest.fixture
@@ -232,12 +249,13 @@ def test_the_kill_test_catches_a_writer_that_writes_in_place(
     assert _check_folder(reference_dir, CONTROL_NAMES, {}) == CONTROL_NAMES  # whole, it loads
     command = _command(CONTROL, trained.ckpt, out, tmp_path, *options)
     caught = None
-    for after in _kill_moments(reference, 4, SEED):
-        _run(server, command, out, env, after)
-        try:
-            _check_folder(out, CONTROL_NAMES, {})
-        except AssertionError as err:
-            caught = str(err)
-            break
-    assert caught is not None, "four kills over the export never caught a file written in place"
-    assert caught.startswith("model.inplace does not load"), caught
+    with _fresh_seed() as seed:
+        for after in _kill_moments(reference, 4, seed):
+            _run(server, command, out, env, after)
+            try:
+                _check_folder(out, CONTROL_NAMES, {})
+            except AssertionError as err:
+                caught = str(err)
+                break
+        assert caught is not None, "four kills over the export never caught a file written in place"
+        assert caught.startswith("model.inplace does not load"), caught

@@ -7,8 +7,10 @@ its suffix, compared with eager PyTorch, renamed into place; a failed check leav
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
+import inplace_format
 import numpy as np
 import pytest
 import torch
@@ -140,3 +142,106 @@ def test_the_registry_names_its_formats(npz_format):
         ExportConfig(formats=["npy"])
     with pytest.raises(ValueError, match="Export format 'onnx' is already registered"):
         register_format("onnx", lambda config, out: [NpzWriter()])
+
+
+def _stat(path):
+    """What a write under ``path``'s name would change: the entry, its size, time and bytes."""
+    if not path.exists():
+        return None
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns, path.read_bytes()
+
+
+class Observed:
+    """A writer whose final names (companions too) are compared with their sentinels right
+    after ``write`` and while its file is read back."""
+
+    def __init__(self, writer, files, seen):
+        self.writer, self.files, self.seen = writer, files, seen
+
+    def __getattr__(self, name):
+        return getattr(self.writer, name)
+
+    def unchanged(self, when):
+        for path in self.files:
+            assert _stat(path) == self.seen[path], f"{path.name} changed {when} (before the rename)"
+
+    def write(self, net, example, tmp, spec):
+        self.writer.write(net, example, tmp, spec)
+        self.unchanged(f"in {type(self.writer).__name__}.write")
+
+    def read_back(self, path):
+        answer = self.writer.read_back(path)
+        self.unchanged(f"in {type(self.writer).__name__}.read_back")
+        return answer
+
+
+@pytest.fixture
+def write_observed(monkeypatch):
+    """``write_observed(writer, net, spec, path)``: ``write_verified`` over sentinel files at
+    the final names, each checked after ``write``, in ``read_back`` and as the skeleton's temp
+    block ends (just before the rename), and replaced after it."""
+    from lightning_cls.export import writer as skeleton
+
+    real_temp_files, current = skeleton._temp_files, []
+
+    @contextlib.contextmanager
+    def observed_temp_files(files):
+        with real_temp_files(files) as temps:
+            yield temps
+            current[-1].unchanged("by the end of the skeleton's checks")
+
+    monkeypatch.setattr(skeleton, "_temp_files", observed_temp_files)
+
+    def write(writer, net, spec, path):
+        files = [path.with_suffix(s) for s in writer.companions] + [path]
+        seen = {}
+        for file in files:
+            file.write_bytes(b"an earlier export, " + file.name.encode())
+            seen[file] = _stat(file)
+        current.append(Observed(writer, files, seen))
+        write_verified(current[-1], net, spec, path, check_batch_sizes=(1, 2))
+        for file in files:
+            assert _stat(file) != seen[file], f"{file.name} was not replaced"
+
+    return write
+
+
+def test_no_builtin_writer_touches_its_final_names_before_the_rename(
+    trained, tmp_path, write_observed
+):
+    """Every built-in format's writers export over an earlier export whose files are
+    sentinels: until the rename each final name must be the same entry with the same bytes.
+    A writer that writes, truncates, renames or deletes under a final name fails here at
+    once, where the kill test needs a kill at the right moment. (Mutation checked by hand:
+    ``Pt2Writer.write`` saving to ``tmp.parent / self.file`` first fails with ``model.pt2
+    changed in Pt2Writer.write``.)"""
+    from lightning_cls.export.writer import BUILTIN_FORMATS
+
+    config, written = ExportConfig(formats=["onnx", "openvino"]), []
+    for name in BUILTIN_FORMATS:  # in FORMATS order: the ONNX file is there for OpenVINO
+        for writer in FORMATS[name](config, tmp_path):
+            write_observed(writer, trained.net, trained.spec, tmp_path / writer.file)
+            written.append(writer.file)
+    assert written == [
+        "model.onnx",
+        "model_e2e.onnx",
+        "model_trace.torchscript",
+        "model_script.torchscript",
+        "model.pt2",
+        "model.xml",
+    ]
+
+
+def test_the_final_name_check_catches_a_writer_that_writes_in_place(
+    trained, tmp_path, write_observed, monkeypatch
+):
+    """Negative control: the kill test's in-place writer, without its pauses."""
+    monkeypatch.setattr(inplace_format, "PAUSE_S", 0.0)
+    inplace_format.register()
+    try:
+        path = tmp_path / "model.inplace"
+        with pytest.raises(AssertionError, match=r"model\.inplace changed in InPlaceWriter\.write"):
+            write_observed(inplace_format.InPlaceWriter(), trained.net, trained.spec, path)
+    finally:
+        inplace_format.unregister()
