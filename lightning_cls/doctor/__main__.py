@@ -1,8 +1,10 @@
 """``python -m lightning_cls.doctor data=...``: check a dataset before training.
 
-Reads top to bottom: build the DataModule the config names (as training would) → run every
-check → write ``report.md``, ``report.json`` and the mosaics into the run folder. The data is
-only read; ``doctor.write_index=clean.csv`` also writes the files worth keeping.
+Reads top to bottom: check the settings → the recipe the label check's ``kfold`` probe trains
+per fold (``model=``, ``optimizer=``, ``scheduler=``, ``trainer.accelerator/precision``) →
+build the DataModule the config names (as training would) → run every check → write
+``report.md``, ``report.json`` and the mosaics into the run folder. The data is only read;
+``doctor.write_index=clean.csv`` also writes the files worth keeping.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
+from lightning_cls.cli.option_types import check_option_types
 
 log = logging.getLogger(__name__)
 
 
 def doctor(cfg: DictConfig) -> dict:
     # Imported here: --help and config errors stay light (tests/test_layers.py).
-    from lightning_cls.doctor.run import DoctorOptions, diagnose
+    from lightning_cls.doctor.run import DoctorOptions, TrainRecipe, diagnose
 
     settings = OmegaConf.to_container(cfg.doctor, resolve=True)
     unknown = sorted(set(settings) - set(DoctorOptions.__dataclass_fields__))
@@ -30,10 +33,27 @@ def doctor(cfg: DictConfig) -> dict:
         raise ValueError(f"Unknown doctor option(s) {unknown}; see conf/doctor.yaml.")
     settings["drop"] = tuple(settings.get("drop") or ())
     options = DoctorOptions(**settings, seed=cfg.seed)
+    options.check()  # a typo's one line before any data is read or network built
+    recipe = None
+    if options.probe == "kfold" and options.label_errors:
+        optimizer = instantiate(cfg.optimizer)
+        scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
+        check_option_types(optimizer, "optimizer")
+        check_option_types(scheduler, "scheduler")
+        model = OmegaConf.to_container(cfg.model, resolve=True)
+        recipe = TrainRecipe(
+            model_name=model.pop("name"),
+            model_kwargs=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            accelerator=cfg.trainer.accelerator,
+            precision=str(cfg.trainer.precision),
+            label_smoothing=cfg.label_smoothing,
+        )
     datamodule = instantiate(cfg.data)
     datamodule.name = cfg.data.name
     out = Path(cfg.paths.output_dir)
-    result = diagnose(datamodule, out, options)
+    result = diagnose(datamodule, out, options, recipe)
     log.info(
         "Data check of data=%s: %d duplicate groups (%d across splits), %d likely label "
         "errors, %d unreadable files; report: %s",

@@ -64,7 +64,7 @@ def write_clean_index(path, views, classes: list[str], result: dict, drop, root)
             if (view.name, row) in leave_out:
                 continue
             writer.writerow(
-                [_relative(file, root), _label_text(view.labels[row], classes), view.name]
+                [relative_path(file, root), _label_text(view.labels[row], classes), view.name]
             )
             kept += 1
     atomic_write_text(path, buffer.getvalue())
@@ -77,7 +77,8 @@ def write_clean_index(path, views, classes: list[str], result: dict, drop, root)
     }
 
 
-def _relative(file: str, root) -> str:
+def relative_path(file: str, root) -> str:
+    """``file`` relative to ``data.root`` (as POSIX), or as given when it lies outside."""
     rel = os.path.relpath(file, root)
     return file if rel.startswith("..") else Path(rel).as_posix()
 

@@ -27,6 +27,7 @@ def write_report(result: dict, out: Path) -> None:
 def markdown(result: dict) -> str:
     splits = ", ".join(f"{name} {n}" for name, n in result["splits"].items())
     lines = [f"# Data check: data={result['data']}", "", f"Splits: {splits}.", ""]
+    lines += _distrust_banner(result.get("label_probe", {}))
     lines += _files_section(result)
     lines += _duplicates_section(result)
     lines += _balance_section(result)
@@ -117,12 +118,21 @@ def _labels_section(result: dict) -> list[str]:
         return []
     issues = result["label_issues"]
     classes = result["classes"]
-    lines = ["## Likely label errors", "", f"{len(issues)} images (out-of-fold probe + cleanlab)."]
-    lines += _probe_note(result.get("label_probe", {})) + [""]
+    probe = result.get("label_probe", {}).get("probe", "")
+    lines = ["## Likely label errors", ""]
+    lines.append(f"{len(issues)} images (out-of-fold {probe} probe + cleanlab).")
+    lines += _probe_note(result.get("label_probe", {}))
+    if issues and issues[0].get("file") is None:
+        lines.append(
+            f"data={result['data']} is held in memory, not read from image files: each image "
+            "is named split:row (its row in that split of the DataModule)."
+        )
+    lines += _planted_note(result.get("planted")) + [""]
 
     def render(issue):
+        name = issue.get("file") or f"{issue['split']}:{issue['row']}"
         return (
-            f"{issue['split']}:{issue['row']} given {classes[issue['given']]} "
+            f"{name} given {classes[issue['given']]} "
             f"({issue['given_prob']:.2f}), suggested {classes[issue['suggested']]} "
             f"({issue['suggested_prob']:.2f})"
         )
@@ -131,6 +141,32 @@ def _labels_section(result: dict) -> list[str]:
     if "label_issues" in result["mosaics"]:
         lines += ["![label issues](label_issues.png)", ""]
     return lines
+
+
+def _distrust_banner(probe: dict) -> list[str]:
+    if not probe or probe["reliable"]:
+        return []
+    return [
+        f"> **Label findings not trusted**: the {probe['probe']} probe is "
+        f"{probe['out_of_fold_accuracy']:.3f} accurate out of fold, below "
+        f"doctor.min_probe_accuracy={probe['min_probe_accuracy']} (see Likely label errors).",
+        "",
+    ]
+
+
+def _planted_note(planted: dict | None) -> list[str]:
+    if not planted:
+        return []
+
+    def share(value):
+        return "n/a" if value is None else f"{value:.3f}"
+
+    return [
+        f"Planted (doctor.plant_noise={planted['share']}): {planted['moved']} labels were moved "
+        f"to another class before the probe ran (the files are unchanged). The findings hold "
+        f"{planted['found']} of them: precision {share(planted['precision'])}, recall "
+        f"{share(planted['recall'])}. The given labels below are the moved ones."
+    ]
 
 
 def _probe_note(probe: dict) -> list[str]:
@@ -142,6 +178,6 @@ def _probe_note(probe: dict) -> list[str]:
         return [note]
     return [
         note + " **Too low to trust these findings** (most flags are the probe's own mistakes); "
-        "the cleaned index keeps these images. Photos need better features than pixels: see "
-        "docs/guides/data-check.md."
+        "the cleaned index keeps these images. A stronger network, more doctor.probe_epochs or "
+        "doctor.probe=kfold (if another probe ran) helps: see docs/guides/data-check.md."
     ]

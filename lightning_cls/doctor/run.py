@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -18,53 +18,38 @@ import torch
 from lightning_cls.doctor import duplicates as dup
 from lightning_cls.doctor import files as file_checks
 from lightning_cls.doctor import labels as label_checks
-from lightning_cls.doctor.index import check_indexable, dropped_rows, write_clean_index
+from lightning_cls.doctor.index import check_indexable, relative_path, write_clean_index
+from lightning_cls.doctor.kfold import KFoldProbe, TrainRecipe
 from lightning_cls.doctor.mosaics import duplicates_mosaic, flagged_mosaic, label_issues_mosaic
+from lightning_cls.doctor.options import DoctorOptions
+from lightning_cls.doctor.probes import EmbeddingProbe, PixelProbe
 from lightning_cls.doctor.report import write_report
-from lightning_cls.doctor.sources import Rows, SplitView, all_rows, read_views
+from lightning_cls.doctor.sources import SplitView, all_rows, read_views
 from lightning_cls.threads import available_cores
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class DoctorOptions:
-    folds: int = 5  # out-of-fold probabilities for the label check
-    min_probe_accuracy: float = 0.8  # below it, label findings are shown but not trusted
-    features_from: str | None = None  # a .ckpt/model_weights.pt: its embeddings, not pixels
-    near_distance: int = 4  # bits of the 64-bit perceptual hash that near duplicates may differ
-    size_factor: float = 4.0  # "far smaller/larger": linear size this many times the median's
-    imbalance_ratio: float = 3.0  # train max/min class count from which to suggest weights
-    label_errors: bool = True
-    duplicates: bool = True
-    mosaic_limit: int = 32  # most groups/images per mosaic
-    write_index: str | None = None  # a cleaned index CSV (file-backed data only)
-    drop: tuple[str, ...] = ("duplicates", "label_issues")  # what the cleaned index leaves out
-    seed: int = 0
-
-    def check(self) -> None:
-        """Refuse a bad setting before any check runs (a bad path must not cost a full scan)."""
-        if isinstance(self.folds, bool) or not isinstance(self.folds, int) or self.folds < 2:
-            raise ValueError(f"doctor.folds={self.folds!r} must be an integer >= 2 (e.g. 5).")
-        if not 0 <= self.near_distance < dup.HASH_BITS // 2:
-            dup.near_pairs(np.zeros(0, dtype=np.uint64), self.near_distance)  # its message
-        if self.size_factor <= 1:
-            raise ValueError(f"doctor.size_factor={self.size_factor} must be > 1 (e.g. 4).")
-        dropped_rows({"duplicates": [], "label_issues": []}, self.drop)  # names unknown entries
-        if self.features_from is not None and not Path(self.features_from).is_file():
-            raise FileNotFoundError(
-                f"doctor.features_from={self.features_from} not found; pass a .ckpt or "
-                "model_weights.pt file, or null for the pixel probe."
-            )
+__all__ = ["DoctorOptions", "TrainRecipe", "diagnose"]
 
 
-def diagnose(datamodule, out_dir: str | Path, options: DoctorOptions | None = None) -> dict:
-    """Run every check on ``datamodule`` and write the report into ``out_dir``; returns it."""
+def diagnose(
+    datamodule,
+    out_dir: str | Path,
+    options: DoctorOptions | None = None,
+    recipe: TrainRecipe | None = None,
+) -> dict:
+    """Run every check on ``datamodule`` and write the report into ``out_dir``; returns it.
+
+    ``recipe`` is what ``probe="kfold"`` trains per fold (default: ``TrainRecipe()``, a
+    SimpleCNN with Adam); the other probes do not read it.
+    """
     options = options or DoctorOptions()
     options.check()
     start = time.perf_counter()
     out = Path(out_dir)
     views, unreadable = read_views(datamodule)
+    options.check_folds(sum(len(v.images) for v in views.values()))
     root = getattr(datamodule, "root", None)
     if options.write_index:
         check_indexable(options.write_index, views, datamodule.name, root)
@@ -93,9 +78,9 @@ def diagnose(datamodule, out_dir: str | Path, options: DoctorOptions | None = No
     result["duplicates"] = _duplicates(images, owners, where, options, result["skipped"])
     clock.lap("duplicates")
     result["balance"] = _balance(views, classes, datamodule.task, options)
-    result["label_issues"] = _label_issues(
-        images, owners, views, classes, datamodule.task, options, result
-    )
+    probe = _probe(options, datamodule, recipe)
+    result["label_issues"] = _label_issues(images, owners, views, probe, options, result)
+    _name_files(result["label_issues"], where, root)
     clock.lap("labels")
     if options.write_index:
         index = options.write_index
@@ -143,8 +128,16 @@ def _balance(views: dict[str, SplitView], classes, task: str, options) -> dict:
     return label_checks.class_balance(counts, classes, options.imbalance_ratio, task)
 
 
-def _label_issues(images, owners, views, classes, task, options, result) -> list[dict]:
-    skipped = result["skipped"]
+def _probe(options: DoctorOptions, datamodule, recipe: TrainRecipe | None):
+    if options.probe == "kfold":
+        return KFoldProbe(datamodule, recipe, options.probe_epochs)
+    if options.probe == "embedding":
+        return EmbeddingProbe(options.features_from)
+    return PixelProbe()
+
+
+def _label_issues(images, owners, views, probe, options, result) -> list[dict]:
+    skipped, task = result["skipped"], result["task"]
     if not options.label_errors:
         skipped["label_issues"] = "doctor.label_errors=false"
         return []
@@ -153,32 +146,63 @@ def _label_issues(images, owners, views, classes, task, options, result) -> list
             f"task={task}: the out-of-fold probe ranks one label per image (multi-class only)"
         )
         return []
+    k = len(result["classes"])
     labels = torch.cat([v.labels for v in views.values()]).numpy()
-    probs = label_checks.out_of_fold_probs(
-        _features(images, options.features_from), labels, len(classes), options.folds, options.seed
-    )
+    planted = None
+    if options.plant_noise:
+        labels, planted = label_checks.plant_label_noise(
+            labels, options.plant_noise, k, options.seed
+        )
+    probs = probe.probabilities(images, labels, k, options.folds, options.seed)
     issues = label_checks.label_issues(labels, probs)
+    if planted is not None:
+        result["planted"] = _planted_scores(issues, planted, labels, owners, options.plant_noise)
     for issue in issues:
         issue["split"], issue["row"] = owners[issue["row"]]
     accuracy = round(float((probs.argmax(1) == labels).mean()), 4)
     result["label_probe"] = {
+        "probe": probe.name,
         "out_of_fold_accuracy": accuracy,
         "folds": options.folds,
         "reliable": accuracy >= options.min_probe_accuracy,
-        "features": options.features_from or "pixels",
+        "min_probe_accuracy": options.min_probe_accuracy,
+        "features": probe.describe(),
     }
-    log.info("Out-of-fold probe accuracy %.3f; %d likely label errors.", accuracy, len(issues))
+    log.info("Out-of-fold %s probe accuracy %.3f; %d likely label errors.", probe.name, accuracy,
+             len(issues))  # fmt: skip
+    if accuracy < options.min_probe_accuracy:
+        log.warning(
+            "Label findings NOT TRUSTED: the %s probe's out-of-fold accuracy %.3f is below "
+            "doctor.min_probe_accuracy=%s; most flags may be the probe's own mistakes.",
+            probe.name, accuracy, options.min_probe_accuracy,
+        )  # fmt: skip
     return issues
 
 
-def _features(images: Rows, features_from: str | None) -> torch.Tensor:
-    if features_from is None:
-        return label_checks.probe_features(images)
-    from lightning_cls.inference.torch_models import load_torch_model
+def _planted_scores(issues, planted: np.ndarray, labels, owners, share: float) -> dict:
+    """Precision and recall of the findings against the rows whose labels were moved."""
+    found = {issue["row"] for issue in issues}
+    moved = set(planted.tolist())
+    hits = len(found & moved)
+    return {
+        "share": share,
+        "moved": len(moved),
+        "flagged": len(found),
+        "found": hits,
+        "precision": round(hits / len(found), 4) if found else None,
+        "recall": round(hits / len(moved), 4) if moved else None,
+        "rows": [
+            {"split": owners[r][0], "row": owners[r][1], "planted": int(labels[r])}
+            for r in planted.tolist()
+        ],
+    }
 
-    net, spec = load_torch_model(features_from)
-    where = f"doctor.features_from={features_from}"
-    return label_checks.network_features(net.eval(), spec, images, where)
+
+def _name_files(records: list[dict], where: dict, root) -> None:
+    """Each finding's file, relative to ``data.root`` (None for in-memory data)."""
+    for record in records:
+        file = where.get((record["split"], record["row"]))
+        record["file"] = relative_path(file, root) if file and root else file
 
 
 def _mosaics(result, image_of, classes, out: Path, limit: int, where) -> dict[str, str]:

@@ -48,3 +48,38 @@ def test_help_stays_light(tmp_path):
     assert out.returncode == 0 and "doctor" in out.stdout, out.stderr[-2000:]
     imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if "|" in line}
     assert not imported & {"torch", "pytorch_lightning", "imagehash", "cleanlab"}
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("doctor.probe=kfol", r"Unknown doctor.probe='kfol'. Did you mean 'kfold'\?"),
+        ("doctor.probe_epochs=0", r"doctor.probe_epochs=0 must be a whole number >= 1"),
+        ("doctor.size_factor=abc", r"doctor.size_factor='abc' is not a number"),
+        ("doctor.plant_noise=1.5", r"doctor.plant_noise=1.5 must be a share in \[0, 1\)"),
+        ("optimizer.lr=abc", r"optimizer.lr='abc' is not a number"),
+    ],
+)
+def test_bad_doctor_settings_are_one_line_before_the_data_is_read(override, message, tmp_path):
+    """data.root does not exist: the setting's error comes first, so nothing was read."""
+    overrides = ["data=imagefolder", f"data.root={tmp_path}/nowhere", override]
+    with pytest.raises((ValueError, TypeError), match=message):
+        doctor(compose("doctor", overrides, tmp=tmp_path))
+
+
+def test_kfold_probe_trains_the_configured_model_from_the_command(folder, tmp_path):
+    overrides = [
+        "data=imagefolder",
+        f"data.root={folder}",
+        "data.cache=false",
+        "doctor.folds=3",
+        "doctor.probe_epochs=1",
+        "doctor.duplicates=false",
+        "model.widths=[4,8]",
+        "model.hidden=8",
+        "optimizer.lr=0.01",
+        "trainer.accelerator=cpu",
+    ]
+    result = doctor(compose("doctor", overrides, tmp=tmp_path))
+    assert result["label_probe"]["probe"] == "kfold"
+    assert result["label_probe"]["features"] == "simplecnn trained 1 epochs per fold"

@@ -111,11 +111,37 @@ def test_label_issues_of_an_unreliable_probe_stay_in_the_index():
         ({"near_distance": 32}, r"doctor.near_distance=32 must be in 0..31"),
         ({"size_factor": 0.5}, r"doctor.size_factor=0.5 must be > 1"),
         ({"drop": ("dupes",)}, r"doctor.drop has \['dupes'\]"),
-        ({"features_from": "gone.ckpt"}, r"doctor.features_from=gone.ckpt not found"),
+        (
+            {"probe": "embedding", "features_from": "gone.ckpt"},
+            r"doctor.features_from=gone.ckpt not found",
+        ),
+        (
+            {"probe": "kfol"},
+            r"Unknown doctor.probe='kfol'. Did you mean 'kfold'\? Known: embedding",
+        ),
+        ({"probe": "pixel"}, r"Did you mean 'pixels'\?"),
+        ({"probe_epochs": 0}, r"doctor.probe_epochs=0 must be a whole number >= 1 \(e.g. 10\)"),
+        ({"probe_epochs": 2.5}, r"doctor.probe_epochs=2.5 is not a whole number; set doctor"),
+        ({"probe_epochs": "3"}, r"doctor.probe_epochs='3' is not a whole number"),
+        ({"size_factor": "abc"}, r"doctor.size_factor='abc' is not a number; set doctor.size_"),
+        ({"folds": True}, r"doctor.folds=True is not a whole number"),
+        ({"plant_noise": 1.0}, r"doctor.plant_noise=1.0 must be a share in \[0, 1\)"),
+        ({"plant_noise": -0.1}, r"doctor.plant_noise=-0.1 must be a share in \[0, 1\)"),
+        ({"plant_noise": 0.1, "write_index": "x.csv"}, r"drop doctor.write_index or set doctor"),
+        ({"probe": "embedding"}, r"doctor.probe=embedding needs doctor.features_from="),
+        ({"features_from": "x.ckpt"}, r"add doctor.probe=embedding, or drop doctor.features_from"),
     ],
 )
 def test_bad_settings_are_refused_before_reading_the_data(setting, message, tmp_path):
     data = SyntheticDataModule(train_size=16, test_size=8, val_size=4)
-    with pytest.raises((ValueError, FileNotFoundError), match=message):
+    with pytest.raises((ValueError, TypeError, FileNotFoundError), match=message):
         diagnose(data, tmp_path, DoctorOptions(**setting))
     assert not data.splits  # refused before setup()
+
+
+def test_more_folds_than_images_names_doctor_folds_before_any_check(tmp_path):
+    data = SyntheticDataModule(train_size=16, test_size=8, val_size=4)
+    with pytest.raises(ValueError, match=r"doctor.folds=100000 is more than the 24 images the "
+                       r"label check splits into folds; set doctor.folds to at most 24"):  # fmt: skip
+        diagnose(data, tmp_path, DoctorOptions(folds=100000))
+    assert not (tmp_path / "report.md").exists()

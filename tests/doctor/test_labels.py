@@ -1,4 +1,5 @@
-"""Likely label errors (out-of-fold probe + cleanlab) and class balance on digits."""
+"""Likely label errors with the linear probes (pooled pixels, a checkpoint's embeddings) and
+class balance; the kfold probe is tests/doctor/test_probes.py."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def flipped(tmp_path_factory):
     rows = rng.choice(len(labels), int(round(0.05 * len(labels))), replace=False)
     labels[rows] = (labels[rows] + torch.as_tensor(rng.integers(1, 10, len(rows)))) % 10
     out = tmp_path_factory.mktemp("doctor")
-    result = diagnose(data, out, DoctorOptions(duplicates=False))
+    result = diagnose(data, out, DoctorOptions(duplicates=False, probe="pixels"))
     return {("train", int(r)) for r in rows}, result, out
 
 
@@ -69,7 +70,7 @@ def test_embeddings_of_a_checkpoint_find_flipped_labels(trained, tmp_path):
     rng = np.random.default_rng(1)
     rows = rng.choice(len(labels), 20, replace=False)
     labels[rows] = (labels[rows] + torch.as_tensor(rng.integers(1, 4, len(rows)))) % 4
-    options = DoctorOptions(duplicates=False, features_from=str(trained.ckpt))
+    options = DoctorOptions(duplicates=False, probe="embedding", features_from=str(trained.ckpt))
     result = diagnose(data, tmp_path, options)
     probe = result["label_probe"]
     assert probe["features"] == str(trained.ckpt) and probe["reliable"]
@@ -80,6 +81,6 @@ def test_embeddings_of_a_checkpoint_find_flipped_labels(trained, tmp_path):
 
 def test_features_from_a_network_for_other_images_is_refused(trained, tmp_path):
     data = DigitsDataModule()  # 1 channel; the trained SimpleCNN takes 3
-    options = DoctorOptions(duplicates=False, features_from=str(trained.ckpt))
+    options = DoctorOptions(duplicates=False, probe="embedding", features_from=str(trained.ckpt))
     with pytest.raises(ValueError, match=r"features_from=.* takes 3-channel images and the data"):
         diagnose(data, tmp_path, options)
