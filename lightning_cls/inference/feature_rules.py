@@ -167,18 +167,35 @@ def scores(rule: Mapping[str, Any], features) -> np.ndarray:
         if z.shape[1] != bank.shape[1]:
             raise ValueError(_width_error(z.shape[1], bank.shape[1]))
         k = int(rule["k"])
-        similarity = z @ bank.T  # (B, M) cosine similarities
+        with one_blas_thread():
+            similarity = z @ bank.T  # (B, M) cosine similarities
         return np.partition(similarity, -k, axis=1)[:, -k].astype(np.float32)
     means = decode(rule["means"], "means")
     precision = decode(rule["precision"], "precision")
     if z.shape[1] != means.shape[1]:
         raise ValueError(_width_error(z.shape[1], means.shape[1]))
-    zp = z @ precision  # (B, D)
-    mp = means @ precision  # (K, D)
-    distance = (
-        (zp * z).sum(1, keepdims=True) - 2 * zp @ means.T + (mp * means).sum(1)[None, :]
-    )  # (B, K) squared Mahalanobis distances
+    with one_blas_thread():
+        zp = z @ precision  # (B, D)
+        mp = means @ precision  # (K, D)
+        distance = (
+            (zp * z).sum(1, keepdims=True) - 2 * zp @ means.T + (mp * means).sum(1)[None, :]
+        )  # (B, K) squared Mahalanobis distances
     return (-distance.min(axis=1)).astype(np.float32)
+
+
+@functools.cache
+def _blas_controller():
+    from threadpoolctl import ThreadpoolController  # scikit-learn's dependency: always there
+
+    return ThreadpoolController()
+
+
+def one_blas_thread():
+    """A context in which numpy's BLAS runs on one thread. The bank's matrix product is small
+    (a batch of 64 against 5000 x 256 is ~80 MFLOP), and BLAS's own threads, competing with
+    the runtime's and the server's for the same cores, made it several times slower than one
+    thread on a busy 2-core machine (benchmarks/reject_cost.py, docs/benchmarks.md)."""
+    return _blas_controller().limit(limits=1, user_api="blas")
 
 
 def check_params(score: str, rule: Mapping[str, Any]) -> dict[str, Any]:
