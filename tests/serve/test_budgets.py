@@ -1,8 +1,8 @@
 """Per-request work budgets and slow connections against a real ``python -m lightning_cls.serve``
 process (issue 27.1): the request pixel budget (413 before any decode), ``serve.timeout`` from
 admission with decoding inside it (504, slot and decode thread freed), the header timeout
-(408, closed), the connection cap (503, closed at once) and the keep-alive timeout; each
-beside a good request that is still served."""
+(408, closed; also for a slow drip of the headers), the connection cap (503, closed at once)
+and the keep-alive timeout; each beside a good request that is still served."""
 
 from __future__ import annotations
 
@@ -169,6 +169,48 @@ def test_unfinished_headers_get_408_and_the_connection_cap_503(budget_server, ar
             sock.close()
     time.sleep(0.2)
     assert httpx.post(url + "/predict", **_good(artifacts)).status_code == 200
+
+
+def test_a_slow_drip_header_gets_408_within_the_header_timeout(budget_server, artifacts):
+    """A client that keeps its connection busy, one byte of its request head every half
+    header timeout, never finishes its headers: the clock runs from the connection's start,
+    not from its last byte, so it is answered 408 and closed after ``header_timeout_s``
+    (mutation checked by hand: a timer re-armed on every byte leaves it open, "still open after
+    7.6 s and 5 bytes dripped")."""
+    head = (
+        b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\n"
+        b"Content-Length: 10\r\n\r\n"
+    )
+    deadline = HEADER_TIMEOUT_S + 4  # the test's own bound: a drip never answered fails
+    sock = socket.create_connection(("127.0.0.1", budget_server.port))
+    started, sent, reply = time.monotonic(), 0, None
+    try:
+        sock.settimeout(HEADER_TIMEOUT_S / 2)
+        while reply is None and sent < len(head) and time.monotonic() - started < deadline:
+            try:
+                sock.sendall(head[sent : sent + 1])
+            except (BrokenPipeError, ConnectionResetError):
+                reply = _read_until_closed(sock, 2) or b""
+                break
+            sent += 1
+            if sent == 1:  # the server still serves others meanwhile
+                assert (
+                    httpx.post(budget_server.url + "/predict", **_good(artifacts)).status_code
+                    == 200
+                )
+            try:
+                first = sock.recv(4096)  # waits half a header timeout: the drip's pace
+            except TimeoutError:
+                continue
+            reply = first + (_read_until_closed(sock, 2) or b"")
+        elapsed = time.monotonic() - started
+    finally:
+        sock.close()
+    assert reply is not None, f"still open after {elapsed:.1f} s and {sent} bytes dripped"
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert f"serve.header_timeout_s={HEADER_TIMEOUT_S}".encode() in reply
+    assert sent < len(head)  # answered before its headers were complete
+    assert HEADER_TIMEOUT_S - 0.5 < elapsed < HEADER_TIMEOUT_S + 2, elapsed
 
 
 def test_an_idle_keep_alive_connection_is_closed(budget_server, artifacts):
