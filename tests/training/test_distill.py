@@ -246,3 +246,28 @@ def test_a_label_smoothed_teacher_is_warned_about_once(trained, tmp_path, caplog
     (record,) = caplog.records
     assert "was trained with label_smoothing=0.2" in record.getMessage()
     assert "label_smoothing=0" in record.getMessage()
+
+
+def test_an_imagenet_normalised_teacher_sees_its_own_normalisation(trained, tmp_path):
+    """The student normalises with mean 0.5, std 0.25 (the synthetic data's); the teacher
+    checkpoint says ImageNet's mean/std. The teacher's logits for the student's batch must be
+    the teacher's own logits on its own normalisation of the same uint8 images, and that
+    differs from the teacher run on the student's batch as it is: the renormalisation
+    matters here. (Mutation checked by hand: ``prepare`` leaving ``_renormalize`` None fails.)"""
+    from lightning_cls.data.imagefolder import IMAGENET_MEAN, IMAGENET_STD
+    from lightning_cls.training.calibration import update_checkpoint
+
+    imagenet = {"mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}
+    teacher = update_checkpoint(trained.ckpt, tmp_path / "imagenet.ckpt", imagenet)
+    student = trained.spec
+    assert (student.mean, student.std) == ((0.5,) * 3, (0.25,) * 3)
+    images = torch.randint(0, 256, (6, 3, 16, 16), generator=torch.Generator().manual_seed(0))
+    images = images.to(torch.uint8)  # (B, C, H, W)
+    distiller = Distiller(teacher)
+    distiller.prepare(student)
+    got = distiller.teacher_logits(normalize(images, student.mean, student.std))
+    with torch.no_grad():
+        own = trained.net(normalize(images, IMAGENET_MEAN, IMAGENET_STD))
+        unrenormalised = trained.net(normalize(images, student.mean, student.std))
+    torch.testing.assert_close(got, own, atol=1e-4, rtol=1e-4)
+    assert (unrenormalised - own).abs().max() > 0.1  # the test can tell the two apart
