@@ -14,6 +14,17 @@ planted duplicates found, duplicate groups beyond the planted ones (CIFAR-10 has
 label-error recall and precision against the flipped images, the probe's out-of-fold
 accuracy, the CPU and the load average. ``--quick`` does the same on generated pictures
 (seconds; tests/benchmarks/test_doctor_cifar.py).
+
+The label check's probes compared (``doctor.probe``), on labels planted by the doctor itself
+(``doctor.plant_noise``: a seeded share moved to other classes in memory, files unchanged):
+
+    python benchmarks/doctor_cifar.py --root /root/cifar10 --per-class 400 --test-per-class 100 \
+        --plant 0 --flip 0 --plant-noise 0.1 --probes kfold,pixels --epochs 6
+
+runs the whole check with the first probe, then the label check alone with each other one;
+``probes`` in the JSON holds each one's out-of-fold accuracy, findings, and precision and
+recall against the planted labels (``--model``, ``--epochs``, ``--batch-size``: what kfold
+trains per fold).
 """
 
 from __future__ import annotations
@@ -97,21 +108,32 @@ def flip_labels(subset: Path, fraction: float, seed: int) -> set[str]:
     return moved
 
 
-def measure(subset: Path, planted, flipped: set[str], folds: int, features_from=None) -> dict:
+def measure(subset: Path, planted, flipped: set[str], args, probe: str) -> dict:
+    """The whole check with ``probe`` (duplicates and files too when ``args.checks``)."""
     from lightning_cls.data.imagefolder import ImageFolderDataModule
-    from lightning_cls.doctor import DoctorOptions, diagnose
+    from lightning_cls.doctor import DoctorOptions, TrainRecipe, diagnose
 
-    data = ImageFolderDataModule(str(subset), image_size=32, cache=False, decode_workers=2)
+    data = ImageFolderDataModule(
+        str(subset), image_size=32, cache=False, decode_workers=2, batch_size=args.batch_size
+    )
     load = os.getloadavg()[0]
-    options = DoctorOptions(folds=folds, features_from=features_from)
-    result = diagnose(data, subset / "report", options)
+    options = DoctorOptions(
+        probe=probe,
+        folds=args.folds,
+        probe_epochs=args.epochs,
+        plant_noise=args.plant_noise,
+        features_from=args.features_from if probe == "embedding" else None,
+        duplicates=args.checks,
+    )
+    model = {"num_classes": None, "in_channels": None, "image_size": None}
+    recipe = TrainRecipe(args.model, model, accelerator="cpu")
+    result = diagnose(data, subset / "report", options, recipe)
+    if not args.checks:  # a later probe: the label check alone
+        return _label_numbers(result, data, flipped)
     grouped = [set(g["files"]) for g in result["duplicates"]]
     found = sum(any({a, b} <= g for g in grouped) for a, b in planted)
     planted_files = {f for pair in planted for f in pair}
     other = [g for g in grouped if not g & planted_files]
-    paths = data.split_files()
-    issues = {paths[i["split"]][i["row"]] for i in result["label_issues"]}
-    hits = len(issues & flipped)
     images = sum(result["splits"].values())
     return {
         "images": images,
@@ -126,15 +148,32 @@ def measure(subset: Path, planted, flipped: set[str], folds: int, features_from=
             for g in result["duplicates"]
             if not set(g["files"]) & planted_files
         ),
-        "flipped": len(flipped),
-        "label_issues": len(issues),
-        "label_recall": round(hits / max(1, len(flipped)), 3),
-        "label_precision": round(hits / max(1, len(issues)), 3),
-        "probe_accuracy": result.get("label_probe", {}).get("out_of_fold_accuracy"),
+        **_label_numbers(result, data, flipped),
         "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "load_start": round(load, 2),
         "load_end": round(os.getloadavg()[0], 2),
+    }
+
+
+def _label_numbers(result: dict, data, flipped: set[str]) -> dict:
+    """The label check against the moved files (``--flip``) and the planted labels
+    (``--plant-noise``: the doctor's own ``plant_noise`` precision and recall)."""
+    paths = data.split_files()
+    issues = {paths[i["split"]][i["row"]] for i in result["label_issues"]}
+    hits = len(issues & flipped)
+    planted = result.get("planted") or {}
+    return {
+        "probe": result["label_probe"]["probe"],
+        "label_seconds": result["timings"]["labels"],
+        "flipped": len(flipped),
+        "label_issues": len(issues),
+        "label_recall": round(hits / max(1, len(flipped)), 3),
+        "label_precision": round(hits / max(1, len(issues)), 3),
+        "probe_accuracy": result["label_probe"]["out_of_fold_accuracy"],
+        "planted_labels": planted.get("moved", 0),
+        "planted_precision": planted.get("precision"),
+        "planted_recall": planted.get("recall"),
     }
 
 
@@ -149,13 +188,22 @@ def main(argv=None) -> dict:
     parser.add_argument("--quick", action="store_true", help="generated pictures, seconds")
     parser.add_argument("--workdir", help="build the subset here and keep it (default: temp)")
     parser.add_argument("--prepare-only", action="store_true", help="build --workdir, stop")
-    parser.add_argument("--features-from", help="doctor.features_from: a checkpoint")
+    parser.add_argument("--features-from", help="the embedding probe's checkpoint")
+    parser.add_argument("--probes", default="pixels",
+                        help="doctor.probe of each run, comma-separated: kfold,pixels,embedding")  # fmt: skip
+    parser.add_argument("--plant-noise", type=float, default=0.0, help="doctor.plant_noise")
+    parser.add_argument("--model", default="simplecnn", help="kfold: the network (registry)")
+    parser.add_argument("--epochs", type=int, default=10, help="kfold: doctor.probe_epochs")
+    parser.add_argument("--batch-size", type=int, default=64, help="kfold: data.batch_size")
     args = parser.parse_args(argv)
+    probes = args.probes.split(",")
+    if args.features_from and "embedding" not in probes:
+        probes = ["embedding"]  # the documented --features-from command
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if args.quick:
             args.root, args.per_class, args.test_per_class = generated_root(tmp / "src"), 24, 6
-            args.plant, args.folds = 3, 3
+            args.plant, args.folds, args.epochs = 3, 3, 1
         subset = Path(args.workdir).expanduser() if args.workdir else tmp / "subset"
         manifest = subset / "manifest.json"
         if manifest.is_file():  # built by an earlier --workdir run (e.g. before training on it)
@@ -174,12 +222,22 @@ def main(argv=None) -> dict:
             print(json.dumps(out | {"prepared": str(subset)}))
             return out
         started = time.perf_counter()
-        out |= measure(subset, planted, flipped, args.folds, args.features_from)
+        args.checks = True
+        out |= measure(subset, planted, flipped, args, probes[0])
+        args.checks = False  # the other probes: the label check alone, on the same subset
+        out["probes"] = {probes[0]: {k: out[k] for k in LABEL_KEYS}}
+        for probe in probes[1:]:
+            out["probes"][probe] = measure(subset, planted, flipped, args, probe)
         out["wall_seconds"] = round(time.perf_counter() - started, 2)
         if not args.workdir:
             shutil.rmtree(subset / "report", ignore_errors=True)
     print(json.dumps(out))
     return out
+
+
+LABEL_KEYS = ("probe", "label_seconds", "flipped", "label_issues", "label_recall",
+              "label_precision", "probe_accuracy", "planted_labels", "planted_precision",
+              "planted_recall")  # fmt: skip
 
 
 if __name__ == "__main__":
