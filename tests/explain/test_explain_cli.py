@@ -70,3 +70,62 @@ def test_eval_draws_the_heat_maps_over_its_mosaic(trained, tmp_path, monkeypatch
     evaluate(compose("eval", [*overrides, "explain=gradcam"], tmp_path))
     assert drawn["maps"].shape == (4, 16, 16) and drawn["maps"].amax((1, 2)).eq(1).all()
     assert (tmp_path / "run" / "predictions_test.png").is_file()
+
+
+@pytest.fixture(scope="module")
+def photo_ckpt(tmp_path_factory, user_command):
+    """A SimpleCNN trained on an ImageFolder of 3 colours of 16x16 RGB photos (the model of
+    tests/training/test_checkpoint_data.py); returns (photos folder, work folder, checkpoint)."""
+    root, rng = tmp_path_factory.mktemp("photos"), np.random.default_rng(0)
+    for c, colour in enumerate(([200, 40, 40], [40, 200, 40], [40, 40, 200])):
+        (root / "train" / f"c{c}").mkdir(parents=True)
+        for i in range(20):
+            pixels = rng.normal(colour, 30, (16, 16, 3)).clip(0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(root / "train" / f"c{c}" / f"{i}.png")
+    work = tmp_path_factory.mktemp("run")
+    train = ["-m", "lightning_cls.train", "data=imagefolder", f"data.root={root}",
+             "data.image_size=16", "data.batch_size=12", "data.val_size=0.2", "data.test_size=0.2",
+             "model=simplecnn", "seed=7", "trainer.max_epochs=2", "prediction_mosaic=false",
+             *QUIET_TRAINER, "hydra.run.dir=train"]  # fmt: skip
+    proc = user_command(train, work)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (ckpt,) = (work / "train" / "checkpoints").glob("*/epoch*.ckpt")
+    return root / "train", work, ckpt
+
+
+def test_a_checkpoint_trained_on_colour_photos_explains_them_as_it_was_trained(
+    photo_ckpt, user_command
+):
+    """explain composes no ``data``: the checkpoint's own input description (3 channels,
+    16 px, the folder's ImageNet mean/std) reads ``inputs``, so no ``data=...`` is needed
+    and the digits default never enters (issue 39, item 8). The maps are the photos' size and
+    each listed probability is the model's on the photo normalised as in training. (Mutation
+    checked by hand: the explainer normalising with mean 0.5/std 0.25 is off by 0.05.)"""
+    root, work, ckpt = photo_ckpt
+    proc = user_command(["-m", "lightning_cls.explain", f"ckpt_path={ckpt}", f"inputs={root}",
+                         "output=maps", "scale=2", "hydra.run.dir=explained"], work)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(work / "maps" / "explanations.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 60
+    right = sum(row["predicted"] == Path(row["file"]).parent.name for row in rows)
+    assert right / len(rows) > 0.6, right  # 3 colours: chance is 1/3
+    overlay = Image.open(work / "maps" / rows[0]["overlay"])
+    assert overlay.mode == "RGB" and overlay.size == (32, 32)  # 16 px x scale=2
+    # Each probability is the model's on the photo normalised with the checkpoint's mean/std.
+    import torch
+
+    from lightning_cls.data.imagefolder import IMAGENET_MEAN, IMAGENET_STD
+    from lightning_cls.inference import load_torch_model
+    from lightning_cls.inference.spec import normalize
+
+    net, spec = load_torch_model(ckpt)
+    assert (spec.mean, spec.std, spec.num_channels) == (IMAGENET_MEAN, IMAGENET_STD, 3)
+    photos = [np.asarray(Image.open(row["file"])) for row in rows]
+    images = torch.from_numpy(np.stack(photos)).permute(0, 3, 1, 2)  # (B, 3, 16, 16) uint8
+    with torch.no_grad():
+        probs = net(normalize(images, spec.mean, spec.std)).softmax(1)
+    labels = [spec.classes.index(row["label"]) for row in rows]
+    expected = probs[torch.arange(len(rows)), labels]
+    listed = torch.tensor([float(row["prob"]) for row in rows])
+    torch.testing.assert_close(listed, expected, atol=2e-6, rtol=0)
