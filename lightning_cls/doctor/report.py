@@ -128,6 +128,7 @@ def _labels_section(result: dict) -> list[str]:
             "is named split:row (its row in that split of the DataModule)."
         )
     lines += _planted_note(result.get("planted")) + [""]
+    moved = {(r["split"], r["row"]) for r in (result.get("planted") or {}).get("rows", [])}
 
     def render(issue):
         name = issue.get("file") or f"{issue['split']}:{issue['row']}"
@@ -135,6 +136,7 @@ def _labels_section(result: dict) -> list[str]:
             f"{name} given {classes[issue['given']]} "
             f"({issue['given_prob']:.2f}), suggested {classes[issue['suggested']]} "
             f"({issue['suggested_prob']:.2f})"
+            + (" (planted)" if (issue["split"], issue["row"]) in moved else "")
         )
 
     lines += _bullets(issues, render) + [""]
@@ -165,7 +167,8 @@ def _planted_note(planted: dict | None) -> list[str]:
         f"Planted (doctor.plant_noise={planted['share']}): {planted['moved']} labels were moved "
         f"to another class before the probe ran (the files are unchanged). The findings hold "
         f"{planted['found']} of them: precision {share(planted['precision'])}, recall "
-        f"{share(planted['recall'])}. The given labels below are the moved ones."
+        f"{share(planted['recall'])}. Below, 'given' is the label after the move, and "
+        "'(planted)' marks a moved one (report.json: planted.rows)."
     ]
 
 

@@ -39,6 +39,9 @@ def test_kfold_probe_finds_planted_label_errors(tmp_path):
     assert result["label_probe"]["probe"] == "kfold" and result["label_probe"]["reliable"]
     report = (tmp_path / "report.md").read_text()
     assert f"The findings hold {planted['found']} of them" in report
+    moved = {(r["split"], r["row"]) for r in planted["rows"]}
+    listed = result["label_issues"][:20]  # report.md lists 20
+    assert report.count(" (planted)\n") == sum((i["split"], i["row"]) in moved for i in listed)
     assert "split:row" in report  # in-memory data: no files to name, and the report says so
 
 
