@@ -12,18 +12,33 @@ The rule, for whoever edits a page (docs/serving.md included):
   table to the next heading of the same or a higher level (its subsections included).
 - A table whose numbers are not measurements (setting defaults, limits, error codes) says so on
   the line above it: ``<!-- not measured: <why> -->``. A page says why, never the checker.
+- A table whose command is cheap and deterministic (seconds, the same figures on every
+  machine) names it on the line above: ``<!-- numbers: <shell command> -->``. The suite runs
+  that command (``bash -c``, from the repository root, ``python`` being the suite's
+  interpreter, at most ``SOURCE_TIMEOUT_S``) and every number of the table's body must appear
+  among the numbers of its output, as written (``0.98`` is not ``0.980``).
+
+So this test checks two things. Tables with a ``numbers:`` marker: their figures come from the
+committed command's output, now. Every other table with numbers: only that a command stands in
+its section (or a ``not measured`` reason above it); whether those figures are what the command
+printed is not checked here (they are timings or runs of minutes to hours, on a named machine).
 
 A number that fails the rule is withdrawn or given the command that measures it.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+SOURCE_TIMEOUT_S = 60
 HEADING = re.compile(r"^(#{1,6})\s")
 FENCE = re.compile(r"^\s*(```|~~~)\s*([\w-]*)")
 SHELL_FENCES = {"bash", "sh", "shell", "console"}
@@ -33,6 +48,7 @@ LINK_TARGET = re.compile(r"\]\([^)]*\)")
 # Digits not glued to a word: "1.5", "0.98×", "30%", "~10 s"; not "resnet18", "bf16", "x86_64".
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
 EXEMPT = re.compile(r"<!--\s*not measured:\s*\S.*-->")
+SOURCE = re.compile(r"<!--\s*numbers:\s*(\S.*?)\s*-->")
 RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
 
 
@@ -81,7 +97,8 @@ def unbacked_numbers(text: str) -> list[str]:
             continue
         is_row = not fenced and line.lstrip().startswith("|")
         if not is_row:
-            exempt = bool(EXEMPT.search(line)) or (exempt and not line.strip())
+            marked = EXEMPT.search(line) or SOURCE.search(line)  # a source is run, below
+            exempt = bool(marked) or (exempt and not line.strip())
             header_next = True
             continue
         if header_next or RULE.match(line):  # a table's first row is its header
@@ -95,7 +112,37 @@ def unbacked_numbers(text: str) -> list[str]:
     return found
 
 
+def sourced_tables(text: str) -> list[tuple[int, str, list[str]]]:
+    """``(line, command, numbers)`` for each table below a ``<!-- numbers: ... -->`` marker:
+    the marker's line, its command, and the figures of the table's body rows."""
+    found, command, rows, fenced = [], None, 0, False
+    for i, line in enumerate(text.splitlines()):
+        if FENCE.match(line):
+            fenced, command = not fenced, None
+        elif fenced:
+            continue
+        elif m := SOURCE.search(line):
+            command, rows = m.group(1), 0
+            found.append((i + 1, command, []))
+        elif command is not None and line.lstrip().startswith("|"):
+            rows += 1  # the first row is the header
+            if rows > 1 and not RULE.match(line):
+                found[-1][2].extend(numbers_in(line))
+        elif line.strip() or rows:  # other text, or the blank line after the table
+            command = None
+    return found
+
+
+def missing_figures(numbers: list[str], output: str) -> list[str]:
+    """The table's figures that its command's output does not state."""
+    printed = set(NUMBER.findall(output))
+    return [n for n in numbers if n not in printed]
+
+
 PAGES = sorted(DOCS.rglob("*.md"))
+SOURCED = [
+    (page, *table) for page in PAGES for table in sourced_tables(page.read_text(encoding="utf-8"))
+]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(DOCS)) for p in PAGES])
@@ -128,3 +175,32 @@ def test_the_checker_flags_a_number_without_a_command_and_accepts_one_with():
     settings = "# S\n\n<!-- not measured: setting defaults -->\n| key | default |\n|---|---|\n| max | 64 |\n"
     assert unbacked_numbers(settings) == []
     assert numbers_in("| ~10 s | 0.98× | 20–30% | 1,024 |") == ["10", "0.98", "20", "30", "1,024"]
+
+
+@pytest.mark.parametrize(
+    ("page", "line", "command", "numbers"),
+    SOURCED,
+    ids=[f"{p.relative_to(DOCS)}:{line}" for p, line, _, _ in SOURCED],
+)
+def test_a_sourced_table_states_what_its_command_prints(page, line, command, numbers):
+    assert numbers, f"{page.relative_to(REPO)}:{line}: a numbers: marker above no figures"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=SOURCE_TIMEOUT_S)  # fmt: skip
+    assert proc.returncode == 0, f"{command!r} failed:\n{proc.stderr[-2000:]}"
+    missing = missing_figures(numbers, proc.stdout)
+    assert not missing, (
+        f"{page.relative_to(REPO)}:{line}: the table states {missing}, which {command!r} does "
+        f"not print (it printed: {proc.stdout[-500:]!r}); rerun it and copy its figures."
+    )
+
+
+def test_the_sourced_table_checker_reads_the_table_under_its_marker():
+    page = (
+        "# T\n\n<!-- numbers: python -c 'print(2, 9, 31)' -->\n| a | b |\n|---|---|\n"
+        "| `x=5` | 2 of 31, 9 |\n\nAfter: 7.\n\n| c |\n|---|\n| 8 |\n"
+    )
+    assert sourced_tables(page) == [(3, "python -c 'print(2, 9, 31)'", ["2", "31", "9"])]
+    assert unbacked_numbers(page) == ["line 12: | 8 |"]  # the next table has no command
+    assert missing_figures(["2", "31", "9"], "(2, 9, 31, None)\n") == []
+    assert missing_figures(["2", "0.98", "9"], "(2, 0.980, 9)") == ["0.98"]  # as written
