@@ -127,7 +127,7 @@ def measure(subset: Path, planted, flipped: set[str], args, probe: str) -> dict:
     )
     model = {"num_classes": None, "in_channels": None, "image_size": None}
     recipe = TrainRecipe(args.model, model, accelerator="cpu")
-    result = diagnose(data, subset / "report", options, recipe)
+    result = diagnose(data, subset / f"report_{probe}", options, recipe)
     if not args.checks:  # a later probe: the label check alone
         return _label_numbers(result, data, flipped)
     grouped = [set(g["files"]) for g in result["duplicates"]]
@@ -163,6 +163,8 @@ def _label_numbers(result: dict, data, flipped: set[str]) -> dict:
     issues = {paths[i["split"]][i["row"]] for i in result["label_issues"]}
     hits = len(issues & flipped)
     planted = result.get("planted") or {}
+    moved = {(r["split"], r["row"]) for r in planted.get("rows", [])}
+    ranked = [(i["split"], i["row"]) in moved for i in result["label_issues"]]  # most sure first
     return {
         "probe": result["label_probe"]["probe"],
         "label_seconds": result["timings"]["labels"],
@@ -174,6 +176,10 @@ def _label_numbers(result: dict, data, flipped: set[str]) -> dict:
         "planted_labels": planted.get("moved", 0),
         "planted_precision": planted.get("precision"),
         "planted_recall": planted.get("recall"),
+        # the ranking: the share of moved labels among the first n findings
+        "planted_precision_at": {
+            n: round(sum(ranked[:n]) / n, 3) for n in (25, 100, 250, 500) if len(ranked) >= n
+        },
     }
 
 
@@ -230,14 +236,15 @@ def main(argv=None) -> dict:
             out["probes"][probe] = measure(subset, planted, flipped, args, probe)
         out["wall_seconds"] = round(time.perf_counter() - started, 2)
         if not args.workdir:
-            shutil.rmtree(subset / "report", ignore_errors=True)
+            for probe in probes:
+                shutil.rmtree(subset / f"report_{probe}", ignore_errors=True)
     print(json.dumps(out))
     return out
 
 
 LABEL_KEYS = ("probe", "label_seconds", "flipped", "label_issues", "label_recall",
               "label_precision", "probe_accuracy", "planted_labels", "planted_precision",
-              "planted_recall")  # fmt: skip
+              "planted_recall", "planted_precision_at")  # fmt: skip
 
 
 if __name__ == "__main__":
