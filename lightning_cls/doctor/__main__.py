@@ -56,11 +56,12 @@ def doctor(cfg: DictConfig) -> dict:
     result = diagnose(datamodule, out, options, recipe)
     log.info(
         "Data check of data=%s: %d duplicate groups (%d across splits), %d likely label "
-        "errors, %d unreadable files; report: %s",
+        "errors%s, %d unreadable files; report: %s",
         cfg.data.name,
         len(result["duplicates"]),
         sum(g["cross_split"] for g in result["duplicates"]),
         len(result["label_issues"]),
+        "" if result.get("label_probe", {}).get("reliable", True) else " (NOT TRUSTED: see report)",
         len(result["files"].get("unreadable", [])),
         out / "report.md",
     )

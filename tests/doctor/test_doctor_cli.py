@@ -67,7 +67,7 @@ def test_bad_doctor_settings_are_one_line_before_the_data_is_read(override, mess
         doctor(compose("doctor", overrides, tmp=tmp_path))
 
 
-def test_kfold_probe_trains_the_configured_model_from_the_command(folder, tmp_path):
+def test_kfold_probe_trains_the_configured_model_from_the_command(folder, tmp_path, caplog):
     overrides = [
         "data=imagefolder",
         f"data.root={folder}",
@@ -80,6 +80,9 @@ def test_kfold_probe_trains_the_configured_model_from_the_command(folder, tmp_pa
         "optimizer.lr=0.01",
         "trainer.accelerator=cpu",
     ]
+    caplog.set_level("INFO")
     result = doctor(compose("doctor", overrides, tmp=tmp_path))
     assert result["label_probe"]["probe"] == "kfold"
     assert result["label_probe"]["features"] == "simplecnn trained 1 epochs per fold"
+    assert not result["label_probe"]["reliable"]  # random pictures: the last line says so
+    assert "likely label errors (NOT TRUSTED: see report)" in caplog.text
