@@ -12,3 +12,5 @@ def test_conformal_quick_mode_reports_coverage_and_set_size(run_quick, tmp_path)
         measured = run[setting]
         assert 0 <= measured["test_coverage"] <= 1 and measured["test_mean_set_size"] >= 1
         assert 0 < measured["qhat"]
+        resplit = run["resplit"][setting]
+        assert 0 <= resplit["mean"] <= 1 and resplit["sd"] >= 0
