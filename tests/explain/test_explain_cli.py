@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers.tiny import LEARNABLE, as_overrides
+from helpers.tiny import LEARNABLE, as_overrides, colour_photos
 from hydra_helpers import QUIET_TRAINER, compose
 from lightning_cls.explain.__main__ import explain
 
@@ -76,12 +76,7 @@ def test_eval_draws_the_heat_maps_over_its_mosaic(trained, tmp_path, monkeypatch
 def photo_ckpt(tmp_path_factory, user_command):
     """A SimpleCNN trained on an ImageFolder of 3 colours of 16x16 RGB photos (the model of
     tests/training/test_checkpoint_data.py); returns (photos folder, work folder, checkpoint)."""
-    root, rng = tmp_path_factory.mktemp("photos"), np.random.default_rng(0)
-    for c, colour in enumerate(([200, 40, 40], [40, 200, 40], [40, 40, 200])):
-        (root / "train" / f"c{c}").mkdir(parents=True)
-        for i in range(20):
-            pixels = rng.normal(colour, 30, (16, 16, 3)).clip(0, 255).astype(np.uint8)
-            Image.fromarray(pixels).save(root / "train" / f"c{c}" / f"{i}.png")
+    root = colour_photos(tmp_path_factory.mktemp("photos"), per_class=20)
     work = tmp_path_factory.mktemp("run")
     train = ["-m", "lightning_cls.train", "data=imagefolder", f"data.root={root}",
              "data.image_size=16", "data.batch_size=12", "data.val_size=0.2", "data.test_size=0.2",

@@ -107,3 +107,38 @@ def fit(module: ClassificationModule, data: SyntheticDataModule, root: Path, **k
     path = Path(root) / "model.ckpt"
     trainer.save_checkpoint(path)
     return path
+
+
+def fit_plain_simplecnn(split, spec, num_classes: int, steps: int = 60, lr: float = 3e-3):
+    """A [8, 16]-wide SimpleCNN fitted on a whole in-memory ``split`` in plain torch (full
+    batch Adam, ``steps`` steps, a couple of seconds): the small model the trust tests score.
+    Returned in eval mode; seed torch first for a fixed result."""
+    from lightning_cls.models import create_model
+
+    net = create_model(
+        "simplecnn", num_classes=num_classes, in_channels=spec.num_channels,
+        image_size=spec.image_size, widths=[8, 16], hidden=32,
+    )  # fmt: skip
+    optimizer = torch.optim.Adam(net.parameters(), lr)
+    x = spec.preprocess(split.images)
+    for _ in range(steps):
+        loss = torch.nn.functional.cross_entropy(net(x), split.labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return net.eval()
+
+
+def colour_photos(root: Path, per_class: int, size: int = 16, seed: int = 0) -> Path:
+    """``root/train/c0..c2/<i>.png``: an ImageFolder of 3 colours (red, green, blue) of noisy
+    ``size`` x ``size`` RGB photos, for commands trained on a folder of colour images."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for c, colour in enumerate(([200, 40, 40], [40, 200, 40], [40, 40, 200])):
+        (root / "train" / f"c{c}").mkdir(parents=True)
+        for i in range(per_class):
+            pixels = rng.normal(colour, 30, (size, size, 3)).clip(0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(root / "train" / f"c{c}" / f"{i}.png")
+    return root

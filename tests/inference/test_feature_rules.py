@@ -12,12 +12,11 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import make_data
+from helpers import fit_plain_simplecnn, make_data
 from lightning_cls.inference import InputSpec, feature_rules, load_artifact, predict_files
 from lightning_cls.inference.predictor import Predictor
 from lightning_cls.inference.spec import SpecError, Split
 from lightning_cls.inference.trust import check_rule_options
-from lightning_cls.models import create_model
 from lightning_cls.training.calibration import calibrate
 
 # ---------------------------------------------------------------------------------------------
@@ -158,17 +157,8 @@ def trained() -> Trained:
     spec = InputSpec.from_dict(
         {**data.spec, "model_name": "simplecnn", "model_kwargs": {"widths": [8, 16], "hidden": 32}}
     )
-    net = create_model(
-        "simplecnn", num_classes=4, in_channels=1, image_size=16, widths=[8, 16], hidden=32
-    )
-    optimizer = torch.optim.Adam(net.parameters(), 3e-3)
-    x = spec.preprocess(train.images)
-    for _ in range(60):
-        loss = torch.nn.functional.cross_entropy(net(x), train.labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    result = calibrate(net.eval(), spec, val, reject="knn", keep=0.95, train=train, k=10)
+    net = fit_plain_simplecnn(train, spec, num_classes=4)
+    result = calibrate(net, spec, val, reject="knn", keep=0.95, train=train, k=10)
     spec = InputSpec.from_dict({**spec.to_dict(), **result.spec_updates})
     noise = torch.randint(0, 256, (128, 1, 16, 16), generator=torch.Generator().manual_seed(2))
     return Trained(net, spec, data.splits["test"], noise.to(torch.uint8), _stripes(128))

@@ -14,10 +14,9 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import make_data
+from helpers import fit_plain_simplecnn, make_data
 from lightning_cls.inference import InputSpec, load_artifact, predict_files, write_predictions_csv
 from lightning_cls.inference.spec import SpecError, Split
-from lightning_cls.models import create_model
 from lightning_cls.training.calibration import calibrate
 
 
@@ -50,17 +49,8 @@ def rejecting() -> Rejecting:
     data.setup("fit")
     train, val = data.splits["train"], data.splits["val"]
     spec = InputSpec.from_dict(dict(data.spec))
-    net = create_model(
-        "simplecnn", num_classes=4, in_channels=1, image_size=16, widths=[8, 16], hidden=32
-    )
-    optimizer = torch.optim.Adam(net.parameters(), 3e-3)
-    x = spec.preprocess(train.images)
-    for _ in range(60):
-        loss = torch.nn.functional.cross_entropy(net(x), train.labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    result = calibrate(net.eval(), spec, val, reject="energy", keep=0.95)
+    net = fit_plain_simplecnn(train, spec, num_classes=4)
+    result = calibrate(net, spec, val, reject="energy", keep=0.95)
     spec = InputSpec.from_dict({**spec.to_dict(), **result.spec_updates})
     return Rejecting(net, spec, data.splits["test"], stripes(128))
 

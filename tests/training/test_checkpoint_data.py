@@ -6,23 +6,16 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
-from PIL import Image
 
+from helpers import colour_photos
 from hydra_helpers import QUIET_TRAINER
 
 
 @pytest.fixture(scope="module")
 def photo_run(tmp_path_factory, user_command):
     """A SimpleCNN trained one epoch on an ImageFolder of 3 colours of 16x16 RGB photos."""
-    root = tmp_path_factory.mktemp("photos")
-    rng = np.random.default_rng(0)
-    for c, colour in enumerate(([200, 40, 40], [40, 200, 40], [40, 40, 200])):
-        (root / "train" / f"c{c}").mkdir(parents=True)
-        for i in range(30):
-            pixels = rng.normal(colour, 30, (16, 16, 3)).clip(0, 255).astype(np.uint8)
-            Image.fromarray(pixels).save(root / "train" / f"c{c}" / f"{i}.png")
+    root = colour_photos(tmp_path_factory.mktemp("photos"), per_class=30)
     work = tmp_path_factory.mktemp("run")
     train = ["-m", "lightning_cls.train", "data=imagefolder", f"data.root={root}",
              "data.image_size=16", "data.batch_size=16", "data.val_size=0.2", "data.test_size=0.2",

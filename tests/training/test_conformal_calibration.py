@@ -15,11 +15,10 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import SMALL, as_overrides, make_data
+from helpers import SMALL, as_overrides, fit_plain_simplecnn, make_data
 from hydra_helpers import QUIET_TRAINER, compose
 from lightning_cls.inference import InputSpec, load_artifact, predict_files, write_predictions_csv
 from lightning_cls.inference import conformal as cp
-from lightning_cls.models import create_model
 from lightning_cls.training.calibration import calibrate
 
 
@@ -35,17 +34,7 @@ def test_test_coverage_is_within_two_points_of_the_target():
     data.setup("fit")
     spec = InputSpec.from_dict(dict(data.spec))
     train = data.splits["train"]
-    net = create_model(
-        "simplecnn", num_classes=10, in_channels=1, image_size=16, widths=[8, 16], hidden=32
-    )
-    optimizer = torch.optim.Adam(net.parameters(), 3e-3)
-    x = spec.preprocess(train.images)
-    for _ in range(60):
-        loss = torch.nn.functional.cross_entropy(net(x), train.labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    net.eval()
+    net = fit_plain_simplecnn(train, spec, num_classes=10)
     result = calibrate(net, spec, data.splits["val"], data.splits["test"], conformal=0.1)
     m = result.metrics
     assert 0.4 < m["test_accuracy_after"] < 0.8  # a model the sets have work to do for
