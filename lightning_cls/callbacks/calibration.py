@@ -54,7 +54,9 @@ class Calibrate(pl.Callback):
                 conformal_sets.refuse_multilabel(pl_module.decision.multi_hot)
             if self.reject == "knn":  # reject_k must fit in the bank this data gives
                 train = len(splits.get("train") or ())
-                feature_rules.check_k(self.k, min(feature_rules.check_bank_size(self.bank_size), train))
+                feature_rules.check_k(
+                    self.k, min(feature_rules.check_bank_size(self.bank_size), train)
+                )
 
     @staticmethod
     def _val(trainer: pl.Trainer):

@@ -84,7 +84,9 @@ def check_reject(value: Any) -> dict[str, Any] | None:
             f"reject has unknown key(s) {unknown} for score={score}; known: {sorted(known)}."
         )
     keep = check_keep(value.get("keep"))
-    params = feature_rules.check_params(score, value) if score in feature_rules.FEATURE_RULES else {}
+    params = (
+        feature_rules.check_params(score, value) if score in feature_rules.FEATURE_RULES else {}
+    )
     threshold = value.get("threshold")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
         raise ValueError(f"reject.threshold={threshold!r} is not a number.")
