@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trust import QUIET, _cpu, run
 
 SETTINGS = [(0.1, "raps"), (0.05, "raps"), (0.1, "aps"), (0.05, "aps")]
 
@@ -74,36 +77,6 @@ def main(argv: list[str] | None = None) -> dict:
     report["wall_s"], report["cpu_s"] = round(time.time() - started, 1), round(_cpu() - cpu, 1)
     print(json.dumps(report))
     return report
-
-
-QUIET = [
-    "trainer.accelerator=cpu",
-    "trainer.devices=1",
-    "trainer.enable_progress_bar=false",
-    "trainer.enable_model_summary=false",
-    "~callbacks.progress_bar",
-    "~callbacks.model_summary",
-    "~callbacks.learning_rate_monitor",
-]
-
-
-def run(command: str, overrides: list[str], out: Path) -> dict:
-    """``python -m lightning_cls.<command> <overrides>``, in this process (printed first)."""
-    from hydra import compose, initialize_config_dir
-
-    from lightning_cls import config_dir
-
-    overrides = [*overrides, f"paths.output_dir={out}", f"paths.root_dir={out.parent}"]
-    print("python -m lightning_cls." + command, " ".join(overrides), flush=True)
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        cfg = compose(config_name=command, overrides=overrides)
-    if command == "train":
-        from lightning_cls.train import train
-
-        return train(cfg)
-    from lightning_cls.calibrate import calibrate_checkpoint
-
-    return calibrate_checkpoint(cfg)
 
 
 def resplit(ckpt: str, data: list[str], splits: int) -> dict:
@@ -168,11 +141,6 @@ def generated_folder(root: Path, classes: int, per_class: int, size: int = 16) -
             pixels = rng.normal(colour, 60, (size, size, 3)).clip(0, 255).astype(np.uint8)
             Image.fromarray(pixels).save(root / "train" / f"c{c}" / f"{i}.png")
     return root
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

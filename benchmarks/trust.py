@@ -99,6 +99,10 @@ def run(command: str, overrides: list[str], out: Path) -> dict:
         from lightning_cls.train import train
 
         return train(cfg)
+    if command == "calibrate":
+        from lightning_cls.calibrate import calibrate_checkpoint
+
+        return calibrate_checkpoint(cfg)
     from lightning_cls.eval import evaluate
 
     return evaluate(cfg)
