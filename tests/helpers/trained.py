@@ -127,3 +127,35 @@ def _one_thread():
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def ask_server(path, images) -> list[dict]:
+    """Each uint8 (C, H, W) image of ``images`` as a PNG to ``POST /predict`` of an in-process
+    ``ServeApp`` serving ``path``: the first prediction of each answer (the app closed after)."""
+    import asyncio
+
+    import httpx
+
+    from lightning_cls.inference import load_artifact
+    from lightning_cls.serve.app import ServeApp
+    from lightning_cls.serve.config import ServeConfig
+    from lightning_cls.serve.metrics import ServeMetrics
+
+    app = ServeApp(ServeConfig(artifact=str(path)), load_artifact(path), ServeMetrics(), {})
+    bodies = []
+    for image in images:  # uint8 (C, H, W); a grey image is saved as mode L
+        pixels = np.ascontiguousarray(image.permute(1, 2, 0).numpy())
+        buffer = io.BytesIO()
+        Image.fromarray(pixels[..., 0] if pixels.shape[2] == 1 else pixels).save(buffer, "PNG")
+        bodies.append(buffer.getvalue())
+
+    async def ask():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            headers = {"content-type": "image/png"}
+            return [await client.post("/predict", content=b, headers=headers) for b in bodies]
+
+    try:
+        return [answer.json()["predictions"][0] for answer in asyncio.run(ask())]
+    finally:
+        app.close()

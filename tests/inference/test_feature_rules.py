@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import fit_plain_simplecnn, make_data
+from helpers import ask_server, fit_plain_simplecnn, make_data
 from lightning_cls.inference import InputSpec, feature_rules, load_artifact, predict_files
 from lightning_cls.inference.predictor import Predictor
 from lightning_cls.inference.spec import SpecError, Split
@@ -285,36 +285,13 @@ def test_the_predictions_csv_names_the_rule(trained, folder, tmp_path):
 
 
 def test_the_server_answers_the_knn_rule_like_predict(trained, tmp_path):
-    import asyncio
-    import io
-
-    import httpx
 
     from lightning_cls.export.onnx import export_onnx
-    from lightning_cls.serve.app import ServeApp
-    from lightning_cls.serve.config import ServeConfig
-    from lightning_cls.serve.metrics import ServeMetrics
 
     path = export_onnx(trained.net, trained.spec, tmp_path / "model.onnx")
     predictor = load_artifact(path)
-    app = ServeApp(ServeConfig(artifact=str(path)), predictor, ServeMetrics(), {"name": "m"})
     images = [trained.noise[0], trained.stripes[0], trained.test.images[0]]
-    bodies = []
-    for image in images:
-        buffer = io.BytesIO()
-        Image.fromarray(image[0].numpy()).save(buffer, format="PNG")
-        bodies.append(buffer.getvalue())
-
-    async def ask():
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            headers = {"content-type": "image/png"}
-            return [await client.post("/predict", content=b, headers=headers) for b in bodies]
-
-    try:
-        answers = [a.json()["predictions"][0] for a in asyncio.run(ask())]
-    finally:
-        app.close()
+    answers = ask_server(path, images)
     logits, features = predictor.image_outputs(np.stack([i.numpy() for i in images]))
     expected = predictor.task.confidence(logits, features=features)
     for answer, score in zip(answers, expected.tolist()):

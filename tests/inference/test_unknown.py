@@ -3,18 +3,15 @@ metadata, answered by predict, the server's JSON and its page; bad rules are one
 
 from __future__ import annotations
 
-import asyncio
 import csv
-import io
 from dataclasses import dataclass, replace
 
-import httpx
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from helpers import fit_plain_simplecnn, make_data
+from helpers import ask_server, fit_plain_simplecnn, make_data
 from lightning_cls.inference import InputSpec, load_artifact, predict_files, write_predictions_csv
 from lightning_cls.inference.spec import SpecError, Split
 from lightning_cls.training.calibration import calibrate
@@ -117,30 +114,10 @@ def test_the_rule_travels_in_onnx_and_predict_answers_unknown(rejecting, onnx_fi
 
 
 def test_the_server_answers_unknown_with_the_scores(rejecting, onnx_file):
-    from lightning_cls.serve.app import ServeApp
-    from lightning_cls.serve.config import ServeConfig
-    from lightning_cls.serve.metrics import ServeMetrics
     from lightning_cls.serve.page import PAGE_HTML
 
-    path = onnx_file
-    predictor = load_artifact(path)
-    app = ServeApp(ServeConfig(artifact=str(path)), predictor, ServeMetrics(), {"name": "m"})
-    bodies = []
-    for image in (rejecting.stripes[0], rejecting.test.images[0]):
-        buffer = io.BytesIO()
-        Image.fromarray(image[0].numpy()).save(buffer, format="PNG")
-        bodies.append(buffer.getvalue())
-
-    async def ask():
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            headers = {"content-type": "image/png"}
-            return [await client.post("/predict", content=b, headers=headers) for b in bodies]
-
-    try:
-        answers = [a.json()["predictions"][0] for a in asyncio.run(ask())]
-    finally:
-        app.close()
+    predictor = load_artifact(onnx_file)
+    answers = ask_server(onnx_file, [rejecting.stripes[0], rejecting.test.images[0]])
     odd, known = answers
     logits = predictor.image_logits(np.stack([rejecting.stripes[0].numpy()]))
     assert odd["score"] == pytest.approx(float(predictor.task.energy(logits)[0]), abs=1e-4)
