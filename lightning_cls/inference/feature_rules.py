@@ -1,9 +1,11 @@
-"""Rejection in feature space: how far an image's penultimate features lie from the training set's.
+"""Rejection in feature space: how far an image's features lie from the training set's.
 
 Confidence scores computed from the logits (``msp``, ``energy``) fail on inputs that drive the
 logits high: on CIFAR-10 photos uniform noise scored as *more* familiar than every real image
-(docs/guides/calibration.md). These two rules look at the input of the network's last linear
-layer instead (the ``features`` output every artifact of such a model carries):
+(docs/guides/calibration.md). These two rules look at the network's features instead (the
+``features`` output every artifact of such a model carries, ``network.FeatureNet``: the input
+of its last linear layer and its first convolution's max-pooled responses, each part
+L2-normalised):
 
 - ``knn`` (Sun et al. 2022, "Out-of-Distribution Detection with Deep Nearest Neighbors"): the
   cosine similarity of the L2-normalised features to their ``k``-th nearest neighbour in a

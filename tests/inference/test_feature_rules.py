@@ -17,6 +17,7 @@ from lightning_cls.inference import InputSpec, feature_rules, load_artifact, pre
 from lightning_cls.inference.predictor import Predictor
 from lightning_cls.inference.spec import SpecError, Split
 from lightning_cls.inference.trust import check_rule_options
+from lightning_cls.models import create_model
 from lightning_cls.training.calibration import calibrate
 
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +191,8 @@ def test_mahalanobis_is_fitted_and_applied_the_same_way(trained, tmp_path):
     spec = InputSpec.from_dict({**base.to_dict(), **result.spec_updates})
     assert set(spec.reject) == {"score", "threshold", "keep", "means", "precision"}
     assert 0.8 <= result.metrics["test_kept"] <= 1.0
-    assert result.report()["reject"]["precision"] == "<float32 32x32>"  # no arrays in reports
+    # 40 features: the 32 penultimate and the first convolution's 8 filters; no arrays in reports
+    assert result.report()["reject"]["precision"] == "<float32 40x40>"
     assert _unknown_share(spec, trained.net, trained.noise) >= 0.9
 
 
@@ -303,5 +305,24 @@ def test_an_eager_predictor_gives_logits_after_features(trained):
     predictor = Predictor(trained.net, trained.spec)
     images = trained.test.images[:5]
     logits, features = predictor.image_features(images)
-    assert features.shape == (5, 32)
+    assert features.shape == (5, 32 + 8)  # penultimate, then the first convolution's filters
     torch.testing.assert_close(predictor.image_logits(images), logits)  # still plain logits
+
+
+def test_the_features_are_the_penultimate_and_the_first_convolutions_max_each_normalised():
+    from lightning_cls.inference.network import FeatureNet
+
+    torch.manual_seed(0)
+    net = create_model("simplecnn", in_channels=3, num_classes=4, image_size=16).eval()
+    x = torch.randn(5, 3, 16, 16)
+    logits, features = FeatureNet(net, (3, 16, 16))(x)
+    torch.testing.assert_close(logits, net(x))
+    conv = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d))
+    low = torch.nn.functional.normalize(conv(x).amax((2, 3)), dim=1)
+    torch.testing.assert_close(features[:, -conv.out_channels :], low)
+    penultimate = features[:, : -conv.out_channels]
+    torch.testing.assert_close(penultimate.norm(dim=1), torch.ones(5))
+    # No convolution on the input's channels (an MLP): the penultimate features alone, raw.
+    mlp = create_model("mlp", in_channels=3, num_classes=4, image_size=16, hidden=24).eval()
+    _, only = FeatureNet(mlp, (3, 16, 16))(x)
+    assert only.shape == (5, 24) and not torch.allclose(only.norm(dim=1), torch.ones(5))
