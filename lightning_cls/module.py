@@ -69,13 +69,6 @@ class ClassificationModule(pl.LightningModule):
         **flat_task_options: Any,  # deprecated: a task's options given beside the module's
     ):
         super().__init__()
-        if spec is not None:  # its fields, as plain containers (weights_only checkpoints)
-            classes, mean, std = list(spec.classes), list(spec.mean), list(spec.std)
-            image_size, num_channels, resize_size = (
-                spec.image_size,
-                spec.num_channels,
-                spec.resize_size,
-            )
         warn_flat(  # only those set: an older checkpoint holds every built-in option
             {k: v for k, v in flat_task_options.items() if v != FLAT_OPTIONS.get(k, v)},
             "ClassificationModule options",
@@ -87,6 +80,17 @@ class ClassificationModule(pl.LightningModule):
         for key in flat_task_options:  # they live in the task's mapping
             self.hparams.pop(key, None)
         self.hparams["task"] = task
+        if spec is not None:  # its input fields, as plain containers (weights_only checkpoints)
+            self.hparams.update(
+                classes=list(spec.classes),
+                mean=list(spec.mean),
+                std=list(spec.std),
+                image_size=spec.image_size,
+                num_channels=spec.num_channels,
+                resize_size=spec.resize_size,
+            )
+            classes, image_size = self.hparams.classes, spec.image_size
+            num_channels = spec.num_channels
         if net is None:
             if model_name is None:
                 raise ValueError("ClassificationModule needs model_name (a registry name) or net.")

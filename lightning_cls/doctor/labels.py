@@ -9,7 +9,6 @@ linear probe on pixels or embeddings); the ranking is cleanlab's ``find_label_is
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 
 def plant_label_noise(

@@ -289,10 +289,12 @@ def update_checkpoint(source: str | Path, target: str | Path, updates: dict[str,
     from lightning_cls.training.tasks.base import FLAT_OPTIONS
 
     hparams = checkpoint.setdefault("hyper_parameters", {})
-    task = {**checkpoint_task(hparams), **updates}  # the task carries its calibration
+    ours = {k: v for k, v in updates.items() if k in FLAT_OPTIONS}  # the task's: calibration
+    task = {**checkpoint_task(hparams), **ours}
     for key in FLAT_OPTIONS:  # an older checkpoint's flat options: now in the task's mapping
         hparams.pop(key, None)
-    hparams["task"] = {k: v for k, v in task.items() if v is not None or k in updates}
+    hparams.update({k: v for k, v in updates.items() if k not in ours})  # e.g. mean/std
+    hparams["task"] = {k: v for k, v in task.items() if v is not None or k in ours}
     target.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp:
         torch.save(checkpoint, tmp)

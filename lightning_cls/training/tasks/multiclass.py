@@ -3,8 +3,8 @@ top-1/top-5 accuracy, and a confusion matrix per val/test epoch for per-class re
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import logging
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
