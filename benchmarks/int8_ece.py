@@ -51,8 +51,8 @@ def one_run(folder: Path) -> dict:
     from lightning_cls.export.onnx import export_onnx
     from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
     from lightning_cls.inference import load_artifact, load_torch_model
-    from lightning_cls.training.calibration import expected_calibration_error
     from lightning_cls.inference.tasks import create_task
+    from lightning_cls.training.calibration import expected_calibration_error
 
     saved = OmegaConf.load(folder / "config_resolved.yaml")  # what train wrote, resolved
     datamodule = instantiate(saved.data)

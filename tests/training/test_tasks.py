@@ -215,3 +215,21 @@ def test_checkpoints_written_by_the_flat_layout_load_and_predict_the_same(name, 
     assert "label_smoothing" not in hparams and "pos_weight" not in hparams
     reloaded = ClassificationModule.load_from_checkpoint(new, map_location="cpu")
     assert reloaded.decision.temperature == 2.0 == InputSpec.from_hparams(hparams).temperature
+
+
+def test_the_older_config_keys_still_set_the_task_with_a_warning():
+    from omegaconf import OmegaConf
+
+    from lightning_cls.train import task_options
+
+    cfg = OmegaConf.create(
+        {
+            "task": {"name": "multiclass", "metric": "val/acc", "label_smoothing": 0.0},
+            "label_smoothing": 0.1,
+            "mixup": {"mixup_alpha": 0.2, "cutmix_alpha": None, "mix_prob": None},
+            "loss": {"class_weights": None, "class_weight_method": None, "pos_weight": None},
+        }
+    )
+    with pytest.warns(FutureWarning, match=r"label_smoothing, mixup_alpha: deprecated.*task\."):
+        task = task_options(cfg)
+    assert task == {"name": "multiclass", "label_smoothing": 0.1, "mixup_alpha": 0.2}
