@@ -51,6 +51,7 @@ def one_run(folder: Path) -> dict:
     from lightning_cls.export.onnx import export_onnx
     from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
     from lightning_cls.inference import load_artifact, load_torch_model
+    from lightning_cls.inference.tasks import create_task
     from lightning_cls.training.calibration import expected_calibration_error
 
     saved = OmegaConf.load(folder / "config_resolved.yaml")  # what train wrote, resolved
@@ -67,7 +68,9 @@ def one_run(folder: Path) -> dict:
     result = {"run": folder.name, "images": len(test), "temperature": spec.temperature}
     for name, path in (("fp32", fp32), ("int8", int8)):
         probs = torch.from_numpy(load_artifact(path).predict_images(test.images.numpy()))
-        result[f"ece_{name}"] = round(expected_calibration_error(probs, test.labels, False), 4)
+        result[f"ece_{name}"] = round(
+            expected_calibration_error(probs, test.labels, create_task()), 4
+        )
         result[f"acc_{name}"] = round((probs.argmax(1) == test.labels).float().mean().item(), 4)
     result["ece_gap_points"] = round(100 * (result["ece_int8"] - result["ece_fp32"]), 2)
     return result

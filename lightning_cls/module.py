@@ -17,20 +17,8 @@ from lightning_cls.inference.tasks import Task
 from lightning_cls.models import fill_input_options
 from lightning_cls.training.distill import Distiller
 from lightning_cls.training.optim import apply_group_scales
-from lightning_cls.training.tasks import TrainingTask, create_training_task
-
-# Task options: their defaults. The task gets the ones set to something else (it refuses
-# those it has no use for, with a one-line error).
-TASK_OPTIONS = {
-    "label_smoothing": 0.0,
-    "class_weights": None,
-    "class_weight_method": "inverse",
-    "threshold": None,
-    "pos_weight": None,
-    "mixup_alpha": 0.0,
-    "cutmix_alpha": 0.0,
-    "mix_prob": 1.0,
-}
+from lightning_cls.training.tasks import TrainingTask, checkpoint_task, create_training_task
+from lightning_cls.training.tasks.base import FLAT_OPTIONS, task_config, warn_flat
 
 
 class ClassificationModule(pl.LightningModule):
@@ -44,18 +32,19 @@ class ClassificationModule(pl.LightningModule):
     network expects; they travel in the checkpoint so predict/export need nothing else.
     ``optimizer`` and ``scheduler`` are partials: ``optimizer(params)`` and
     ``scheduler(optimizer, total_steps=...)`` (see ``lightning_cls.training.optim``).
-    ``mixup_alpha``/``cutmix_alpha`` > 0 mix training batches (``lightning_cls.training.mixup``) with
-    probability ``mix_prob``. ``classes``/``num_classes`` (attributes) and ``test_confusion``
-    (a ``MulticlassConfusionMatrix`` over the last test run) are read by callbacks.
+    ``classes``/``num_classes`` (attributes) and ``test_confusion`` (a
+    ``MulticlassConfusionMatrix`` over the last test run) are read by callbacks. ``spec`` (an
+    ``InputSpec``, e.g. ``datamodule.spec``) gives those input fields at once.
 
-    The task (``task``: ``multiclass``, ``multilabel`` or any registered name;
-    ``lightning_cls.training.tasks``) owns the loss, the metrics, logits -> probabilities and
-    the decision rule; this module asks it and never branches on it. Its options
-    (``label_smoothing``, ``class_weights``, MixUp/CutMix for multi-class; ``threshold``,
-    ``pos_weight`` for multi-label: one sigmoid per class, BCE, mAP/AUROC/F1) go to it, and
-    what it chooses while learning (a multi-label threshold, ``"auto"`` weights) appears in
-    ``hparams`` and so in every checkpoint. ``distill`` (a ``Distiller``) adds a teacher's
-    soft targets to the training loss; the teacher is not part of the module or its checkpoints.
+    ``task`` (a name, or the mapping of a name and every option of that task:
+    ``conf/task/<name>.yaml``, e.g. ``{"name": "multiclass", "label_smoothing": 0.1}``;
+    ``lightning_cls.training.tasks``) owns the loss, the metrics, logits -> probabilities, the
+    decision rule and what calibration chose; this module asks it and never branches on it,
+    and lists none of its options. What the task chose while learning (a multi-label
+    threshold, ``"auto"`` weights) appears in ``hparams["task"]`` and so in every checkpoint.
+    Options given flat (``label_smoothing=0.1``: older code and checkpoints) still work,
+    deprecated. ``distill`` (a ``Distiller``) adds a teacher's soft targets to the training
+    loss; the teacher is not part of the module or its checkpoints.
     """
 
     def __init__(
@@ -65,7 +54,6 @@ class ClassificationModule(pl.LightningModule):
         net: nn.Module | None = None,
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[..., Any] | None = None,
-        label_smoothing: float = 0.0,
         classes: Sequence[str] | None = None,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
@@ -74,21 +62,35 @@ class ClassificationModule(pl.LightningModule):
         tta_flip: bool = False,
         tta_translate: int = 0,
         resize_size: int | None = None,  # photos: shorter side resized to this, centre-cropped
-        mixup_alpha: float = 0.0,
-        cutmix_alpha: float = 0.0,
-        mix_prob: float = 1.0,
         param_groups: Callable[[nn.Module], list[dict]] | None = None,
-        class_weights: str | Sequence[float] | None = None,  # "auto": from the train counts
-        class_weight_method: str = "inverse",  # or "effective" (training/class_balance.py)
-        task: str = "multiclass",  # or "multilabel", or a registered task's name
-        threshold: float | None = None,  # multilabel: None = chosen on val (max micro-F1)
-        pos_weight: str | Sequence[float] | None = None,  # multilabel BCE; "auto": train counts
+        task: str | Mapping[str, Any] = "multiclass",  # a name, or {name, its options}
         distill: Distiller | None = None,  # a teacher's soft targets (training/distill.py)
+        spec: InputSpec | None = None,  # the input fields above at once (datamodule.spec)
+        **flat_task_options: Any,  # deprecated: a task's options given beside the module's
     ):
         super().__init__()
-        self.save_hyperparameters(
-            ignore=["net", "optimizer", "scheduler", "param_groups", "distill"]
+        warn_flat(  # only those set: an older checkpoint holds every built-in option
+            {k: v for k, v in flat_task_options.items() if v != FLAT_OPTIONS.get(k, v)},
+            "ClassificationModule options",
         )
+        task = task_config(task, flat_task_options)
+        self.save_hyperparameters(
+            ignore=["net", "optimizer", "scheduler", "param_groups", "distill", "spec"]
+        )
+        for key in flat_task_options:  # they live in the task's mapping
+            self.hparams.pop(key, None)
+        self.hparams["task"] = task
+        if spec is not None:  # its input fields, as plain containers (weights_only checkpoints)
+            self.hparams.update(
+                classes=list(spec.classes),
+                mean=list(spec.mean),
+                std=list(spec.std),
+                image_size=spec.image_size,
+                num_channels=spec.num_channels,
+                resize_size=spec.resize_size,
+            )
+            classes, image_size = self.hparams.classes, spec.image_size
+            num_channels = spec.num_channels
         if net is None:
             if model_name is None:
                 raise ValueError("ClassificationModule needs model_name (a registry name) or net.")
@@ -103,9 +105,7 @@ class ClassificationModule(pl.LightningModule):
         # The one place the number of classes is derived (metrics, mixup and plots read it).
         self.classes = class_names(classes, (model_kwargs or {}).get("num_classes"))
         self.num_classes = len(self.classes)
-        given = {k: v for k, v in self.hparams.items() if k in TASK_OPTIONS}
-        options = {k: v for k, v in given.items() if v != TASK_OPTIONS[k]}
-        self.task: TrainingTask = create_training_task(task, self.num_classes, **options)
+        self.task: TrainingTask = create_training_task(task, self.num_classes)
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         # net -> torch param-group dicts, optionally with lr_scale/weight_decay_scale
@@ -119,12 +119,13 @@ class ClassificationModule(pl.LightningModule):
 
     @property
     def hparams(self):
-        """The saved options, with what the task chose while learning on top (a multi-label
-        threshold, ``"auto"`` weights): what checkpoints and every artifact's spec carry."""
+        """The saved options, the task's as it stands (``TrainingTask.config``: what it chose
+        while learning, a multi-label threshold, ``"auto"`` weights, and what calibration
+        chose): what checkpoints and every artifact's spec carry."""
         hparams = super().hparams
         task = self.__dict__.get("_modules", {}).get("task")  # absent until __init__ made it
         if task is not None:
-            hparams.update(task.saved_hparams())
+            hparams["task"] = task.config()
         return hparams
 
     @property
@@ -132,11 +133,6 @@ class ClassificationModule(pl.LightningModule):
         """The task's decision half: probabilities, predicted labels, threshold (the mosaic
         and predict_step ask it)."""
         return self.task.decision
-
-    @property
-    def multilabel(self) -> bool:
-        """Whether the labels are multi-hot rows (read by plots; this module never branches)."""
-        return self.decision.multi_hot
 
     @property
     def test_confusion(self):
@@ -215,15 +211,10 @@ class ClassificationModule(pl.LightningModule):
             self.log_dict({k: metrics[k] for k in rest})
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """The task takes back what it chose with these weights (a multi-label threshold):
-        ``test`` on the best checkpoint uses the best epoch's. A calibrated checkpoint's
-        temperature (training/calibration.py) goes to the decision half too."""
-        saved = checkpoint.get("hyper_parameters") or {}
-        self.task.restore(saved)
-        temperature = saved.get("temperature") or 1.0
-        if not isinstance(temperature, (int, float)):
-            temperature = tuple(temperature)  # one per label
-        self.decision.temperature = temperature
+        """The task takes back the decision the checkpoint carries: the threshold chosen with
+        these weights (``test`` on the best checkpoint uses the best epoch's) and what
+        calibration chose (``training/calibration.py``). Either layout of hyperparameters."""
+        self.task.restore(checkpoint_task(checkpoint.get("hyper_parameters") or {}))
 
     def per_class_results(self, stage: str, metrics: Mapping | None = None) -> dict[str, dict]:
         """Per class of the last ``stage`` ("val"/"test") epoch, as the task reports it:

@@ -116,14 +116,11 @@ def train(cfg: DictConfig) -> dict:
         model_kwargs=model_kwargs,
         optimizer=optimizer,
         scheduler=scheduler,
-        label_smoothing=cfg.label_smoothing,
         tta_flip=cfg.tta_flip,
         tta_translate=cfg.get("tta_translate", 0),
         param_groups=instantiate(cfg.param_groups) if cfg.get("param_groups") else None,
-        **OmegaConf.to_container(cfg.mixup),
-        **OmegaConf.to_container(cfg.get("loss") or {}),  # class_weights (auto: train counts)
-        **task_options(cfg.get("task")),
-        **datamodule.spec,
+        task=task_options(cfg),  # conf/task/<name>.yaml: the name and all of the task's options
+        spec=datamodule.spec,
         # distill.teacher=<.ckpt/.onnx>: a teacher's soft targets in the loss (Distiller)
         distill=instantiate(cfg.distill) if OmegaConf.select(cfg, "distill.teacher") else None,
     )
@@ -226,13 +223,17 @@ def train(cfg: DictConfig) -> dict:
     return summary
 
 
-def task_options(task: DictConfig | None) -> dict:
-    """``cfg.task`` -> the module's ``task``/``threshold`` (``threshold: auto`` -> None: chosen
-    on validation)."""
-    if task is None or task.get("name", "multiclass") == "multiclass":
-        return {"task": "multiclass"}
-    threshold = task.get("threshold", "auto")
-    return {"task": task.name, "threshold": None if threshold == "auto" else threshold}
+def task_options(cfg: DictConfig) -> dict:
+    """``cfg.task`` as the module's ``task`` mapping, with the deprecated top-level keys
+    (``label_smoothing``, ``mixup.*``, ``loss.*``) folded in where set, with a warning."""
+    from lightning_cls.training.tasks.base import task_config, warn_flat
+
+    flat = {"label_smoothing": cfg.get("label_smoothing")}
+    for group in ("mixup", "loss"):
+        flat.update(OmegaConf.to_container(cfg.get(group) or {}, resolve=True))
+    flat = {k: v for k, v in flat.items() if v is not None}
+    warn_flat(flat, "Config keys", FutureWarning)
+    return task_config(OmegaConf.to_container(cfg.task, resolve=True), flat)
 
 
 def per_device_batch_size(batch_size: int, world_size: int) -> int:

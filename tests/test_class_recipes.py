@@ -1,4 +1,4 @@
-"""Imbalance and pictures end to end on the digits data: loss.class_weights=auto with the
+"""Imbalance and pictures end to end on the digits data: task.class_weights=auto with the
 balanced sampler, per-class precision/recall in results.json, the per-class accuracy chart and
 the prediction mosaics of train, eval and predict."""
 
@@ -26,8 +26,8 @@ def weighted(tmp_path_factory):
     overrides = [
         *QUIET_TRAINER,
         *FAST,
-        "loss.class_weights=auto",
-        "loss.class_weight_method=effective",
+        "task.class_weights=auto",
+        "task.class_weight_method=effective",
         "data.balanced_sampler=true",
     ]
     return tmp, train(compose(overrides=overrides, tmp=tmp))
@@ -36,7 +36,7 @@ def weighted(tmp_path_factory):
 def test_auto_weights_travel_in_the_checkpoint_and_results_have_per_class(weighted):
     tmp, summary = weighted
     ckpt = torch.load(summary["best_ckpt"], map_location="cpu", weights_only=False)
-    weights = ckpt["hyper_parameters"]["class_weights"]
+    weights = ckpt["hyper_parameters"]["task"]["class_weights"]
     assert len(weights) == 10 and sum(weights) == pytest.approx(10)
     results = json.loads((tmp / "run" / "results.json").read_text())
     per_class = results["per_class_test"]

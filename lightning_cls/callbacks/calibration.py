@@ -2,9 +2,10 @@
 
 Added by ``train.py`` for ``calibrate=true``, ``reject=...`` or ``conformal=<alpha>``, before
 the ``ExportCallback``: it calibrates the best checkpoint's network (the final weights without
-one) on the validation split (``lightning_cls.training.calibration``), writes what it chose
-into that checkpoint's hyper-parameters (replaced atomically, with a log line) and into the
-module's, so the test run, every exported artifact, predict and the server carry it.
+one) on the validation split (``lightning_cls.training.calibration``) and hands what it chose
+to the module's task (``TrainingTask.decide``), so the test run and every exported artifact
+carry it; it writes it into that checkpoint's task too (replaced atomically, with a log line),
+so predict and the server carry it from the checkpoint.
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ class Calibrate(pl.Callback):
             conformal_method=self.conformal_method,
         )
         updates = self.result.spec_updates
-        pl_module.hparams.update(updates)
-        pl_module.on_load_checkpoint({"hyper_parameters": updates})  # the task follows
-        if best and trainer.is_global_zero:
+        threshold = updates.get("threshold", pl_module.decision.threshold)
+        trust = {k: updates.get(k) for k in ("temperature", "reject", "conformal")}
+        pl_module.task.decide(threshold, **trust)  # the task has it: test, export carry it
+        if best and trainer.is_global_zero:  # and the best checkpoint, for what loads it later
             update_checkpoint(best, best, updates)

@@ -1,10 +1,11 @@
-"""``TrainingPlots``: ``curves.png`` at the end of fit, ``confusion_matrix.png`` and a per-class
-accuracy table and ``per_class_accuracy.png`` (bars) after testing, all in the run directory
-(a multi-label run: mAP/F1 curves and ``per_label_scores.png``, average precision per label).
+"""``TrainingPlots``: ``curves.png`` at the end of fit and, after testing, the figures the task
+draws (``TrainingTask.test_figures``: multi-class ``confusion_matrix.png``, a per-class
+accuracy table and ``per_class_accuracy.png``; multi-label ``per_label_scores.png``, average
+precision per label), all in the run directory.
 
 The epoch history is kept by the callback itself (so it does not depend on which logger is
 configured) and travels in checkpoints, so a resumed run draws the whole curve. The confusion
-matrix is the module's own ``test_confusion`` metric (a torchmetrics
+matrix is the multi-class task's own test confusion metric (a torchmetrics
 ``MulticlassConfusionMatrix`` fed by ``test_step`` with the logits it scores, flip TTA
 included, and summed over DDP ranks by torchmetrics), so no second forward pass is needed.
 
@@ -212,36 +213,24 @@ class TrainingPlots(pl.Callback):
             log.info("Saved %s", path)
 
     def on_test_epoch_end(self, trainer, pl_module) -> None:
-        self.per_label = None
-        if getattr(pl_module, "multilabel", False):  # no confusion matrix: per-label scores
-            self.matrix = None
-            self.per_label = pl_module.per_class_results("test")  # every rank: it syncs
+        """The task's test figures (``TrainingTask.test_figures``: multi-class the confusion
+        matrix and per-class accuracy, multi-label the per-label scores), from the epoch's
+        tensors: every rank computes them (they sync), rank zero draws them."""
+        task = getattr(pl_module, "task", None)
+        if task is None or not hasattr(task, "test_figures"):
+            log.info("%s has no task with test figures: none drawn.", type(pl_module).__name__)
+            self.figures = {}
             return
-        metric = getattr(pl_module, "test_confusion", None)
-        if metric is None:
-            log.info(
-                "%s has no test_confusion metric: no confusion matrix.", type(pl_module).__name__
-            )
-            self.matrix = None
-            return
-        self.matrix = metric.compute().cpu()  # (K, K); every rank calls it: it syncs
+        classes = list(getattr(pl_module, "classes", None) or [])
+        self.figures = task.test_figures(task.epoch_tensors("test"), classes)
 
     def on_test_end(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero:
             return
-        if getattr(self, "per_label", None):
-            path = self._dir(trainer) / "per_label_scores.png"
-            plot_per_label(self.per_label, path)
+        for name, draw in getattr(self, "figures", {}).items():
+            path = self._dir(trainer) / name
+            draw(path)
             log.info("Saved %s", path)
-        if self.matrix is None:
-            return
-        k = self.matrix.shape[0]
-        classes = list(getattr(pl_module, "classes", None) or [str(i) for i in range(k)])
-        path = self._dir(trainer) / "confusion_matrix.png"
-        plot_confusion(self.matrix, classes, path)
-        plot_per_class_accuracy(self.matrix, classes, path.with_name("per_class_accuracy.png"))
-        log.info("Per-class test accuracy:\n%s", per_class_table(self.matrix, classes))
-        log.info("Saved %s", path)
 
     def state_dict(self) -> dict:
         return {"history": self.history}

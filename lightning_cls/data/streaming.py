@@ -95,7 +95,7 @@ class StreamingDataModule(ImageDataModule):
         if balanced_sampler:
             raise ValueError(
                 "data.balanced_sampler=true is not supported with data=streaming (chunks stream "
-                "in order); use loss.class_weights=auto instead."
+                "in order); use task.class_weights=auto instead."
             )
         if max_split_images < 1:
             raise ValueError(f"max_split_images must be >= 1, got {max_split_images}.")

@@ -48,7 +48,7 @@ def doctor(cfg: DictConfig) -> dict:
             scheduler=scheduler,
             accelerator=cfg.trainer.accelerator,
             precision=str(cfg.trainer.precision),
-            label_smoothing=cfg.label_smoothing,
+            task={"name": "multiclass", "label_smoothing": cfg.label_smoothing},
         )
     datamodule = instantiate(cfg.data)
     datamodule.name = cfg.data.name

@@ -45,7 +45,8 @@ class TrainRecipe:
     scheduler: Callable | None = None
     accelerator: str = "auto"
     precision: str = "32-true"
-    label_smoothing: float = 0.0
+    # The task's options (``conf/task``'s keys): the probe is a multi-class model.
+    task: dict = field(default_factory=lambda: {"name": "multiclass"})
 
 
 class KFoldProbe:
@@ -89,8 +90,8 @@ class KFoldProbe:
             model_kwargs=dict(recipe.model_kwargs),
             optimizer=recipe.optimizer,
             scheduler=recipe.scheduler,
-            label_smoothing=recipe.label_smoothing,
-            **data.spec,
+            task=dict(recipe.task),
+            spec=data.spec,
         )
         trainer = pl.Trainer(
             accelerator=recipe.accelerator,

@@ -9,7 +9,6 @@ linear probe on pixels or embeddings); the ranking is cleanlab's ``find_label_is
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 
 def plant_label_noise(
@@ -52,7 +51,7 @@ def class_balance(
 ) -> dict:
     """Counts per split (multi-label: positives per label), the train split's max/min ratio
     and, from ``ratio`` on, the settings that make up for it with the weights they will use."""
-    from lightning_cls.training.class_balance import class_weights
+    from lightning_cls.training.tasks import TRAINING_TASKS
 
     train = counts["train"]
     most, least = max(train), min(train)
@@ -65,10 +64,5 @@ def class_balance(
     }
     if imbalance < ratio:
         return out
-    if task == "multiclass":
-        weights = class_weights(torch.as_tensor(train), "inverse")
-        out["class_weights"] = dict(zip(classes, (round(w, 4) for w in weights)))
-        out["suggest"] = ["loss.class_weights=auto", "data.balanced_sampler=true"]
-    else:  # the multi-label loss weighs each label's positives instead
-        out["suggest"] = ["loss.pos_weight=auto"]
+    out.update(TRAINING_TASKS.get(task).balance_advice(train, classes))  # the task's options
     return out

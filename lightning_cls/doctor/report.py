@@ -109,7 +109,7 @@ def _balance_section(result: dict) -> list[str]:
     if balance["suggest"]:
         lines.append("Suggested: `" + "` or `".join(balance["suggest"]) + "`.")
         if "class_weights" in balance:
-            lines.append(f"`loss.class_weights=auto` will weigh them {balance['class_weights']}.")
+            lines.append(f"`task.class_weights=auto` will weigh them {balance['class_weights']}.")
     return lines + [""]
 
 

@@ -25,6 +25,7 @@ from lightning_cls.doctor.options import DoctorOptions
 from lightning_cls.doctor.probes import EmbeddingProbe, PixelProbe
 from lightning_cls.doctor.report import write_report
 from lightning_cls.doctor.sources import SplitView, all_rows, read_views
+from lightning_cls.inference.tasks import create_task
 from lightning_cls.threads import available_cores
 
 log = logging.getLogger(__name__)
@@ -119,12 +120,8 @@ def _duplicates(images, owners, where, options, skipped) -> list[dict]:
 
 
 def _balance(views: dict[str, SplitView], classes, task: str, options) -> dict:
-    k = len(classes)
-    if task == "multiclass":
-        counts = {n: torch.bincount(v.labels.long(), minlength=k)[:k] for n, v in views.items()}
-    else:  # multi-hot rows: positives per label
-        counts = {n: v.labels.sum(0).round().long() for n, v in views.items()}
-    counts = {n: c.tolist() for n, c in counts.items()}
+    decision = create_task(task)  # counts: images per class, or positives per label
+    counts = {n: decision.label_counts(v.labels, len(classes)) for n, v in views.items()}
     return label_checks.class_balance(counts, classes, options.imbalance_ratio, task)
 
 

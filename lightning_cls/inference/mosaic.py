@@ -126,6 +126,7 @@ def draw_mosaic(
     title: str = "predictions",
     tiles: int = 48,
     heatmaps=None,  # (N, H, W) in [0, 1], or a function of the tiles' images giving them
+    task: Task | None = None,  # whose side panels (``Task.errors_panel``); default multi-class
 ) -> Path:
     """Draw the mosaic to ``path``. ``heatmaps``: a heat map over each tile (``explain``'s
     maps, drawn half transparent), or a function of the shown images (n, C, H, W) that gives
@@ -149,7 +150,7 @@ def draw_mosaic(
         captions.append(label)
     pixels = [_tile_pixels(images[i], None if heatmaps is None else heatmaps[i]) for i in order]
     grid = _tile_canvas(pixels, captions, wrong, cols)
-    panels = _side_panels(true, pred, classes) if true is not None else None
+    panels = _side_panels(true, pred, classes, task or create_task()) if true is not None else None
     height, side_w = grid.shape[0], 0
     if panels is not None:  # 30 px for the bars' title, 60 for their ticks and axis name
         bars, _, text = panels
@@ -172,27 +173,12 @@ def draw_mosaic(
 BARS_W = 260  # pixels of the side panel's bars (their names and counts left of them)
 
 
-def _side_panels(true, pred, classes: Sequence[str]):
-    """The painted bars of per-class accuracy (multi-label: per-label recall), their title and
-    axis name, and the lines under them: the most confused pairs (multi-label: the most wrong labels)."""
+def _side_panels(true, pred, classes: Sequence[str], task: Task):
+    """The painted bars of the task's per-class score (multi-class: accuracy; multi-label:
+    recall), their title and axis name, and the lines under them (``Task.errors_panel``)."""
     from PIL import Image, ImageDraw
 
-    if pred.ndim == 2:
-        true, pred = true.bool(), pred.bool()
-        support = true.sum(0)
-        values = ((true & pred).sum(0).double() / support.clamp(min=1)).tolist()
-        names, (heading, lines) = (
-            ("per-label recall", "recall"),
-            _multilabel_lines(true, pred, classes),
-        )
-    else:
-        matrix = confusion(true, pred, len(classes))
-        support = matrix.sum(1)
-        values = (matrix.diag().double() / support.clamp(min=1)).tolist()
-        pairs = most_confused(matrix, classes)
-        heading = "most confused (true → pred)"
-        lines = [f"{t} → {p}: {n}" for t, p, n in pairs] or ["no confusions"]
-        names = ("per-class accuracy", "accuracy")
+    values, support, names, heading, lines = task.errors_panel(true, pred, classes)
     n = len(classes)
     pitch = 30 if n <= 12 else max(1, 600 // n)
     bars = painting.bars(values, support.tolist(), classes, pitch, BARS_W)
@@ -202,15 +188,6 @@ def _side_panels(true, pred, classes: Sequence[str]):
         (0, 0), heading + "\n\n" + "\n".join(lines), font=font, fill="black", spacing=3
     )
     return bars, names, np.asarray(text)
-
-
-def _multilabel_lines(true: torch.Tensor, pred: torch.Tensor, classes: Sequence[str]):
-    """The heading and lines of the labels most often missed or falsely predicted."""
-    missed = (true & ~pred).sum(0).tolist()
-    false = (~true & pred).sum(0).tolist()
-    worst = sorted(range(len(classes)), key=lambda i: -(missed[i] + false[i]))[:5]
-    lines = [f"{classes[i]}: {missed[i]} missed, {false[i]} false" for i in worst]
-    return "most wrong labels", lines or ["none"]
 
 
 @torch.no_grad()
@@ -241,9 +218,10 @@ def write_split_mosaic(
     ``explain`` (uint8 images -> (n, H, W) heat maps, e.g. ``Explainer.heatmaps``) draws each
     tile's heat map over it."""
     images, true, pred = predict_split(module, datamodule, split, max_images)
-    classes = list(getattr(module, "classes", None) or datamodule.spec["classes"])
+    classes = list(getattr(module, "classes", None) or datamodule.spec.classes)
     title = f"{split} images" + (" with heat maps" if explain else "")
-    draw_mosaic(images, pred, classes, Path(path), true=true, title=title, heatmaps=explain)
+    task = getattr(module, "decision", None)
+    draw_mosaic(images, pred, classes, Path(path), true, title, heatmaps=explain, task=task)
     log.info("Saved %s", path)
     return Path(path)
 
@@ -281,6 +259,7 @@ def write_files_mosaic(
         Path(path),
         true=torch.stack(true) if known else None,
         title=f"predictions of {len(rows)} files",
+        task=task,
     )
     log.info("Saved %s", path)
     return Path(path)

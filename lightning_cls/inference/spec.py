@@ -143,10 +143,10 @@ class InputSpec:
         if decision.threshold is not None:
             object.__setattr__(self, "threshold", decision.threshold)
         self._validate_trust(decision)
-        self.__dict__["decision"] = decision  # the cached property below, built once
 
     def _validate_trust(self, decision: Task) -> None:
-        """Temperature and rejection rule (``inference/trust.py``), handed to the task."""
+        """Temperature, rejection rule and prediction sets (``inference/trust.py``), checked
+        for this task (``decision`` gets them when it is built, from the fields)."""
         try:
             temperature = 1.0 if self.temperature is None else self.temperature
             temperature = check_temperature(temperature, self.num_classes, decision.multi_hot)
@@ -163,8 +163,6 @@ class InputSpec:
         object.__setattr__(self, "temperature", temperature)
         object.__setattr__(self, "reject", reject)
         object.__setattr__(self, "conformal", conformal)
-        decision.temperature, decision.reject = temperature, reject
-        decision.conformal = conformal
 
     @functools.cached_property
     def decision(self) -> Task:
@@ -211,6 +209,9 @@ class InputSpec:
 
         ``source`` names where the mapping came from, for the message when keys are missing.
         """
+        task = d.get("task")
+        if isinstance(task, Mapping):  # a checkpoint's task: its name, options, calibration
+            d = {**task, **d, "task": task.get("name") or "multiclass"}  # overrides win
         missing = [k for k in REQUIRED_KEYS if d.get(k) is None]
         if missing:
             raise ValueError(

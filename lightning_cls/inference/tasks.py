@@ -6,9 +6,12 @@ gates) asks it and never branches on its name. The learning half (loss, metrics,
 of the threshold on validation) lives in ``lightning_cls.training.tasks``; this half imports
 neither Lightning nor Hydra, so predict and serve stay light.
 
-``TASKS`` maps a name (``InputSpec.task``, a checkpoint's ``task`` hyperparameter) to a class;
-``create_task(name, threshold)`` builds one. A third-party task registers here (or through the
-``lightning_cls.tasks`` entry-point group) and, to be trained, in the training registry too.
+``TASKS`` maps a name (``InputSpec.task``, a checkpoint's task) to a class; ``create_task(name,
+threshold, temperature, reject, conformal)`` builds one, the one place a decision gets what
+calibration chose. A new task registers once, with ``lightning_cls.training.tasks.register_task``
+(its learning half and this half under one name); a decision-only plug-in (predict and serve,
+never trained here) may register its class in ``TASKS`` or the ``lightning_cls.tasks``
+entry-point group.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ if TYPE_CHECKING:
 DEFAULT_THRESHOLD = 0.5  # a multi-label model's decision threshold before one is chosen on val
 
 TASKS = Registry("task", "lightning_cls.tasks")
-register_task = TASKS.register
 
 
 class Task:
@@ -42,17 +44,31 @@ class Task:
     score_name: ClassVar[str] = "accuracy"  # what ``score`` measures, in reports and gates
     multi_hot: ClassVar[bool] = False  # labels: (N,) class indices, or (N, K) multi-hot rows
 
-    # What the answers are worth (``inference/trust.py``), set by ``create_task``: the logits
-    # are divided by ``temperature`` before the probabilities; ``reject`` ({score, threshold,
-    # keep} or None) turns an image whose confidence is below the threshold into ``unknown``.
-    temperature: float | tuple[float, ...] = 1.0
-    reject: dict[str, Any] | None = None
-    # ``conformal`` ({method, alpha, qhat, lam, k_reg, images} or None, ``inference/
-    # conformal.py``) gives each image a prediction set, from the probabilities after ``T``.
-    conformal: dict[str, Any] | None = None
-
-    def __init__(self, threshold: float | None = None):
+    def __init__(
+        self,
+        threshold: float | None = None,
+        temperature: float | Sequence[float] = 1.0,
+        reject: Mapping[str, Any] | None = None,
+        conformal: Mapping[str, Any] | None = None,
+    ):
         self.threshold: float | None = None  # no threshold: a threshold given is not used
+        # What the answers are worth (``inference/trust.py``): the logits are divided by
+        # ``temperature`` before the probabilities; ``reject`` ({score, threshold, keep} or None)
+        # turns an image whose confidence is below the threshold into ``unknown``.
+        self.temperature: float | tuple[float, ...] = (
+            temperature if isinstance(temperature, (int, float)) else tuple(temperature)
+        )
+        self.reject: dict[str, Any] | None = None if reject is None else dict(reject)
+        # ``conformal`` ({method, alpha, qhat, lam, k_reg, images} or None, ``inference/
+        # conformal.py``) gives each image a prediction set, from the probabilities after ``T``.
+        self.conformal: dict[str, Any] | None = None if conformal is None else dict(conformal)
+
+    def trust(self) -> dict[str, Any]:
+        """What calibration chose for this decision (``temperature``, ``reject``,
+        ``conformal``), as plain containers: what a checkpoint's task carries."""
+        temperature = self.temperature
+        plain = temperature if isinstance(temperature, (int, float)) else list(temperature)
+        return {"temperature": plain, "reject": self.reject, "conformal": self.conformal}
 
     def __repr__(self) -> str:
         extra = "" if self.threshold is None else f"threshold={self.threshold:g}"
@@ -132,6 +148,54 @@ class Task:
         """The model's score (0..1) on probabilities (N, K) and labels: top-1 accuracy."""
         return (probs.argmax(1) == labels).float().mean().item()
 
+    # -- calibration (training/calibration.py), data reports (doctor, mosaic) -----------------
+    def temperatures(self, num_classes: int) -> int:
+        """How many temperatures calibration fits: one, for the softmax over all classes."""
+        return 1
+
+    def nll(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The negative log-likelihood of ``labels`` given (scaled) ``logits``: cross-entropy."""
+        import torch.nn.functional as F
+
+        return F.cross_entropy(logits.float(), labels.long())
+
+    def reliability(self, probs: torch.Tensor, labels: torch.Tensor):
+        """(confidence, correct) pairs of a reliability diagram: the top-1 probability and
+        whether the top-1 class is the label, per image."""
+        confidence, predicted = probs.max(1)
+        return confidence, (predicted == labels).float()
+
+    def calibration_error(self, probs: torch.Tensor, labels: torch.Tensor, bins: int) -> float:
+        """ECE (torchmetrics, ``bins`` equal-width bins, L1) of the top-1 confidence."""
+        from torchmetrics.functional.classification import multiclass_calibration_error
+
+        probs = probs.detach().float()
+        return multiclass_calibration_error(
+            probs, labels.long(), probs.shape[1], n_bins=bins
+        ).item()
+
+    def choose_threshold(self, probs: torch.Tensor, labels: torch.Tensor) -> float | None:
+        """The decision threshold best on (validation) ``probs``; None: no threshold."""
+        return None
+
+    def label_counts(self, labels: torch.Tensor, num_classes: int) -> list[int]:
+        """Images per class (the doctor's class balance)."""
+        import torch
+
+        return torch.bincount(labels.long(), minlength=num_classes)[:num_classes].tolist()
+
+    def errors_panel(self, true: torch.Tensor, pred: torch.Tensor, classes: Sequence[str]):
+        """The prediction mosaic's side panel: (values, support, (title, axis), heading,
+        lines): per-class accuracy and the most confused pairs."""
+        from lightning_cls.inference.mosaic import confusion, most_confused
+
+        matrix = confusion(true, pred, len(classes))
+        support = matrix.sum(1)
+        values = (matrix.diag().double() / support.clamp(min=1)).tolist()
+        lines = [f"{t} → {p}: {n}" for t, p, n in most_confused(matrix, classes)]
+        names = ("per-class accuracy", "accuracy")
+        return values, support, names, "most confused (true → pred)", lines or ["no confusions"]
+
     def check_labels(self, labels: torch.Tensor, source: str) -> None:
         """A ``ValueError`` when ``labels`` have another shape than this task's."""
         if (labels.ndim == 2) != self.multi_hot:
@@ -209,7 +273,8 @@ class MultiLabel(Task):
     score_name = "mAP"
     multi_hot = True
 
-    def __init__(self, threshold: float | None = None):
+    def __init__(self, threshold: float | None = None, **trust: Any):
+        super().__init__(**trust)
         if threshold is not None and (
             isinstance(threshold, bool)
             or not isinstance(threshold, (int, float))
@@ -259,6 +324,49 @@ class MultiLabel(Task):
 
         return mean_average_precision(probs, labels)
 
+    def temperatures(self, num_classes: int) -> int:
+        """One temperature per label: each has its own sigmoid and over-confidence."""
+        return num_classes
+
+    def nll(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The mean binary cross-entropy over every (image, label)."""
+        import torch.nn.functional as F
+
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+    def reliability(self, probs: torch.Tensor, labels: torch.Tensor):
+        """Every (image, label) probability against whether the label is true."""
+        return probs.flatten(), labels.round().flatten().float()
+
+    def calibration_error(self, probs: torch.Tensor, labels: torch.Tensor, bins: int) -> float:
+        """The binary ECE over every (image, label) probability."""
+        from torchmetrics.functional.classification import binary_calibration_error
+
+        flat = labels.round().int().flatten()
+        return binary_calibration_error(probs.detach().float().flatten(), flat, n_bins=bins).item()
+
+    def choose_threshold(self, probs: torch.Tensor, labels: torch.Tensor) -> float | None:
+        """The threshold of maximal micro-F1 (``inference.scores.best_threshold``)."""
+        from lightning_cls.inference.scores import best_threshold
+
+        return best_threshold(probs, labels)
+
+    def label_counts(self, labels: torch.Tensor, num_classes: int) -> list[int]:
+        """Positives per label."""
+        return labels.sum(0).round().long().tolist()
+
+    def errors_panel(self, true: torch.Tensor, pred: torch.Tensor, classes: Sequence[str]):
+        """Per-label recall and the labels most often missed or falsely predicted."""
+        true, pred = true.bool(), pred.bool()
+        support = true.sum(0)
+        values = ((true & pred).sum(0).double() / support.clamp(min=1)).tolist()
+        missed = (true & ~pred).sum(0).tolist()
+        false = (~true & pred).sum(0).tolist()
+        worst = sorted(range(len(classes)), key=lambda i: -(missed[i] + false[i]))[:5]
+        lines = [f"{classes[i]}: {missed[i]} missed, {false[i]} false" for i in worst]
+        names = ("per-label recall", "recall")
+        return values, support, names, "most wrong labels", lines or ["none"]
+
     def row(self, indices: list[int], values: list[float], probs: list[float], classes) -> dict:
         return {**super().row(indices, values, probs, classes), "all_probs": probs}
 
@@ -277,8 +385,8 @@ class MultiLabel(Task):
         return [path, *[""] * len(self._judged_header()), "", *[""] * len(classes), reason]
 
 
-register_task("multiclass")(MultiClass)
-register_task("multilabel")(MultiLabel)
+TASKS.register("multiclass")(MultiClass)
+TASKS.register("multilabel")(MultiLabel)
 
 
 def create_task(
@@ -291,8 +399,6 @@ def create_task(
     """The decision task registered as ``name``; ``threshold`` for a task that has one;
     ``temperature`` and ``reject`` as ``inference/trust.py`` describes, ``conformal`` as
     ``inference/conformal.py`` does (checked by ``InputSpec``)."""
-    task = TASKS.get(str(name))(threshold=threshold)
-    task.temperature = temperature if isinstance(temperature, (int, float)) else tuple(temperature)
-    task.reject = None if reject is None else dict(reject)
-    task.conformal = None if conformal is None else dict(conformal)
-    return task
+    return TASKS.get(str(name))(
+        threshold=threshold, temperature=temperature, reject=reject, conformal=conformal
+    )

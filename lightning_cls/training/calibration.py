@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from lightning_cls.fileio import atomic_savefig
@@ -43,6 +42,7 @@ from lightning_cls.inference import conformal as conformal_sets
 from lightning_cls.inference import feature_rules
 from lightning_cls.inference.predictor import Predictor
 from lightning_cls.inference.spec import InputSpec, Split
+from lightning_cls.inference.tasks import Task
 from lightning_cls.inference.trust import (
     check_keep,
     check_score,
@@ -103,7 +103,7 @@ def calibrate(
     temperature (``conformal_method``: ``aps`` | ``raps``); None: none."""
     conformal_sets.check_options(conformal, conformal_method)
     if conformal is not None:
-        conformal_sets.refuse_multilabel(spec.decision.multi_hot)
+        conformal_sets.refuse_multilabel(spec.decision.multi_hot)  # InputSpec's own check
     features_rule = reject in feature_rules.FEATURE_RULES
     if reject is not None:
         check_score(reject)
@@ -123,19 +123,18 @@ def calibrate(
     base.decision.check_labels(val.labels, "calibration")
     outputs = predictor.image_features if features_rule else predictor.image_outputs
     logits, val_features = outputs(val.images, batch_size)  # (N, K) float32, (N, D) | None
-    multi_hot = base.decision.multi_hot
+    task = base.decision
     if temperature is True:
-        fitted = fit_temperature(logits, val.labels, multi_hot)
+        fitted = fit_temperature(logits, val.labels, task)
     elif temperature is False:
         fitted = spec.temperature
     else:  # a number the user set: used as given, measured like a fitted one
-        fitted = check_temperature(temperature, spec.num_classes, multi_hot)
+        fitted = check_temperature(temperature, spec.num_classes, task.multi_hot)
     calibrated = replace(base, temperature=_plain(fitted))
-    threshold = spec.threshold
-    if multi_hot and choose_threshold:
-        from lightning_cls.inference.scores import best_threshold
-
-        threshold = best_threshold(calibrated.decision.probabilities(logits), val.labels)
+    threshold = None  # the task's own choice on the calibrated probabilities (if it has one)
+    if choose_threshold:
+        threshold = task.choose_threshold(calibrated.decision.probabilities(logits), val.labels)
+    if threshold is not None:
         calibrated = replace(calibrated, threshold=threshold)
     rule = None
     if reject is not None:
@@ -164,30 +163,26 @@ def calibrate(
             metrics["test_kept"] = round((scores >= rule["threshold"]).float().mean().item(), 6)
     if diagram is not None:
         probs = (base.decision.probabilities(logits), calibrated.decision.probabilities(logits))
-        metrics["reliability_diagram"] = str(
-            reliability_diagram(*probs, val.labels, multi_hot, diagram)
-        )
-    result = Calibration(
-        _plain(fitted), rule, threshold if multi_hot else None, metrics, calibrated.conformal
-    )
+        metrics["reliability_diagram"] = str(reliability_diagram(*probs, val.labels, task, diagram))
+    result = Calibration(_plain(fitted), rule, threshold, metrics, calibrated.conformal)
     log.info("Calibration on %d validation images: %s", len(val), result.report())
     return result
 
 
 def fit_temperature(
-    logits: torch.Tensor, labels: torch.Tensor, multi_hot: bool = False, steps: int = 100
+    logits: torch.Tensor, labels: torch.Tensor, task: Task, steps: int = 100
 ) -> float | list[float]:
-    """The temperature (multi-label: one per label) minimising the NLL of ``labels`` given
-    ``logits / T`` (cross-entropy, or the mean binary cross-entropy per label), by L-BFGS on
-    ``log T``. Returns plain floats (a list for multi-label)."""
+    """The temperatures (``task.temperatures``: one, or one per label) minimising the task's
+    NLL of ``labels`` given ``logits / T`` (``task.nll``), by L-BFGS on ``log T``. Returns a
+    plain float, or a list of them when there are several."""
     logits = logits.detach().float()
-    width = logits.shape[1] if multi_hot else 1
+    width = task.temperatures(logits.shape[1])
     log_t = torch.zeros(width, requires_grad=True)
     optimizer = torch.optim.LBFGS([log_t], lr=0.5, max_iter=steps, line_search_fn="strong_wolfe")
 
     def closure():
         optimizer.zero_grad()
-        loss = _nll(logits / log_t.exp(), labels, multi_hot)
+        loss = task.nll(logits / log_t.exp(), labels)
         loss.backward()
         return loss
 
@@ -195,29 +190,14 @@ def fit_temperature(
     temperatures = log_t.detach().exp().clamp(1e-2, 1e2).tolist()
     if not all(math.isfinite(t) for t in temperatures):
         raise ValueError("Temperature scaling diverged (non-finite logits on validation?).")
-    return [round(t, 6) for t in temperatures] if multi_hot else round(temperatures[0], 6)
+    return [round(t, 6) for t in temperatures] if width > 1 else round(temperatures[0], 6)
 
 
-def _nll(logits: torch.Tensor, labels: torch.Tensor, multi_hot: bool) -> torch.Tensor:
-    if multi_hot:
-        return F.binary_cross_entropy_with_logits(logits, labels.float())
-    return F.cross_entropy(logits, labels.long())
-
-
-def expected_calibration_error(probs: torch.Tensor, labels: torch.Tensor, multi_hot: bool) -> float:
-    """ECE (torchmetrics, ``BINS`` equal-width bins, L1): multi-class on the top-1 confidence;
-    multi-label as a binary problem over every (image, label) probability."""
-    from torchmetrics.functional.classification import (
-        binary_calibration_error,
-        multiclass_calibration_error,
-    )
-
-    probs = probs.detach().float()
-    if multi_hot:
-        flat = labels.round().int().flatten()
-        return binary_calibration_error(probs.flatten(), flat, n_bins=BINS).item()
-    num_classes = probs.shape[1]
-    return multiclass_calibration_error(probs, labels.long(), num_classes, n_bins=BINS).item()
+def expected_calibration_error(probs: torch.Tensor, labels: torch.Tensor, task: Task) -> float:
+    """ECE (torchmetrics, ``BINS`` equal-width bins, L1) as ``task`` measures it
+    (``Task.calibration_error``: multi-class on the top-1 confidence, multi-label over every
+    (image, label) probability)."""
+    return task.calibration_error(probs, labels, BINS)
 
 
 def _measure(split, base: InputSpec, calibrated: InputSpec, logits, labels) -> dict[str, float]:
@@ -226,9 +206,9 @@ def _measure(split, base: InputSpec, calibrated: InputSpec, logits, labels) -> d
     for when, spec in (("before", base), ("after", calibrated)):
         probs = spec.decision.probabilities(logits)
         scaled = logits / torch.as_tensor(spec.temperature, dtype=torch.float32)
-        multi_hot = spec.decision.multi_hot
-        out[f"{split}_ece_{when}"] = round(expected_calibration_error(probs, labels, multi_hot), 6)
-        out[f"{split}_nll_{when}"] = round(_nll(scaled, labels, multi_hot).item(), 6)
+        task = spec.decision
+        out[f"{split}_ece_{when}"] = round(expected_calibration_error(probs, labels, task), 6)
+        out[f"{split}_nll_{when}"] = round(task.nll(scaled, labels).item(), 6)
         out[f"{split}_{spec.decision.score_name}_{when}"] = round(
             spec.decision.score(probs, labels), 6
         )
@@ -252,7 +232,7 @@ def reliability_diagram(
     before: torch.Tensor,
     after: torch.Tensor,
     labels: torch.Tensor,
-    multi_hot: bool,
+    task: Task,
     path: str | Path,
 ) -> Path:
     """Accuracy against confidence per bin, before and after calibration, with the diagonal
@@ -265,8 +245,8 @@ def reliability_diagram(
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="calibrated")
     for probs, name in ((before, "before"), (after, "after")):
-        confidence, correct = _confidence_and_correct(probs, labels, multi_hot)
-        ece = expected_calibration_error(probs, labels, multi_hot)
+        confidence, correct = task.reliability(probs, labels)
+        ece = expected_calibration_error(probs, labels, task)
         centres, accuracy = _bins(confidence, correct)
         ax.plot(centres, accuracy, marker="o", label=f"{name} (ECE {ece:.3f})")
     ax.set(xlabel="confidence", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1))
@@ -277,13 +257,6 @@ def reliability_diagram(
         return atomic_savefig(fig, path, dpi=100)
     finally:
         plt.close(fig)
-
-
-def _confidence_and_correct(probs, labels, multi_hot):
-    if multi_hot:  # every (image, label) probability against whether the label is true
-        return probs.flatten(), labels.round().flatten().float()
-    confidence, predicted = probs.max(1)
-    return confidence, (predicted == labels).float()
 
 
 def _bins(confidence: torch.Tensor, correct: torch.Tensor) -> tuple[list, list]:
@@ -302,7 +275,8 @@ def _plain(temperature: Any) -> float | list[float]:
 
 
 def update_checkpoint(source: str | Path, target: str | Path, updates: dict[str, Any]) -> Path:
-    """``source``'s checkpoint with ``updates`` in its hyper-parameters, written to ``target``
+    """``source``'s checkpoint with ``updates`` (``Calibration.spec_updates``) in its task's
+    hyper-parameters (``hparams["task"]``; an older checkpoint's flat layout moves there too), written to ``target``
     through a temp file and an atomic rename (``target`` may be ``source``: replaced whole or
     not at all, never half-written). Read with ``weights_only=True``: no code runs."""
     from lightning_cls.fileio import atomic_path
@@ -311,7 +285,16 @@ def update_checkpoint(source: str | Path, target: str | Path, updates: dict[str,
     checkpoint = torch.load(source, map_location="cpu", weights_only=True)
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ValueError(f"{source} is not a Lightning checkpoint (no state_dict inside).")
-    checkpoint.setdefault("hyper_parameters", {}).update(updates)
+    from lightning_cls.training.tasks import checkpoint_task
+    from lightning_cls.training.tasks.base import FLAT_OPTIONS
+
+    hparams = checkpoint.setdefault("hyper_parameters", {})
+    ours = {k: v for k, v in updates.items() if k in FLAT_OPTIONS}  # the task's: calibration
+    task = {**checkpoint_task(hparams), **ours}
+    for key in FLAT_OPTIONS:  # an older checkpoint's flat options: now in the task's mapping
+        hparams.pop(key, None)
+    hparams.update({k: v for k, v in updates.items() if k not in ours})  # e.g. mean/std
+    hparams["task"] = {k: v for k, v in task.items() if v is not None or k in ours}
     target.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp:
         torch.save(checkpoint, tmp)

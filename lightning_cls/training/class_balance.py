@@ -29,7 +29,7 @@ def class_weights(
     """Per-class loss weights (mean 1); a class without samples gets the largest weight."""
     if method not in METHODS:
         raise ValueError(
-            f"Unknown loss.class_weight_method={method!r}; use one of {', '.join(METHODS)}."
+            f"Unknown task.class_weight_method={method!r}; use one of {', '.join(METHODS)}."
         )
     if not 0.0 <= beta < 1.0:
         raise ValueError(f"loss.effective_beta={beta} must be in [0, 1), e.g. 0.999.")
@@ -59,23 +59,23 @@ def resolve_class_weights(
     method: str = "inverse",
     beta: float = 0.999,
 ) -> list[float] | None:
-    """``loss.class_weights``: null (none), ``auto`` (from ``labels``, the train split) or
+    """``task.class_weights``: null (none), ``auto`` (from ``labels``, the train split) or
     one weight per class."""
     if setting is None:
         return None
     if isinstance(setting, str):
         if setting != "auto":
             raise ValueError(
-                f"loss.class_weights={setting!r}; use auto, null or a list of {num_classes} "
+                f"task.class_weights={setting!r}; use auto, null or a list of {num_classes} "
                 "weights."
             )
         if labels is None:
-            raise ValueError("loss.class_weights=auto needs the train split's labels.")
+            raise ValueError("task.class_weights=auto needs the train split's labels.")
         return class_weights(class_counts(labels, num_classes), method, beta)
     weights = [float(w) for w in setting]
     if len(weights) != num_classes:
         raise ValueError(
-            f"loss.class_weights has {len(weights)} values for {num_classes} classes; give "
+            f"task.class_weights has {len(weights)} values for {num_classes} classes; give "
             f"{num_classes} or use auto."
         )
     return weights

@@ -1,6 +1,6 @@
 """``BatchMixer``: batch-level MixUp / CutMix (torchvision.transforms.v2) for training batches.
 
-``ClassificationModule(mixup_alpha=..., cutmix_alpha=...)`` applies it in ``training_step``,
+``ClassificationModule(task={"name": "multiclass", "mixup_alpha": ...})`` applies it in ``training_step``,
 on the normalized float batch on its device (after the DataModule's ``on_after_batch_transfer``),
 so it works with the uint8 tensor pipeline and the PIL one. Targets become soft ``(B, K)``
 probabilities: ``nn.CrossEntropyLoss`` takes them as they are, and the module scores accuracy

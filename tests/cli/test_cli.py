@@ -125,9 +125,9 @@ def _train_cli(overrides: list[str], tmp_path) -> None:
     "override, message",
     [
         (
-            "label_smoothing=1.5",
-            "error: label_smoothing=1.5 is not a probability; set label_smoothing to a number "
-            "from 0.0 (off) to 1.0, e.g. label_smoothing=0.1.",
+            "task.label_smoothing=1.5",
+            "error: task.label_smoothing=1.5 is not a probability; set task.label_smoothing to "
+            "a number from 0.0 (off) to 1.0, e.g. 0.1.",
         ),
         (
             "optimizer.lr=abc",

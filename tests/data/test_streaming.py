@@ -404,6 +404,6 @@ def test_stronger_augmentation_applies_and_unsupported_options_are_named(tmp_pat
     with pytest.raises(ValueError, match=r"data.folds=5 is not supported with data=streaming"):
         StreamingDataModule(str(out), folds=5)
     with pytest.raises(
-        ValueError, match=r"balanced_sampler=true is not supported .* loss.class_weights=auto"
+        ValueError, match=r"balanced_sampler=true is not supported .* task.class_weights=auto"
     ):
         StreamingDataModule(str(out), balanced_sampler=True)

@@ -49,14 +49,14 @@ def test_imbalance_suggests_the_existing_settings():
     counts = {"train": [400, 100, 20], "test": [10, 10, 10]}
     balance = class_balance(counts, ["a", "b", "c"], ratio=3.0, task="multiclass")
     assert balance["imbalance"] == 20.0
-    assert balance["suggest"] == ["loss.class_weights=auto", "data.balanced_sampler=true"]
+    assert balance["suggest"] == ["task.class_weights=auto", "data.balanced_sampler=true"]
     weights = balance["class_weights"]  # inverse frequency, mean 1: what auto will use
     assert weights["c"] == pytest.approx(20 * weights["a"], rel=1e-3)
     assert sum(weights.values()) == pytest.approx(3.0, abs=1e-3)
     balanced = class_balance({"train": [50, 40, 60]}, ["a", "b", "c"], 3.0, "multiclass")
     assert balanced["suggest"] == [] and balanced["imbalance"] == 1.5
     multilabel = class_balance({"train": [90, 3]}, ["x", "y"], 3.0, "multilabel")
-    assert multilabel["suggest"] == ["loss.pos_weight=auto"]
+    assert multilabel["suggest"] == ["task.pos_weight=auto"]
 
 
 def test_embeddings_of_a_checkpoint_find_flipped_labels(trained, tmp_path):

@@ -17,6 +17,7 @@ from helpers import LEARNABLE, SMALL, as_overrides, make_data
 from hydra_helpers import QUIET_TRAINER, compose
 from lightning_cls.inference import InputSpec, load_torch_model
 from lightning_cls.inference.scores import mean_average_precision
+from lightning_cls.inference.tasks import create_task
 from lightning_cls.models import create_model
 from lightning_cls.training.calibration import calibrate, fit_temperature
 
@@ -69,7 +70,7 @@ def test_multilabel_gets_one_temperature_per_label():
     z = torch.randn(4000, 2, generator=g) * 2
     labels = (torch.rand(4000, 2, generator=g) < torch.sigmoid(z)).float()
     logits = z * torch.tensor([3.0, 1.0])
-    temperatures = fit_temperature(logits, labels, multi_hot=True)
+    temperatures = fit_temperature(logits, labels, create_task("multilabel"))
     assert temperatures == pytest.approx([3.0, 1.0], rel=0.15)
     spec = InputSpec(
         classes=["a", "b"], mean=[0.5], std=[0.5], image_size=4, num_channels=1,

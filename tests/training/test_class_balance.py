@@ -29,11 +29,11 @@ def test_resolve_and_bad_settings():
     labels = torch.tensor([0, 0, 0, 1])
     assert resolve_class_weights("auto", labels, 2) == pytest.approx([0.5, 1.5])  # 1/3 : 1
     assert resolve_class_weights(None, labels, 2) is None
-    with pytest.raises(ValueError, match="loss.class_weights='balanced'; use auto, null"):
+    with pytest.raises(ValueError, match="task.class_weights='balanced'; use auto, null"):
         resolve_class_weights("balanced", labels, 2)
-    with pytest.raises(ValueError, match="loss.class_weights has 3 values for 2 classes"):
+    with pytest.raises(ValueError, match="task.class_weights has 3 values for 2 classes"):
         resolve_class_weights([1, 2, 3], labels, 2)
-    with pytest.raises(ValueError, match="Unknown loss.class_weight_method='sqrt'"):
+    with pytest.raises(ValueError, match="Unknown task.class_weight_method='sqrt'"):
         class_weights(class_counts(labels, 2), "sqrt")
 
 

@@ -134,7 +134,10 @@ def test_mixup_and_ema_with_an_onnx_teacher(teacher_onnx):
     distiller.teacher_logits = lambda x: seen["teacher"].append(x.clone()) or spy(x)
     torch.manual_seed(0)
     data = make_data(LEARNABLE)
-    module = make_module(data, module_kwargs={"distill": distiller, "mixup_alpha": 0.4})
+    module = make_module(
+        data,
+        module_kwargs={"distill": distiller, "task": {"name": "multiclass", "mixup_alpha": 0.4}},
+    )
     module.net.register_forward_pre_hook(lambda m, args: seen["student"].append(args[0].clone()))
     loss = module.task.loss
     module.task.loss = lambda logits, y: seen["targets"].append(y) or loss(logits, y)

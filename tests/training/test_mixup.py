@@ -1,4 +1,4 @@
-"""BatchMixer and ClassificationModule(mixup_alpha=..., cutmix_alpha=...)."""
+"""BatchMixer and ClassificationModule(task={"name": "multiclass", "mixup_alpha": ...})."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_module_mixes_training_batches_only(tmp_path):
     module = make_module(
         data,
         optimizer=functools.partial(torch.optim.SGD, lr=0.05),
-        module_kwargs=dict(mixup_alpha=0.4, cutmix_alpha=1.0),
+        module_kwargs={"task": {"name": "multiclass", "mixup_alpha": 0.4, "cutmix_alpha": 1.0}},
     )
     seen = []
     module.task.criterion.register_forward_pre_hook(lambda _, args: seen.append(args[1]))
@@ -47,4 +47,4 @@ def test_module_mixes_training_batches_only(tmp_path):
     assert len(soft) == 3 and all(y.shape == (16, 4) for y in soft)  # every train batch mixed
     assert any((y.max(1).values < 1).any() for y in soft)
     assert len(hard) == 1 + 1  # sanity-check val batch and the val batch: never mixed
-    assert module.hparams.mixup_alpha == 0.4  # the setting travels in checkpoints
+    assert module.hparams.task["mixup_alpha"] == 0.4  # the setting travels in checkpoints

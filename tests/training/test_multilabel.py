@@ -37,8 +37,10 @@ def test_training_reaches_the_stated_map_and_reports_multilabel_metrics(multilab
 def test_the_threshold_is_chosen_on_val_and_travels_with_the_best_checkpoint(multilabel_run):
     ckpt = torch.load(multilabel_run["best_ckpt"], map_location="cpu", weights_only=True)
     hparams = ckpt["hyper_parameters"]
-    assert hparams["task"] == "multilabel"
-    assert hparams["threshold"] in THRESHOLD_GRID
+    task = hparams["task"]  # the task's mapping: its options and what it chose
+    assert task["name"] == "multilabel" and "threshold" not in hparams
+    assert task["threshold"] in THRESHOLD_GRID
+    hparams = task
     # test ran on the best checkpoint with its own threshold (not the last epoch's)
     assert multilabel_run["test"]["test/threshold"] == pytest.approx(hparams["threshold"])
     predictor = load_artifact(multilabel_run["best_ckpt"])
@@ -106,10 +108,10 @@ def test_task_and_data_must_agree(multilabel_squares, tmp_path):
     "kwargs, match",
     [
         ({"label_smoothing": 0.1}, r"label_smoothing=0.1 applies to multi-class"),
-        ({"class_weights": [1, 2]}, r"with task=multilabel use loss.pos_weight"),
-        ({"mixup_alpha": 0.2}, r"MixUp/CutMix .* with task=multilabel set them to 0"),
+        ({"class_weights": [1, 2]}, r"with task=multilabel use task.pos_weight"),
+        ({"mixup_alpha": 0.2}, r"MixUp/CutMix .* task=multilabel has neither"),
         ({"threshold": 1.5}, r"task.threshold=1.5 is not a probability"),
-        ({"pos_weight": [1.0]}, r"loss.pos_weight has 1 values \[1.0\]; give 4 positive numbers"),
+        ({"pos_weight": [1.0]}, r"task.pos_weight has 1 values \[1.0\]; give 4 positive numbers"),
     ],
 )
 def test_multiclass_only_options_are_one_line_errors(kwargs, match):
@@ -117,9 +119,8 @@ def test_multiclass_only_options_are_one_line_errors(kwargs, match):
         ClassificationModule(
             model_name="mlp",
             model_kwargs={"num_classes": 4, "in_channels": 3, "image_size": 8},
-            task="multilabel",
+            task={"name": "multilabel", **kwargs},
             classes=["a", "b", "c", "d"],
-            **kwargs,
         )
 
 
@@ -128,21 +129,23 @@ def test_pos_weight_auto_comes_from_the_train_counts_and_is_saved(multilabel_squ
 
     labels = torch.tensor([[1, 0], [1, 0], [0, 0], [1, 1]], dtype=torch.float32)
     assert resolve_pos_weight("auto", labels, 2) == pytest.approx([1 / 3, 3.0], abs=1e-6)
-    with pytest.raises(ValueError, match=r"loss.pos_weight='often' is not known"):
+    with pytest.raises(ValueError, match=r"task.pos_weight='often' is not known"):
         resolve_pos_weight("often", labels, 2)
     overrides = [
         *QUIET,
         "task=multilabel",
         "data=multilabel",
         f"data.root={multilabel_squares}",
-        "loss.pos_weight=auto",
+        "task.pos_weight=auto",
         "trainer.max_epochs=1",
         "+trainer.limit_train_batches=2",
         "test=false",
         "prediction_mosaic=false",
     ]
     summary = train(compose(overrides=overrides, tmp=tmp_path))
-    saved = torch.load(summary["best_ckpt"], weights_only=True)["hyper_parameters"]["pos_weight"]
+    saved = torch.load(summary["best_ckpt"], weights_only=True)["hyper_parameters"]["task"][
+        "pos_weight"
+    ]
     data = MultiLabelDataModule(str(multilabel_squares))
     data.setup()
     expected = resolve_pos_weight("auto", data.splits["train"].labels, 4)
@@ -163,25 +166,26 @@ def test_a_fixed_threshold_is_kept_over_the_checkpoints_and_auto_takes_the_check
     options = dict(
         model_name="mlp",
         model_kwargs={"num_classes": 2, "in_channels": 1, "image_size": 4},
-        task="multilabel",
         classes=["a", "b"],
     )
-    saved = {"hyper_parameters": {"threshold": 0.45}}
-    fixed = ClassificationModule(threshold=0.3, **options)
+    saved = {"hyper_parameters": {"task": {"name": "multilabel", "threshold": 0.45}}}
+    fixed = ClassificationModule(task={"name": "multilabel", "threshold": 0.3}, **options)
     fixed.on_load_checkpoint(saved)
-    auto = ClassificationModule(**options)
+    auto = ClassificationModule(task={"name": "multilabel", "threshold": "auto"}, **options)
     auto.on_load_checkpoint(saved)
-    assert (fixed.hparams.threshold, auto.hparams.threshold) == (0.3, 0.45)
+    assert (fixed.hparams.task["threshold"], auto.hparams.task["threshold"]) == (0.3, 0.45)
+    auto.on_load_checkpoint({"hyper_parameters": {"task": "multilabel", "threshold": 0.4}})
+    assert auto.decision.threshold == 0.4  # an older checkpoint's flat threshold
 
 
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"task": "multilabel", "pos_weight": "Auto"}, r"loss.pos_weight='Auto' is not known"),
+        ({"name": "multilabel", "pos_weight": "Auto"}, r"task.pos_weight='Auto' is not known"),
         ({"threshold": 0.3}, r"task.threshold apply to multi-label models; set task=multilabel"),
-        ({"pos_weight": [1.0, 2.0]}, r"loss.pos_weight and task.threshold apply to multi-label"),
+        ({"pos_weight": [1.0, 2.0]}, r"task.pos_weight and task.threshold apply to multi-label"),
         (
-            {"task": "multi"},
+            {"name": "multi"},
             r"Unknown task .multi.\. Did you mean .multilabel.\? Known: multiclass, multilabel",
         ),
     ],
@@ -192,7 +196,7 @@ def test_misspelt_or_misplaced_multilabel_options_are_errors(kwargs, match):
             model_name="mlp",
             model_kwargs={"num_classes": 2, "in_channels": 1, "image_size": 4},
             classes=["a", "b"],
-            **kwargs,
+            task=kwargs,
         )
 
 

@@ -1,9 +1,11 @@
-"""A task is an object: a third task registered from outside trains end to end without an edit
-to module.py, and checkpoints written before tasks were objects still load."""
+"""A task is an object: a third task registered from outside, with an option of its own, trains
+end to end without an edit to module.py, and checkpoints written before tasks were objects (or
+held their options) still load and predict the same."""
 
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
@@ -22,7 +24,8 @@ class Rejecting(MultiClass):
 
     name = "toy_reject"
 
-    def __init__(self, threshold: float | None = None):
+    def __init__(self, threshold: float | None = None, **trust):
+        super().__init__(**trust)
         self.threshold = 0.3 if threshold is None else float(threshold)
 
     def decide(self, probs, k):
@@ -36,16 +39,19 @@ class Rejecting(MultiClass):
 
 @register_task("toy_reject")
 class RejectingTraining(TrainingTask):
-    """Toy learning half: cross-entropy, and the accuracy over the images it does not reject."""
+    """Toy learning half: the focal loss (its own option ``gamma``; 0: cross-entropy), and the
+    accuracy over the images it does not reject."""
 
     decision_class = Rejecting
 
-    def __init__(self, num_classes: int, threshold: float | None = None, **others):
-        super().__init__(num_classes, threshold=threshold, **others)
+    def __init__(self, num_classes: int, gamma: float = 0.0, **others):
+        super().__init__(num_classes, **others)
+        self.gamma = gamma
         self.counts = {"val": [0, 0], "test": [0, 0]}  # (right, answered)
 
     def loss(self, logits, target):
-        return F.cross_entropy(logits, target)
+        log_p = F.log_softmax(logits, 1).gather(1, target[:, None])[:, 0]  # (B,)
+        return (-((1 - log_p.exp()) ** self.gamma) * log_p).mean()
 
     def reset(self, stage):
         self.counts[stage] = [0, 0]
@@ -67,7 +73,7 @@ class RejectingTraining(TrainingTask):
 
 def _module(data, **kwargs) -> ClassificationModule:
     adam = functools.partial(torch.optim.Adam, lr=3e-3)
-    kwargs = {"model_name": "simplecnn", "optimizer": adam, **data.spec, **kwargs}
+    kwargs = {"model_name": "simplecnn", "optimizer": adam, "spec": data.spec, **kwargs}
     model_kwargs = dict(num_classes=4, in_channels=3, image_size=16, widths=[8, 16], hidden=32)
     return ClassificationModule(model_kwargs=model_kwargs, **kwargs)
 
@@ -76,7 +82,9 @@ def test_a_registered_task_trains_end_to_end_without_touching_the_module(tmp_pat
     assert "toy_reject" in TRAINING_TASKS and TASKS.get("toy_reject") is Rejecting
     torch.manual_seed(0)
     data = make_data(LEARNABLE)
-    module = _module(data, task="toy_reject", threshold=0.4)
+    module = _module(data, task={"name": "toy_reject", "threshold": 0.4, "gamma": 1.0})
+    logits, y = torch.randn(8, 4), torch.arange(8) % 4
+    assert module.task.loss(logits, y) < F.cross_entropy(logits, y)  # gamma is used
     trainer = pl.Trainer(
         accelerator="cpu",
         max_epochs=4,
@@ -94,6 +102,8 @@ def test_a_registered_task_trains_end_to_end_without_touching_the_module(tmp_pat
 
     loaded = ClassificationModule.load_from_checkpoint(ckpt, map_location="cpu")
     assert isinstance(loaded.task, RejectingTraining) and loaded.decision.threshold == 0.4
+    assert loaded.task.gamma == 1.0  # its own option travels in the checkpoint's task
+    assert loaded.hparams["task"] == {"name": "toy_reject", "gamma": 1.0, "threshold": 0.4}
     spec = InputSpec.from_hparams(loaded.hparams)
     assert isinstance(spec.decision, Rejecting) and spec.threshold == 0.4
     # predict and serve ask the task: at most one label, none under the threshold
@@ -106,7 +116,9 @@ def test_a_registered_task_trains_end_to_end_without_touching_the_module(tmp_pat
 def test_a_task_refuses_options_it_has_no_use_for():
     data = make_data(LEARNABLE)
     with pytest.raises(ValueError, match=r"label_smoothing=0.1: no meaning for task=toy_reject"):
-        _module(data, task="toy_reject", label_smoothing=0.1)
+        _module(data, task={"name": "toy_reject", "label_smoothing": 0.1})
+    with pytest.raises(TypeError, match=r"Unknown option\(s\) gamma; a task's options go in"):
+        _module(data, task="toy_reject", gamma=1.0)  # flat: only the options older code had
     with pytest.raises(TypeError, match=r"register a TrainingTask subclass"):
         register_task("not_a_task")(object)
 
@@ -124,7 +136,7 @@ def _old_checkpoint(path, data, **hparams) -> None:
         "cutmix_alpha": 0.0,
         "mix_prob": 1.0,
         "class_weights": None,
-        **data.spec,
+        **{k: list(v) if isinstance(v, tuple) else v for k, v in data.spec.items()},
         **hparams,
     }
     torch.save(
@@ -149,7 +161,8 @@ def test_checkpoints_written_before_tasks_were_objects_still_load(tmp_path):
         tmp_path / "multilabel.ckpt", data, task="multilabel", threshold=0.35, pos_weight=[2.0] * 4
     )
     ml = ClassificationModule.load_from_checkpoint(tmp_path / "multilabel.ckpt")
-    assert (ml.task.name, ml.decision.threshold, ml.hparams.threshold) == ("multilabel", 0.35, 0.35)
+    assert (ml.task.name, ml.decision.threshold) == ("multilabel", 0.35)
+    assert ml.hparams.task == {"name": "multilabel", "pos_weight": [2.0] * 4, "threshold": 0.35}
     assert ml.task.criterion.pos_weight.tolist() == [2.0] * 4
     spec = InputSpec.from_hparams(torch.load(tmp_path / "multilabel.ckpt")["hyper_parameters"])
     assert spec.decision.threshold == 0.35 and spec.decision.multi_hot
@@ -158,12 +171,65 @@ def test_checkpoints_written_before_tasks_were_objects_still_load(tmp_path):
 def test_the_threshold_has_one_owner_and_hparams_show_it():
     data = make_data(LEARNABLE)
     module = _module(data, task="multilabel")
-    assert module.hparams.threshold == 0.5  # the default until a validation chooses one
+    assert module.hparams.task["threshold"] == 0.5  # the default until a validation chooses one
     probs = torch.tensor([[0.9, 0.35, 0.1, 0.1], [0.3, 0.8, 0.1, 0.1]])
     targets = torch.tensor([[1, 1, 0, 0], [0, 1, 0, 0]])
     logged = module.task.epoch_end("val", {"probs": probs, "targets": targets})
-    assert logged["val/threshold"] == module.hparams.threshold == module.decision.threshold
+    assert logged["val/threshold"] == module.hparams.task["threshold"] == module.decision.threshold
     assert module.decision.threshold == 0.35  # chosen on val
     module.task.epoch_end("test", {"probs": probs, "targets": targets})
     assert module.decision.threshold == 0.35  # test never chooses
     assert create_task("multilabel", 0.35).decide(probs, 1)[0] == [[0, 1], [1]]  # k: no cut
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.mark.parametrize("name", ["multiclass", "multilabel"])
+def test_checkpoints_written_by_the_flat_layout_load_and_predict_the_same(name, tmp_path):
+    """``fixtures/old_*.ckpt``: written by the code whose module took every task option flat
+    (``label_smoothing``, ``mixup_alpha``, ``class_weights``; ``threshold``, ``pos_weight``),
+    with a calibration (temperature, a rejection rule) written flat beside them; and the
+    probabilities that code gave for ``old_expected.pt``'s images."""
+    expected = torch.load(FIXTURES / "old_expected.pt", weights_only=True)
+    path = FIXTURES / f"old_{name}.ckpt"
+    module = ClassificationModule.load_from_checkpoint(path, map_location="cpu").eval()
+    spec = InputSpec.from_hparams(module.hparams)
+    with torch.no_grad():
+        probs = module.decision.probabilities(module(spec.preprocess(expected["images"])))
+    torch.testing.assert_close(probs, expected[name])
+    assert module.decision.temperature == spec.temperature != 1.0  # calibrated, both halves
+    options = module.hparams.task
+    if name == "multiclass":  # the flat options moved into the task's mapping
+        assert (options["label_smoothing"], options["mixup_alpha"]) == (0.1, 0.2)
+        assert module.task.mixer is not None and module.decision.reject["score"] == "msp"
+    else:
+        assert (options["threshold"], options["pos_weight"]) == (0.35, [2.0] * 4)
+    assert not {"label_smoothing", "threshold", "temperature"} & set(module.hparams)
+    # Calibrating it again writes the new layout: the task's mapping, no flat options left.
+    from lightning_cls.training.calibration import update_checkpoint
+
+    new = update_checkpoint(path, tmp_path / "new.ckpt", {"temperature": 2.0})
+    hparams = torch.load(new, weights_only=True)["hyper_parameters"]
+    assert hparams["task"]["name"] == name and hparams["task"]["temperature"] == 2.0
+    assert "label_smoothing" not in hparams and "pos_weight" not in hparams
+    reloaded = ClassificationModule.load_from_checkpoint(new, map_location="cpu")
+    assert reloaded.decision.temperature == 2.0 == InputSpec.from_hparams(hparams).temperature
+
+
+def test_the_older_config_keys_still_set_the_task_with_a_warning():
+    from omegaconf import OmegaConf
+
+    from lightning_cls.train import task_options
+
+    cfg = OmegaConf.create(
+        {
+            "task": {"name": "multiclass", "metric": "val/acc", "label_smoothing": 0.0},
+            "label_smoothing": 0.1,
+            "mixup": {"mixup_alpha": 0.2, "cutmix_alpha": None, "mix_prob": None},
+            "loss": {"class_weights": None, "class_weight_method": None, "pos_weight": None},
+        }
+    )
+    with pytest.warns(FutureWarning, match=r"label_smoothing, mixup_alpha: deprecated.*task\."):
+        task = task_options(cfg)
+    assert task == {"name": "multiclass", "label_smoothing": 0.1, "mixup_alpha": 0.2}

@@ -3,7 +3,9 @@ top-1/top-5 accuracy, and a confusion matrix per val/test epoch for per-class re
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -14,11 +16,14 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 from lightning_cls.inference.tasks import MultiClass
 from lightning_cls.training.class_balance import (
     WeightedCrossEntropy,
+    class_weights,
     per_class_metrics,
     resolve_class_weights,
 )
 from lightning_cls.training.mixup import BatchMixer
-from lightning_cls.training.tasks import STAGES, TrainingTask, register_task
+from lightning_cls.training.tasks.base import STAGES, TrainingTask, register_task
+
+log = logging.getLogger(__name__)
 
 
 @register_task("multiclass")
@@ -36,16 +41,18 @@ class MultiClassTraining(TrainingTask):
         mix_prob: float = 1.0,
         **others: Any,
     ):
-        if "pos_weight" in others or "threshold" in others:
+        if others.get("pos_weight") is not None or others.get("threshold") is not None:
             raise ValueError(
-                "loss.pos_weight and task.threshold apply to multi-label models; set "
+                "task.pos_weight and task.threshold apply to multi-label models; set "
                 "task=multilabel (a multi-label dataset) or leave them null."
             )
+        others.pop("pos_weight", None)
+        others.pop("threshold", None)
         super().__init__(num_classes, **others)
         if not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(
-                f"label_smoothing={label_smoothing!r} is not a probability; set label_smoothing "
-                "to a number from 0.0 (off) to 1.0, e.g. label_smoothing=0.1."
+                f"task.label_smoothing={label_smoothing!r} is not a probability; set "
+                "task.label_smoothing to a number from 0.0 (off) to 1.0, e.g. 0.1."
             )
         self.label_smoothing, self.class_weight_method = label_smoothing, class_weight_method
         self.class_weights = class_weights
@@ -72,9 +79,18 @@ class MultiClassTraining(TrainingTask):
             method = self.class_weight_method
             self._weigh(resolve_class_weights("auto", train_labels, self.num_classes, method))
 
-    def saved_hparams(self) -> dict[str, Any]:
+    def chosen(self) -> dict[str, Any]:
         resolved = self.class_weights not in (None, "auto")
         return {"class_weights": self.class_weights} if resolved else {}
+
+    @classmethod
+    def balance_advice(cls, counts: Sequence[int], classes: Sequence[str]) -> dict[str, Any]:
+        """The inverse-frequency weights ``task.class_weights=auto`` will use, or a sampler."""
+        weights = class_weights(torch.as_tensor(list(counts)), "inverse")
+        return {
+            "class_weights": dict(zip(classes, (round(w, 4) for w in weights))),
+            "suggest": ["task.class_weights=auto", "data.balanced_sampler=true"],
+        }
 
     def training_batch(self, batch):
         return self.mixer(*batch) if self.mixer is not None else batch  # soft (B, K) targets
@@ -108,6 +124,22 @@ class MultiClassTraining(TrainingTask):
 
     def per_class(self, stage: str, tensors, classes: list[str], logged: Mapping) -> dict:
         return per_class_metrics(tensors["confusion"].cpu(), classes)
+
+    def test_figures(self, tensors, classes: list[str]) -> dict[str, Any]:
+        """The confusion matrix and per-class accuracy bars (and the table in the log)."""
+        from lightning_cls.callbacks import plots
+
+        matrix = tensors["confusion"].cpu()  # (K, K)
+        classes = classes or [str(i) for i in range(matrix.shape[0])]
+
+        def confusion(path):
+            plots.plot_confusion(matrix, classes, path)
+            log.info("Per-class test accuracy:\n%s", plots.per_class_table(matrix, classes))
+
+        return {
+            "confusion_matrix.png": confusion,
+            "per_class_accuracy.png": partial(plots.plot_per_class_accuracy, matrix, classes),
+        }
 
 
 def _accuracy(num_classes: int, stage: str) -> MetricCollection:

@@ -14,6 +14,7 @@ loaded (``restore``), so ``test`` on the best checkpoint uses the one chosen wit
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -22,10 +23,10 @@ from torch import nn
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-from lightning_cls.inference.scores import best_threshold, multilabel_report, per_label_report
+from lightning_cls.inference.scores import multilabel_report, per_label_report
 from lightning_cls.inference.tasks import MultiLabel
 from lightning_cls.training.distill import sigmoid_distill_loss
-from lightning_cls.training.tasks import TrainingTask, register_task
+from lightning_cls.training.tasks.base import TrainingTask, register_task
 
 MAX_POS_WEIGHT = 100.0
 
@@ -55,12 +56,12 @@ def resolve_pos_weight(
     if isinstance(pos_weight, str):
         if pos_weight != "auto":
             raise ValueError(
-                f"loss.pos_weight={pos_weight!r} is not known; use auto (from the train "
+                f"task.pos_weight={pos_weight!r} is not known; use auto (from the train "
                 "labels), a list of one weight per label, or null."
             )
         if labels is None or labels.ndim != 2:
             raise ValueError(
-                "loss.pos_weight=auto needs the multi-hot train labels of a multi-label "
+                "task.pos_weight=auto needs the multi-hot train labels of a multi-label "
                 "DataModule (task=multilabel with data=multilabel)."
             )
         positives = labels.float().sum(0)
@@ -71,12 +72,12 @@ def resolve_pos_weight(
         weights = [float(w) for w in pos_weight]
     except (TypeError, ValueError):
         raise ValueError(
-            f"loss.pos_weight={pos_weight!r} is not a list of numbers; give one weight per "
+            f"task.pos_weight={pos_weight!r} is not a list of numbers; give one weight per "
             "label, auto or null."
         ) from None
     if len(weights) != num_labels or any(not w > 0 for w in weights):
         raise ValueError(
-            f"loss.pos_weight has {len(weights)} values {weights}; give {num_labels} positive "
+            f"task.pos_weight has {len(weights)} values {weights}; give {num_labels} positive "
             "numbers, one per label (or auto)."
         )
     return weights
@@ -129,13 +130,14 @@ class MultiLabelTraining(TrainingTask):
     def __init__(
         self,
         num_classes: int,
-        threshold: float | None = None,  # None: chosen on each validation (max micro-F1)
+        threshold: float | str | None = None,  # None/"auto": chosen on each validation
         pos_weight: str | Sequence[float] | None = None,  # "auto": from the train counts
         **others: Any,
     ):
         _refuse_multiclass_options(others)
+        self.choose_threshold = threshold is None or threshold == "auto"
+        threshold = None if self.choose_threshold else threshold
         super().__init__(num_classes, threshold=threshold, **others)
-        self.choose_threshold = threshold is None
         self.pos_weight = pos_weight
         weights = None if pos_weight == "auto" else pos_weight  # "auto": in setup()
         self.criterion = MultiLabelLoss(resolve_pos_weight(weights, None, num_classes))
@@ -147,18 +149,21 @@ class MultiLabelTraining(TrainingTask):
             self.pos_weight = resolve_pos_weight("auto", train_labels, self.num_classes)
             self.criterion = MultiLabelLoss(self.pos_weight)
 
-    def saved_hparams(self) -> dict[str, Any]:
-        saved: dict[str, Any] = {"threshold": self.decision.threshold}
-        if self.pos_weight not in (None, "auto"):
-            saved["pos_weight"] = self.pos_weight
-        return saved
+    def chosen(self) -> dict[str, Any]:
+        return {"pos_weight": self.pos_weight} if self.pos_weight not in (None, "auto") else {}
 
-    def restore(self, hparams: Mapping[str, Any]) -> None:
+    def restored_threshold(self, config: Mapping[str, Any]) -> float | None:
         """A checkpoint's threshold is the one chosen with its weights (a threshold the user
         fixed stays fixed)."""
-        saved = hparams.get("threshold")
+        saved = config.get("threshold")
         if self.choose_threshold and saved is not None:
-            self.decision.threshold = float(saved)
+            return float(saved)
+        return self.decision.threshold
+
+    @classmethod
+    def balance_advice(cls, counts: Sequence[int], classes: Sequence[str]) -> dict[str, Any]:
+        """The loss weighs each label's positives (counts: positives per label)."""
+        return {"suggest": ["task.pos_weight=auto"]}
 
     def loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.criterion(logits, target)
@@ -185,7 +190,7 @@ class MultiLabelTraining(TrainingTask):
             return {}
         probs, targets = tensors["probs"], tensors["targets"]
         if stage == "val" and self.choose_threshold:
-            self.decision.threshold = best_threshold(probs, targets)
+            self.decision.threshold = self.decision.choose_threshold(probs, targets)
         report = multilabel_report(probs, targets, self.decision.threshold)
         logged = {f"{stage}/{k}": v for k, v in report.items()}
         return {**logged, f"{stage}/threshold": self.decision.threshold}
@@ -198,21 +203,28 @@ class MultiLabelTraining(TrainingTask):
         threshold = float(logged.get(f"{stage}/threshold", self.decision.threshold))
         return per_label_report(tensors["probs"], tensors["targets"], threshold, classes)
 
+    def test_figures(self, tensors, classes: list[str]) -> dict[str, Any]:
+        """Average precision, AUROC and F1 per label (``per_label_scores.png``)."""
+        from lightning_cls.callbacks.plots import plot_per_label
+
+        per_label = self.per_class("test", tensors, classes, {})
+        return {"per_label_scores.png": partial(plot_per_label, per_label)} if per_label else {}
+
 
 def _refuse_multiclass_options(options: Mapping[str, Any]) -> None:
     """The multi-class options with no multi-label meaning are one-line errors."""
     if options.get("label_smoothing"):
         raise ValueError(
             f"label_smoothing={options['label_smoothing']} applies to multi-class softmax "
-            "targets; with task=multilabel set label_smoothing=0."
+            "targets; task=multilabel has no label_smoothing."
         )
     if options.get("class_weights") is not None:
         raise ValueError(
-            "loss.class_weights weighs classes of a softmax; with task=multilabel use "
-            "loss.pos_weight (auto, or one weight per label) and loss.class_weights=null."
+            "class_weights weighs the classes of a softmax; with task=multilabel use "
+            "task.pos_weight (auto, or one weight per label)."
         )
     if options.get("mixup_alpha") or options.get("cutmix_alpha"):
         raise ValueError(
-            "MixUp/CutMix (mixup.mixup_alpha/cutmix_alpha) mix one-hot targets; with "
-            "task=multilabel set them to 0."
+            "MixUp/CutMix (mixup_alpha/cutmix_alpha) mix one-hot targets; task=multilabel "
+            "has neither."
         )
