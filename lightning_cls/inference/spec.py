@@ -5,7 +5,9 @@ task (multi-class, or multi-label with its decision threshold), plus the registr
 name/options that rebuild the network from bare weights. Every other form is derived from
 it: a DataModule's ``spec`` and ``ClassificationModule`` hparams hold its keys,
 ``model_weights.json`` is those hparams, ONNX files store it as ``metadata_props`` (one JSON
-value per key), TorchScript and ``.pt2`` as the extra file ``meta.json``.
+value per key), TorchScript and ``.pt2`` as the extra file ``meta.json``. This module is the
+input contract (fields, their checks, the preprocessing); the task and trust fields are checked
+into the spec's ``decision`` by ``decision.py``.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lightning_cls.inference.arrays import check_channels, normalize_numpy
-from lightning_cls.inference.conformal import check_conformal
-from lightning_cls.inference.tasks import TASKS, Task, create_task
-from lightning_cls.inference.trust import check_reject, check_temperature
+from lightning_cls.inference.decision import DecisionError, build_decision
 
 if TYPE_CHECKING:
     import torch
+
+    from lightning_cls.inference.tasks import Task
 
 CHANNEL_ORDERS = {1: "L", 3: "RGB"}
 PREPROCESSING = "x = (uint8_pixels / 255 - mean) / std, per channel, NCHW float32"
@@ -36,7 +38,9 @@ REQUIRED_KEYS = ("classes", "mean", "std", "image_size", "num_channels")
 
 @dataclass(frozen=True)
 class InputSpec:
-    """What a runtime needs to feed a classifier and name its outputs."""
+    """What a runtime needs to feed a classifier and name its outputs; how the outputs are
+    decided (task, threshold, temperature, rejection, prediction sets) is checked into
+    ``decision`` by ``inference/decision.py``."""
 
     classes: tuple[str, ...]
     mean: tuple[float, ...]
@@ -129,49 +133,30 @@ class InputSpec:
             )
         if self.image_size < 1:
             raise SpecError("image_size", f"image_size must be >= 1, got {self.image_size}.")
-        if self.task not in TASKS:
-            raise SpecError(
-                "task", f"task={self.task!r} is not known; use one of {', '.join(TASKS.names())}."
-            )
-        try:  # the task owns its threshold: its default, and what values it takes
-            decision = create_task(self.task, self.threshold)
-        except ValueError:
-            raise SpecError(
-                "threshold",
-                f"threshold={self.threshold} is not a probability strictly between 0 and 1.",
-            ) from None
+        try:  # how the outputs are decided: the task and its trust settings (decision.py)
+            decision = build_decision(
+                self.task, self.threshold, self.temperature, self.reject, self.conformal,
+                self.num_classes,
+            )  # fmt: skip
+        except DecisionError as err:
+            raise SpecError(err.field, str(err)) from None
+        set_ = object.__setattr__  # frozen: the normalised values, as the task holds them
         if decision.threshold is not None:
-            object.__setattr__(self, "threshold", decision.threshold)
-        self._validate_trust(decision)
+            set_(self, "threshold", decision.threshold)
+        set_(self, "temperature", decision.temperature)
+        set_(self, "reject", decision.reject)
+        set_(self, "conformal", decision.conformal)
         self.__dict__["decision"] = decision  # the cached property below, built once
-
-    def _validate_trust(self, decision: Task) -> None:
-        """Temperature and rejection rule (``inference/trust.py``), handed to the task."""
-        try:
-            temperature = 1.0 if self.temperature is None else self.temperature
-            temperature = check_temperature(temperature, self.num_classes, decision.multi_hot)
-        except ValueError as err:
-            raise SpecError("temperature", str(err)) from None
-        try:
-            reject = check_reject(self.reject)
-        except ValueError as err:
-            raise SpecError("reject", str(err)) from None
-        try:
-            conformal = check_conformal(self.conformal, decision.multi_hot)
-        except ValueError as err:
-            raise SpecError("conformal", str(err)) from None
-        object.__setattr__(self, "temperature", temperature)
-        object.__setattr__(self, "reject", reject)
-        object.__setattr__(self, "conformal", conformal)
-        decision.temperature, decision.reject = temperature, reject
-        decision.conformal = conformal
 
     @functools.cached_property
     def decision(self) -> Task:
         """The task's decision half (``lightning_cls.inference.tasks``): probabilities (after
         the temperature), the labels predicted from them, the rejection rule, the score.
-        Predictors and the server ask it."""
-        return create_task(self.task, self.threshold, self.temperature, self.reject, self.conformal)
+        Predictors and the server ask it. Built and checked with the spec (``_validate``)."""
+        return build_decision(
+            self.task, self.threshold, self.temperature, self.reject, self.conformal,
+            self.num_classes,
+        )  # fmt: skip
 
     @property
     def multilabel(self) -> bool:
