@@ -38,6 +38,7 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
             f"ckpt_path={str(ckpt)!r} is not a Lightning checkpoint (.ckpt); calibrate the "
             "checkpoint, then export it (the temperature travels into every artifact)."
         )
+    # Imported here (numpy): --help and the checkpoint checks above load no array library.
     from lightning_cls.inference.conformal import check_options as check_conformal_options
     from lightning_cls.inference.trust import check_keep, check_rule_options
 

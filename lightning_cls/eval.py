@@ -71,7 +71,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if cfg.get("prediction_mosaic", True):
         explain = None
         if cfg.get("explain"):  # heat maps over the tiles: gradcam or cam
-            from lightning_cls.explain import Explainer
+            from lightning_cls.explain import Explainer  # only with explain=: the CAM hooks
             from lightning_cls.inference.spec import InputSpec
 
             spec = InputSpec.from_hparams(module.hparams)
@@ -79,7 +79,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         mosaic = out / f"predictions_{split}.png"
         write_split_mosaic(module, datamodule, split, mosaic, explain=explain)
     if cfg.get("ood"):  # out-of-distribution images: AUROC and false accepts of the rule
-        from lightning_cls.training.calibration import ood_report
+        from lightning_cls.training.calibration import ood_report  # only with ood=
 
         images = datamodule.splits[split].images
         results["ood"] = ood_report(cfg.ckpt_path, images, cfg.ood, cfg.get("ood_score"))

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 if TYPE_CHECKING:
@@ -42,8 +45,6 @@ def run_config_of(ckpt: str | Path) -> Path | None:
 def command_line_keys() -> set[str] | None:
     """The top-level keys the command line overrode (``data``, ``seed``, ...), or None when
     the config was not composed by a command (``compose()`` in a script: its caller chose)."""
-    from hydra.core.hydra_config import HydraConfig
-
     if not HydraConfig.initialized():
         return None
     keys = set()
@@ -81,10 +82,6 @@ def checkpoint_datamodule(
 ) -> ImageDataModule:
     """``cfg.data`` built for the model ``spec`` describes: its mean/std as constructor
     arguments, set up for ``stage``, checked once against the model (``datamodule_for``)."""
-    from functools import partial
-
-    from hydra.utils import instantiate
-
     # Imported here: it loads torch (the data check lives beside build_network), which a
     # command's --help and config errors do not pay for (tests/test_layers.py).
     from lightning_cls.data.for_model import datamodule_for

@@ -311,7 +311,7 @@ def normalize(images, mean: Sequence[float], std: Sequence[float]):
     """
     if isinstance(images, np.ndarray):
         return normalize_numpy(images, mean, std)
-    import torch
+    import torch  # here, not at the top: the ONNX/OpenVINO paths never import torch
 
     if images.dtype != torch.uint8:
         raise TypeError(f"normalize expects uint8 images in [0, 255], got {images.dtype}.")
@@ -332,7 +332,7 @@ def normalize_constants(
     (mean, std, device): building them cost more than the ONNX Runtime call itself in a
     profile of the server's model thread (docs/serving.md). The tensors are shared: read only.
     """
-    import torch
+    import torch  # torch batches only (see normalize)
 
     check_channels(mean, std, channels)
     return _constants(tuple(map(float, mean)), tuple(map(float, std)), torch.device(device))
@@ -342,7 +342,7 @@ def normalize_constants(
 def _constants(
     mean: tuple[float, ...], std: tuple[float, ...], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    import torch
+    import torch  # torch batches only (see normalize)
 
     mean_t = torch.tensor(mean, dtype=torch.float64)
     std_t = torch.tensor(std, dtype=torch.float64)
