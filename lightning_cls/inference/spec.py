@@ -134,10 +134,7 @@ class InputSpec:
         if self.image_size < 1:
             raise SpecError("image_size", f"image_size must be >= 1, got {self.image_size}.")
         try:  # how the outputs are decided: the task and its trust settings (decision.py)
-            decision = build_decision(
-                self.task, self.threshold, self.temperature, self.reject, self.conformal,
-                self.num_classes,
-            )  # fmt: skip
+            decision = self._build_decision()
         except DecisionError as err:
             raise SpecError(err.field, str(err)) from None
         set_ = object.__setattr__  # frozen: the normalised values, as the task holds them
@@ -153,10 +150,17 @@ class InputSpec:
         """The task's decision half (``lightning_cls.inference.tasks``): probabilities (after
         the temperature), the labels predicted from them, the rejection rule, the score.
         Predictors and the server ask it. Built and checked with the spec (``_validate``)."""
+        return self._build_decision()
+
+    def _build_decision(self) -> Task:
         return build_decision(
-            self.task, self.threshold, self.temperature, self.reject, self.conformal,
+            self.task,
+            self.threshold,
+            self.temperature,
+            self.reject,
+            self.conformal,
             self.num_classes,
-        )  # fmt: skip
+        )
 
     @property
     def multilabel(self) -> bool:

@@ -44,10 +44,16 @@ def _expected_acc(trained, split: str) -> float:
 def test_eval_data_streaming_uses_the_checkpoint_s_preprocessing(trained, chunks, tmp_path):
     cfg = compose(
         "eval",
-        [f"ckpt_path={trained.ckpt}", "data=streaming", f"data.input_dir={chunks}",
-         "data.batch_size=32", "prediction_mosaic=false", *QUIET_TRAINER[:4]],
+        [
+            f"ckpt_path={trained.ckpt}",
+            "data=streaming",
+            f"data.input_dir={chunks}",
+            "data.batch_size=32",
+            "prediction_mosaic=false",
+            *QUIET_TRAINER[:4],
+        ],
         tmp=tmp_path,
-    )  # fmt: skip
+    )
     metrics = evaluate(cfg)
     assert metrics["test/acc"] == pytest.approx(_expected_acc(trained, "test"), abs=1e-6)
     assert _expected_acc(trained, "test") > 0.5  # the model learned: the comparison means something

@@ -29,8 +29,11 @@ def test_the_model_s_mean_and_std_go_into_the_constructor():
 
 def test_other_classes_are_one_line_naming_both_sides():
     spec = InputSpec(**{**SPEC, "classes": ["a", "b", "c", "d"]}, mean=(0.5,), std=(0.5,))
-    with pytest.raises(ValueError, match=r"^The run was trained on other data: classes differ "
-                       r"\(4 classes vs 4 in data=synthetic"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"^The run was trained on other data: classes differ "
+        r"\(4 classes vs 4 in data=synthetic",
+    ):
         datamodule_for(spec, _build, what="The run", data_name="data=synthetic")
 
 
