@@ -17,12 +17,11 @@ import logging
 from pathlib import Path
 
 import hydra
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
-from lightning_cls.cli.run_config import with_checkpoint_data
+from lightning_cls.cli.run_config import checkpoint_datamodule, with_checkpoint_data
 from lightning_cls.fileio import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -39,6 +38,7 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
             f"ckpt_path={str(ckpt)!r} is not a Lightning checkpoint (.ckpt); calibrate the "
             "checkpoint, then export it (the temperature travels into every artifact)."
         )
+    # Imported here (numpy): --help and the checkpoint checks above load no array library.
     from lightning_cls.inference.conformal import check_options as check_conformal_options
     from lightning_cls.inference.trust import check_keep, check_rule_options
 
@@ -51,21 +51,12 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
     import pytorch_lightning as pl
 
     from lightning_cls.inference import load_torch_model
-    from lightning_cls.inference.network import check_same_data
     from lightning_cls.training.calibration import calibrate, update_checkpoint
 
     cfg = with_checkpoint_data(cfg, ckpt)  # the run's data unless data= was given
     pl.seed_everything(cfg.seed, workers=True)
     net, spec = load_torch_model(ckpt)
-    datamodule = instantiate(cfg.data)
-    channels = {"num_channels": getattr(datamodule, "num_channels", None)}  # before mean/std
-    check_same_data(spec.to_dict(), channels, f"The checkpoint {ckpt}", f"data={cfg.data.name}")
-    datamodule.mean, datamodule.std = spec.mean, spec.std  # the checkpoint's preprocessing
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    check_same_data(
-        spec.to_dict(), datamodule.spec, f"The checkpoint {ckpt}", f"data={cfg.data.name}"
-    )
+    datamodule = checkpoint_datamodule(cfg, spec, "fit", f"The checkpoint {ckpt}")
     splits = getattr(datamodule, "splits", None) or {}
     if "val" not in splits:
         raise ValueError(

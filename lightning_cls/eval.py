@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import hydra
 from hydra.utils import instantiate
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
 from lightning_cls.cli.printing import to_floats
-from lightning_cls.cli.run_config import with_checkpoint_data
+from lightning_cls.cli.run_config import checkpoint_datamodule, with_checkpoint_data
 from lightning_cls.fileio import atomic_write_text
 
 if TYPE_CHECKING:
@@ -44,28 +45,23 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     import pytorch_lightning as pl
 
     from lightning_cls.inference.mosaic import write_split_mosaic
-    from lightning_cls.inference.network import check_same_data
     from lightning_cls.module import ClassificationModule
-    from lightning_cls.training.precision import resolve_precision
+    from lightning_cls.training.trainer import build_trainer
 
     cfg = with_checkpoint_data(cfg, cfg.ckpt_path)  # the run's data unless data= was given
     pl.seed_everything(cfg.seed, workers=True)
     module = ClassificationModule.load_from_checkpoint(cfg.ckpt_path, map_location="cpu")
     tta = _override_tta(module, cfg.get("tta_flip"), cfg.get("tta_translate"))
-    datamodule = instantiate(cfg.data)
-    trained = module.hparams
+    stage = "test" if split == "test" else "fit"
     where = f"The checkpoint {cfg.ckpt_path}"
-    channels = {"num_channels": getattr(datamodule, "num_channels", None)}  # before mean/std
-    check_same_data(trained, channels, where, data_name=f"data={cfg.data.name}")
-    if trained.get("mean") is not None:
-        datamodule.mean, datamodule.std = tuple(trained.mean), tuple(trained.std)
-    datamodule.prepare_data()
-    datamodule.setup("test" if split == "test" else "fit")
-    check_same_data(trained, datamodule.spec, where, data_name=f"data={cfg.data.name}")
+    datamodule = checkpoint_datamodule(cfg, module.hparams, stage, where)
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
-    with open_dict(cfg.trainer):  # precision=auto: bf16 only where the hardware runs it natively
-        cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
-    trainer: pl.Trainer = instantiate(cfg.trainer, logger=loggers or False)
+    trainer: pl.Trainer = build_trainer(
+        partial(instantiate, cfg.trainer),
+        cfg.trainer.precision,
+        cfg.trainer.accelerator,
+        loggers=loggers,
+    )
     run = trainer.test if split == "test" else trainer.validate
     metrics = to_floats(run(module, datamodule=datamodule)[0])
     out = Path(cfg.paths.output_dir)
@@ -75,7 +71,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if cfg.get("prediction_mosaic", True):
         explain = None
         if cfg.get("explain"):  # heat maps over the tiles: gradcam or cam
-            from lightning_cls.explain import Explainer
+            from lightning_cls.explain import Explainer  # only with explain=: the CAM hooks
             from lightning_cls.inference.spec import InputSpec
 
             spec = InputSpec.from_hparams(module.hparams)
@@ -83,7 +79,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         mosaic = out / f"predictions_{split}.png"
         write_split_mosaic(module, datamodule, split, mosaic, explain=explain)
     if cfg.get("ood"):  # out-of-distribution images: AUROC and false accepts of the rule
-        from lightning_cls.training.calibration import ood_report
+        from lightning_cls.training.calibration import ood_report  # only with ood=
 
         images = datamodule.splits[split].images
         results["ood"] = ood_report(cfg.ckpt_path, images, cfg.ood, cfg.get("ood_score"))

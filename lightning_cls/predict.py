@@ -47,7 +47,7 @@ def predict(cfg: DictConfig) -> list[dict]:
     if device == "auto":  # a GPU where there is one, for the PyTorch kinds
         device = "cpu"
         if runtime_for(Path(cfg.ckpt_path)).arrays == "torch":  # ONNX, OpenVINO: no torch
-            import torch
+            import torch  # only for a PyTorch kind: predicting an ONNX file loads no torch
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
     spec = OmegaConf.to_container(cfg.spec) if cfg.get("spec") else None

@@ -45,7 +45,7 @@ def run_cli(main: Callable[[], Any]) -> None:
     # us instead, and decide here how to show it.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     if any(a in HELP_FLAGS for a in args):  # Hydra's help text, without its repository copies
-        from lightning_cls.cli.hydra_help import share_group_repository
+        from lightning_cls.cli.hydra_help import share_group_repository  # only for --help
 
         share_group_repository()
     try:

@@ -21,6 +21,7 @@ def to_floats(metrics: Mapping) -> dict[str, float]:
 
 def print_config(cfg: Mapping, title: str = "config") -> None:
     """Print a resolved config (nested plain containers) as a rich tree, a branch per group."""
+    # Imported here: only train prints its config; the other commands do not load rich.
     import yaml
     from rich import print as rich_print
     from rich.syntax import Syntax

@@ -6,15 +6,26 @@ saves its composed config in ``<run>/.hydra/config.yaml`` and its checkpoints un
 ``<run>/checkpoints/<experiment>/``: ``with_checkpoint_data(cfg, ckpt)`` finds that file above
 the checkpoint and puts the run's ``data`` (and ``seed``: validation is carved from train by
 seed) into ``cfg``, unless the command line named them (``data=...``, ``data.<key>=...``,
-``seed=...``: an explicit value always wins). Part of the command layer: it reads Hydra's state.
+``seed=...``: an explicit value always wins). ``checkpoint_datamodule(cfg, spec)`` then builds
+that data for the model (``lightning_cls.data.for_model``: the model's mean/std, one check).
+Part of the command layer: it reads Hydra's state.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+if TYPE_CHECKING:
+    from lightning_cls.data.base import ImageDataModule
+    from lightning_cls.inference.spec import InputSpec
 
 log = logging.getLogger(__name__)
 SAVED_CONFIG = Path(".hydra") / "config.yaml"
@@ -34,8 +45,6 @@ def run_config_of(ckpt: str | Path) -> Path | None:
 def command_line_keys() -> set[str] | None:
     """The top-level keys the command line overrode (``data``, ``seed``, ...), or None when
     the config was not composed by a command (``compose()`` in a script: its caller chose)."""
-    from hydra.core.hydra_config import HydraConfig
-
     if not HydraConfig.initialized():
         return None
     keys = set()
@@ -66,3 +75,17 @@ def with_checkpoint_data(cfg: DictConfig, ckpt: str | Path) -> DictConfig:
         log.info("From the training run's config (%s): %s; pass data=... to override.", saved,
                  ", ".join(taken))  # fmt: skip
     return cfg
+
+
+def checkpoint_datamodule(
+    cfg: DictConfig, spec: InputSpec | Mapping, stage: str = "fit", what: str = "The checkpoint"
+) -> ImageDataModule:
+    """``cfg.data`` built for the model ``spec`` describes: its mean/std as constructor
+    arguments, set up for ``stage``, checked once against the model (``datamodule_for``)."""
+    # Imported here: it loads torch (the data check lives beside build_network), which a
+    # command's --help and config errors do not pay for (tests/test_layers.py).
+    from lightning_cls.data.for_model import datamodule_for
+
+    data_name = f"data={cfg.data.get('name')}"
+    channels = cfg.data.get("num_channels")  # the config's promise; null: the source says
+    return datamodule_for(spec, partial(instantiate, cfg.data), stage, what, data_name, channels)

@@ -4,6 +4,8 @@
 - ``load_artifact`` / ``Predictor`` (``predictor``): any artifact (.onnx, .xml, .ckpt,
   model_weights.pt, .torchscript, .pt2) behind one batched API, flip TTA included; .pt2 and
   TorchScript only with ``trust_artifact=True`` (they can run code when loaded).
+- ``predict_files`` / ``write_predictions_csv`` (``file_predictions``): image files -> rows
+  -> the predictions CSV.
 - ``RUNTIMES`` / ``register_runtime`` (``runtimes``): suffix -> runtime class; a new format is
   one small class.
 - ``decode_image`` (``images``): files or raw bytes -> uint8 (C, H, W), as in training.
@@ -11,6 +13,11 @@
 Importing this package pulls in neither ``pytorch_lightning`` nor Hydra (a test checks it).
 """
 
+from lightning_cls.inference.file_predictions import (
+    predict_files,
+    top_k_labels,
+    write_predictions_csv,
+)
 from lightning_cls.inference.images import IMAGE_SUFFIXES, decode_image, find_images
 
 # OpenVINO IR (export=openvino); the openvino package is imported only when a .xml is loaded.
@@ -20,10 +27,7 @@ from lightning_cls.inference.predictor import (
     UntrustedArtifactError,
     flip_tta,
     load_artifact,
-    predict_files,
-    top_k_labels,
     tta,
-    write_predictions_csv,
 )
 from lightning_cls.inference.runtimes import (
     RUNTIMES,

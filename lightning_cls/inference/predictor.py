@@ -10,23 +10,22 @@ Arrays in, arrays out: a numpy batch gives numpy results and a torch batch torch
 every runtime. A runtime that takes numpy (``Runtime.arrays``: ONNX Runtime, OpenVINO) is run
 with numpy throughout (``inference.arrays``), so predict and serve of those files never import
 torch; the PyTorch kinds (.ckpt, weights, TorchScript, .pt2) run in torch as before.
+
+Classifying image files and writing the predictions CSV is ``file_predictions.py``'s.
 """
 
 from __future__ import annotations
 
-import csv
 import logging
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lightning_cls.fileio import atomic_path
 from lightning_cls.inference import arrays
 from lightning_cls.inference.artifact_checks import check_num_outputs
-from lightning_cls.inference.images import load_image_batch
 from lightning_cls.inference.runtimes import (  # noqa: F401 (UntrustedArtifactError: re-exported)
     Runtime,
     UntrustedArtifactError,
@@ -102,7 +101,7 @@ class Predictor:
         self.arrays = getattr(runtime, "arrays", "torch")
         self.device = device or getattr(runtime, "device", "cpu")
         if self.arrays == "torch":
-            import torch
+            import torch  # a numpy runtime (ONNX, OpenVINO) never imports torch
 
             self.device = torch.device(self.device)
         if self.task.needs_features and not self.gives_features:
@@ -124,7 +123,7 @@ class Predictor:
         outputs = getattr(self.runtime, "outputs", None)
         if outputs is None:  # an nn.Module given directly
             if self._feature_net is None:
-                from lightning_cls.inference.network import with_features
+                from lightning_cls.inference.network import with_features  # nn.Module only
 
                 self._feature_net = with_features(self.runtime, self.spec.input_shape)
             outputs = self._feature_net
@@ -159,7 +158,7 @@ class Predictor:
         if self.arrays == "numpy":
             run = lambda v: forward(np.ascontiguousarray(v))  # noqa: E731
             return arrays.as_kind(compute(run, arrays.as_numpy(x)), x)
-        import torch
+        import torch  # torch runtimes only (see __init__)
 
         with torch.inference_mode():
             batch = torch.from_numpy(x) if arrays.is_numpy(x) else x
@@ -169,7 +168,7 @@ class Predictor:
     def predict_proba(self, x, batch_size: int = 64):
         """Normalized float (N, C, H, W) -> probabilities (N, classes), in batches, as the
         task makes them: softmax, or a sigmoid per class for a multi-label model."""
-        _check_batch_size(batch_size)
+        check_batch_size(batch_size)
         task = self.task
         outs = [
             task.probabilities(self.tta_logits(x[i : i + batch_size]))
@@ -188,7 +187,7 @@ class Predictor:
 
     def _images(self, images, batch_size: int, one: Callable):
         """``one`` (a normalized batch -> (B, W) rows) over uint8 ``images`` in batches."""
-        _check_batch_size(batch_size)
+        check_batch_size(batch_size)
         outs = [
             one(self.spec.preprocess(images[i : i + batch_size]))
             for i in range(0, len(images), batch_size)
@@ -244,7 +243,8 @@ class Predictor:
             )
 
 
-def _check_batch_size(batch_size: int) -> None:
+def check_batch_size(batch_size: int) -> None:
+    """``batch_size`` an int >= 1, or one line naming it."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
 
@@ -314,74 +314,15 @@ def check_spec_against_model(predictor: Predictor) -> None:
     check_num_outputs(predictor.path, spec, logits.shape[1])
 
 
-def predict_files(
-    predictor: Predictor, files: Sequence[str | Path], batch_size: int = 64, top_k: int = 5
-) -> tuple[list[dict], list[tuple[Path, str]]]:
-    """Classify image files in batches.
-
-    Returns ``rows`` ({"file", "labels", "probs"} per readable image, as the task decides:
-    top-k first; for a multi-label model every label at or above ``spec.threshold``, most
-    probable first, and ``"all_probs"``, one per class; with a rejection rule also
-    ``"unknown"`` and ``"score"``; with a prediction-set rule ``"set"``, its labels) and
-    ``failures`` ([(path, reason)] for every file that could not be read as an image), the
-    shapes ``write_predictions_csv`` takes.
-    """
-    if not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}.")
-    _check_batch_size(batch_size)
-    spec, task = predictor.spec, predictor.task
-    rows: list[dict] = []
-    failures: list[tuple[Path, str]] = []
-    paths = [Path(f) for f in files]
-    for start in range(0, len(paths), batch_size):
-        images, ok, bad = load_image_batch(
-            paths[start : start + batch_size], spec.image_size, spec.num_channels, spec.resize_size
-        )
-        failures += bad
-        if not ok:
-            continue
-        logits, features = predictor.image_outputs(images, batch_size)  # (B, K), (B, D) | None
-        probs = task.probabilities(logits)  # (B, K), after the model's temperature
-        indices, values = task.decide(probs, top_k)
-        verdicts = task.verdicts(logits, features) or [None] * len(ok)  # the rule, if any
-        sets = task.sets(probs) or [None] * len(ok)  # prediction sets, if fitted
-        for path, idx, p, row, verdict, members in zip(
-            ok, indices, values, probs.tolist(), verdicts, sets
-        ):
-            answer = {"file": str(path), **task.row(idx, p, row, spec.classes)}
-            named = None if members is None else [spec.classes[i] for i in members]
-            rows.append(task.judged(answer, verdict, named))
-    return rows, failures
+# The file half moved to file_predictions.py; its old address still answers.
+_MOVED = {"predict_files", "top_k_labels", "write_predictions_csv"}
 
 
-def top_k_labels(spec: InputSpec, probs: torch.Tensor, k: int) -> list[list[dict[str, Any]]]:
-    """Probabilities (B, classes) -> per row the ``k`` best ``{"label", "prob"}``, best first."""
-    indices, values = arrays.top_k(probs, k)
-    return [
-        [{"label": spec.classes[i], "prob": p} for p, i in zip(ps, idx)]
-        for ps, idx in zip(values, indices)
-    ]
+def __getattr__(name: str):
+    # PEP 562, imported on first use: file_predictions imports this module (Predictor's
+    # batch check), so importing it here at the top would be an import circle.
+    if name in _MOVED:
+        from lightning_cls.inference import file_predictions
 
-
-def write_predictions_csv(
-    output: str | Path,
-    rows: list[dict],
-    failures: list[tuple[Path, str]],
-    top_k: int,
-    spec: InputSpec | None = None,
-) -> None:
-    """One row per file, in the columns of ``spec``'s task (none: multi-class): file,
-    label_1..k, prob_1..k, error (empty unless it failed); for a multi-label model file, labels
-    (the predicted ones joined by ``;``, the format a multi-label index reads), one
-    ``prob_<class>`` column per class, error.
-    Written to a temp file renamed over ``output``: an earlier CSV is never left half-written.
-    """
-    task = spec.decision if spec is not None else create_task()
-    classes = spec.classes if spec is not None else ()
-    with atomic_path(output) as tmp, tmp.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(task.csv_header(classes, top_k))
-        for row in rows:
-            writer.writerow(task.csv_row(row, top_k))
-        for path, reason in failures:
-            writer.writerow(task.csv_failure(str(path), reason, classes, top_k))
+        return getattr(file_predictions, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,9 @@ task (multi-class, or multi-label with its decision threshold), plus the registr
 name/options that rebuild the network from bare weights. Every other form is derived from
 it: a DataModule's ``spec`` and ``ClassificationModule`` hparams hold its keys,
 ``model_weights.json`` is those hparams, ONNX files store it as ``metadata_props`` (one JSON
-value per key), TorchScript and ``.pt2`` as the extra file ``meta.json``.
+value per key), TorchScript and ``.pt2`` as the extra file ``meta.json``. This module is the
+input contract (fields, their checks, the preprocessing); the task and trust fields are checked
+into the spec's ``decision`` by ``decision.py``.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lightning_cls.inference.arrays import check_channels, normalize_numpy
-from lightning_cls.inference.conformal import check_conformal
-from lightning_cls.inference.tasks import TASKS, Task, create_task
-from lightning_cls.inference.trust import check_reject, check_temperature
+from lightning_cls.inference.decision import DecisionError, build_decision
 
 if TYPE_CHECKING:
     import torch
+
+    from lightning_cls.inference.tasks import Task
 
 CHANNEL_ORDERS = {1: "L", 3: "RGB"}
 PREPROCESSING = "x = (uint8_pixels / 255 - mean) / std, per channel, NCHW float32"
@@ -36,7 +38,9 @@ REQUIRED_KEYS = ("classes", "mean", "std", "image_size", "num_channels")
 
 @dataclass(frozen=True)
 class InputSpec:
-    """What a runtime needs to feed a classifier and name its outputs."""
+    """What a runtime needs to feed a classifier and name its outputs; how the outputs are
+    decided (task, threshold, temperature, rejection, prediction sets) is checked into
+    ``decision`` by ``inference/decision.py``."""
 
     classes: tuple[str, ...]
     mean: tuple[float, ...]
@@ -129,47 +133,34 @@ class InputSpec:
             )
         if self.image_size < 1:
             raise SpecError("image_size", f"image_size must be >= 1, got {self.image_size}.")
-        if self.task not in TASKS:
-            raise SpecError(
-                "task", f"task={self.task!r} is not known; use one of {', '.join(TASKS.names())}."
-            )
-        try:  # the task owns its threshold: its default, and what values it takes
-            decision = create_task(self.task, self.threshold)
-        except ValueError:
-            raise SpecError(
-                "threshold",
-                f"threshold={self.threshold} is not a probability strictly between 0 and 1.",
-            ) from None
+        try:  # how the outputs are decided: the task and its trust settings (decision.py)
+            decision = self._build_decision()
+        except DecisionError as err:
+            raise SpecError(err.field, str(err)) from None
+        set_ = object.__setattr__  # frozen: the normalised values, as the task holds them
         if decision.threshold is not None:
-            object.__setattr__(self, "threshold", decision.threshold)
-        self._validate_trust(decision)
-
-    def _validate_trust(self, decision: Task) -> None:
-        """Temperature, rejection rule and prediction sets (``inference/trust.py``), checked
-        for this task (``decision`` gets them when it is built, from the fields)."""
-        try:
-            temperature = 1.0 if self.temperature is None else self.temperature
-            temperature = check_temperature(temperature, self.num_classes, decision.multi_hot)
-        except ValueError as err:
-            raise SpecError("temperature", str(err)) from None
-        try:
-            reject = check_reject(self.reject)
-        except ValueError as err:
-            raise SpecError("reject", str(err)) from None
-        try:
-            conformal = check_conformal(self.conformal, decision.multi_hot)
-        except ValueError as err:
-            raise SpecError("conformal", str(err)) from None
-        object.__setattr__(self, "temperature", temperature)
-        object.__setattr__(self, "reject", reject)
-        object.__setattr__(self, "conformal", conformal)
+            set_(self, "threshold", decision.threshold)
+        set_(self, "temperature", decision.temperature)
+        set_(self, "reject", decision.reject)
+        set_(self, "conformal", decision.conformal)
+        self.__dict__["decision"] = decision  # the cached property below, built once
 
     @functools.cached_property
     def decision(self) -> Task:
         """The task's decision half (``lightning_cls.inference.tasks``): probabilities (after
         the temperature), the labels predicted from them, the rejection rule, the score.
-        Predictors and the server ask it."""
-        return create_task(self.task, self.threshold, self.temperature, self.reject, self.conformal)
+        Predictors and the server ask it. Built and checked with the spec (``_validate``)."""
+        return self._build_decision()
+
+    def _build_decision(self) -> Task:
+        return build_decision(
+            self.task,
+            self.threshold,
+            self.temperature,
+            self.reject,
+            self.conformal,
+            self.num_classes,
+        )
 
     @property
     def multilabel(self) -> bool:
@@ -327,7 +318,7 @@ def normalize(images, mean: Sequence[float], std: Sequence[float]):
     """
     if isinstance(images, np.ndarray):
         return normalize_numpy(images, mean, std)
-    import torch
+    import torch  # here, not at the top: the ONNX/OpenVINO paths never import torch
 
     if images.dtype != torch.uint8:
         raise TypeError(f"normalize expects uint8 images in [0, 255], got {images.dtype}.")
@@ -348,7 +339,7 @@ def normalize_constants(
     (mean, std, device): building them cost more than the ONNX Runtime call itself in a
     profile of the server's model thread (docs/serving.md). The tensors are shared: read only.
     """
-    import torch
+    import torch  # torch batches only (see normalize)
 
     check_channels(mean, std, channels)
     return _constants(tuple(map(float, mean)), tuple(map(float, std)), torch.device(device))
@@ -358,7 +349,7 @@ def normalize_constants(
 def _constants(
     mean: tuple[float, ...], std: tuple[float, ...], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    import torch
+    import torch  # torch batches only (see normalize)
 
     mean_t = torch.tensor(mean, dtype=torch.float64)
     std_t = torch.tensor(std, dtype=torch.float64)
