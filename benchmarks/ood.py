@@ -90,16 +90,19 @@ def one_seed(args, work: Path, root: Path, recipe, common, sets, seed: int) -> d
 
     data = ["data=imagefolder", f"data.root={root}", *common, f"seed={seed}"]
     out = work / f"train_seed{seed}"
-    summary = run("train", [*data, *recipe, f"trainer.max_epochs={args.epochs}",
-                            "calibrate=true", "reject=knn", "reject_keep=0.95",
-                            "prediction_mosaic=false", *QUIET], out)  # fmt: skip
+    if args.reuse and (out / "results.json").is_file():  # the same command's network, kept
+        summary = json.loads((out / "results.json").read_text())
+    else:
+        summary = run("train", [*data, *recipe, f"trainer.max_epochs={args.epochs}",
+                                "calibrate=true", f"reject={args.rule}", "reject_keep=0.95",
+                                "prediction_mosaic=false", *QUIET], out)  # fmt: skip
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfg = compose(config_name="train", overrides=[*data, *recipe])
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
     splits = datamodule.splits
-    scores, rule = score_all(summary["best_ckpt"], splits, sets)
+    scores, rule = score_all(summary["best_ckpt"], splits, sets, args.rule)
     result: dict = {
         "seed": seed,
         "test_acc": round(float(summary["test"].get("test/acc", float("nan"))), 4),
@@ -120,19 +123,26 @@ def one_seed(args, work: Path, root: Path, recipe, common, sets, seed: int) -> d
     return result
 
 
-def score_all(ckpt: str, splits, sets: dict) -> tuple[dict, dict]:
+def score_all(ckpt: str, splits, sets: dict, rule_name: str = "knn") -> tuple[dict, dict]:
     """{set: {score: (N,) array}} for the known test split and each unknown folder, and the
-    checkpoint's own rule (score, threshold). ``knn``/``mahalanobis`` are fitted on the train
-    split's features as ``training/calibration.py`` fits them."""
+    rule ``rule_name`` (score, threshold) fitted by the library's ``calibrate`` on the
+    validation split as a training run's ``calibrate=true`` fits it (the checkpoint's
+    temperature kept). ``knn``/``mahalanobis`` are fitted on the train split's features as
+    ``training/calibration.py`` fits them."""
     import torch
 
     from lightning_cls.inference import feature_rules, find_images, load_artifact
     from lightning_cls.inference.images import load_image_batch
+    from lightning_cls.training.calibration import calibrate
 
     predictor = load_artifact(ckpt)
     spec = predictor.spec
+    k = spec.reject.get("k", feature_rules.DEFAULT_K) if spec.reject else feature_rules.DEFAULT_K
+    chosen = calibrate(predictor.runtime.net, spec, splits["val"], temperature=False,
+                       reject=rule_name, keep=0.95, train=splits["train"], k=k)  # fmt: skip
+    rule = chosen.spec_updates["reject"]
     _, train_features = predictor.image_features(splits["train"].images)
-    labels, k = splits["train"].labels, spec.reject.get("k", feature_rules.DEFAULT_K)
+    labels = splits["train"].labels
     fitted = {
         name: {"score": name, **feature_rules.fit(name, train_features, labels, k=k)}
         for name in ("knn", "mahalanobis")
@@ -155,7 +165,7 @@ def score_all(ckpt: str, splits, sets: dict) -> tuple[dict, dict]:
         if failed:
             raise ValueError(f"{len(failed)} unreadable images in {folder}: {failed[:3]}")
         out[name] = scored(torch.from_numpy(images))
-    return out, spec.reject
+    return out, rule
 
 
 def auroc_fpr95(known: np.ndarray, unknown: np.ndarray) -> tuple[float, float]:
@@ -230,6 +240,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--ood-images", type=int, default=1000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--rule", default="knn", choices=("msp", "energy", "knn", "mahalanobis"),
+                        help="the rule each run fits (reject=) and whose threshold is reported")  # fmt: skip
+    parser.add_argument("--reuse", action="store_true",
+                        help="score the networks an earlier run of the same command left in "
+                        "--work (train_seed<N>/results.json) instead of training them again")  # fmt: skip
     parser.add_argument(
         "--model",
         default="experiment=cifar10_fast data.batch_size=256 optimizer.lr=0.375 "
