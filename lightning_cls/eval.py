@@ -68,13 +68,19 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     out.mkdir(parents=True, exist_ok=True)
     results = {"ckpt_path": str(cfg.ckpt_path), "split": split, **tta, split: metrics}
     results[f"per_class_{split}"] = module.per_class_results(split, trainer.callback_metrics)
+    from lightning_cls.inference.spec import InputSpec
+    from lightning_cls.training.calibration import prediction_sets_report
+
+    spec = InputSpec.from_hparams(module.hparams)  # the checkpoint's, with the TTA overrides
+    sets = prediction_sets_report(module.net, spec, datamodule.splits[split], split)
+    if sets:  # conformal prediction sets: how often they hold the true label here, how large
+        results["sets"] = sets
+        log.info("Prediction sets on %s: %s", split, json.dumps(sets))
     if cfg.get("prediction_mosaic", True):
         explain = None
         if cfg.get("explain"):  # heat maps over the tiles: gradcam or cam
             from lightning_cls.explain import Explainer  # only with explain=: the CAM hooks
-            from lightning_cls.inference.spec import InputSpec
 
-            spec = InputSpec.from_hparams(module.hparams)
             explain = Explainer(module.net, spec, cfg.explain).heatmaps
         mosaic = out / f"predictions_{split}.png"
         write_split_mosaic(module, datamodule, split, mosaic, explain=explain)

@@ -228,6 +228,18 @@ def _measure_sets(split: str, calibrated: InputSpec, logits, labels) -> dict[str
     }
 
 
+def prediction_sets_report(
+    net: nn.Module, spec: InputSpec, split: Split, name: str, batch_size: int = 256
+) -> dict[str, float]:
+    """Coverage and mean size of the prediction sets ``spec`` carries on ``split`` (images as
+    predict sees them: the spec's preprocessing and TTA), keys prefixed ``name``; ``{}`` when
+    the model has no conformal rule. ``eval`` reports it for the split it evaluates."""
+    if spec.conformal is None or len(split) == 0:
+        return {}
+    logits = Predictor(net.eval(), spec).image_logits(split.images, batch_size)
+    return _measure_sets(name, spec, logits, split.labels)
+
+
 def reliability_diagram(
     before: torch.Tensor,
     after: torch.Tensor,

@@ -105,6 +105,25 @@ def test_train_fits_sets_and_the_onnx_file_answers_the_same(conformal_run, tmp_p
     assert [r["set"] for r in table] == [";".join(r["set"]) for r in onnx_rows]
 
 
+def test_eval_reports_the_sets_coverage_and_size_as_calibration_measured_them(
+    conformal_run, tmp_path
+):
+    """``eval`` on the run's checkpoint: the test split's coverage and mean set size, the same
+    numbers the fit-end calibration reported for that split (same images, same rule)."""
+    from lightning_cls.eval import evaluate
+
+    summary, _, _ = conformal_run
+    cfg = compose("eval", [f"ckpt_path={summary['best_ckpt']}", "prediction_mosaic=false",
+                           *QUIET_TRAINER[:4], *as_overrides(SMALL)], tmp_path)  # fmt: skip
+    evaluate(cfg)
+    sets = json.loads((tmp_path / "run" / "results.json").read_text())["sets"]
+    calibration = summary["calibration"]
+    assert sets == {
+        "test_coverage": calibration["test_coverage"],
+        "test_mean_set_size": calibration["test_mean_set_size"],
+    }
+
+
 def test_the_server_returns_each_images_set(conformal_run):
     from lightning_cls.serve.app import ServeApp
     from lightning_cls.serve.config import ServeConfig
