@@ -20,6 +20,7 @@ Not checked: the CEL rules (``x-kubernetes-validations``) and the admission webh
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -99,8 +100,13 @@ def structural(node, root: bool = True):
     return out
 
 
+@functools.cache
+def crd_text(plural: str) -> str:
+    return (CRDS / f"trainer.kubeflow.org_{plural}.yaml").read_text()
+
+
 def crd_schema(plural: str, closed: bool = True) -> dict:
-    crd = yaml.safe_load((CRDS / f"trainer.kubeflow.org_{plural}.yaml").read_text())
+    crd = yaml.load(crd_text(plural), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
     schema = version["schema"]["openAPIV3Schema"]
     schema = structural(schema) if closed else schema
