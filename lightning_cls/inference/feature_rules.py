@@ -163,7 +163,7 @@ def fit(
 def scores(rule: Mapping[str, Any], features) -> np.ndarray:
     """(B, D) features -> (B,) float32 scores of ``rule`` (``fit``'s parameters): higher =
     more like the training images."""
-    z = normalized(features)
+    z = normalized(_fitted_columns(rule, np.asarray(features)))
     if rule["score"] == "knn":
         bank = decode(rule["bank"], "bank")
         if z.shape[1] != bank.shape[1]:
@@ -183,6 +183,16 @@ def scores(rule: Mapping[str, Any], features) -> np.ndarray:
             (zp * z).sum(1, keepdims=True) - 2 * zp @ means.T + (mp * means).sum(1)[None, :]
         )  # (B, K) squared Mahalanobis distances
     return (-distance.min(axis=1)).astype(np.float32)
+
+
+def _fitted_columns(rule: Mapping[str, Any], features: np.ndarray) -> np.ndarray:
+    """The columns of ``features`` the rule was fitted on. A rule fitted before
+    ``network.FeatureNet`` added the first convolution's part (a checkpoint's knn bank of the
+    penultimate features alone) is as wide as the penultimate features, which come first (and
+    L2-normalised, as the rule normalises them): it scores those columns, as it did."""
+    name = "bank" if rule["score"] == "knn" else "means"
+    width = decode(rule[name], name).shape[1]
+    return features[:, :width] if features.ndim == 2 and features.shape[1] > width else features
 
 
 @functools.cache

@@ -326,3 +326,26 @@ def test_the_features_are_the_penultimate_and_the_first_convolutions_max_each_no
     mlp = create_model("mlp", in_channels=3, num_classes=4, image_size=16, hidden=24).eval()
     _, only = FeatureNet(mlp, (3, 16, 16))(x)
     assert only.shape == (5, 24) and not torch.allclose(only.norm(dim=1), torch.ones(5))
+
+
+@pytest.mark.parametrize("score", ["knn", "mahalanobis"])
+def test_a_rule_fitted_on_the_penultimate_features_alone_scores_as_before(score):
+    """Checkpoints calibrated before the features gained the first convolution's part hold a
+    bank (means) as wide as the penultimate features: they score those columns, as before."""
+    from lightning_cls.inference.network import FeatureNet
+
+    torch.manual_seed(0)
+    net = create_model("simplecnn", in_channels=1, num_classes=3, image_size=16).eval()
+    train, x = torch.randn(60, 1, 16, 16), torch.randn(7, 1, 16, 16)
+    labels = np.arange(60) % 3
+    with torch.no_grad():
+        old_train = FeatureNet(net, (1, 16, 16)).body(train).flatten(1).numpy()  # penultimate
+        old_x = FeatureNet(net, (1, 16, 16)).body(x).flatten(1).numpy()
+        _, new_x = FeatureNet(net, (1, 16, 16))(x)
+    rule = {"score": score, **feature_rules.fit(score, old_train, labels, k=5)}
+    assert new_x.shape[1] > old_x.shape[1]
+    np.testing.assert_allclose(
+        feature_rules.scores(rule, new_x.numpy()), feature_rules.scores(rule, old_x), rtol=1e-4
+    )
+    with pytest.raises(ValueError, match="features"):  # narrower than the fit: refused
+        feature_rules.scores(rule, old_x[:, :-2])
