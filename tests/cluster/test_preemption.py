@@ -1,16 +1,22 @@
 """Preemption that loses nothing: a run sent the requeue signal (SIGUSR1) or SIGTERM mid-epoch
 saves last.ckpt at the next batch end and exits 128 + signal without results; the same command
 again (a requeued job: the same run folder) resumes mid-epoch and ends with the results.json
-metrics of a run that was never interrupted. Subprocesses, digits, CPU."""
+metrics of a run that was never interrupted. The same at the other moments of a job (setup,
+validation, the fit's last hooks, test), inside a fake SLURM job whose ``scontrol`` records the
+requeue; the CSV and TensorBoard logs of the requeued run are one curve. Subprocesses, digits,
+CPU."""
 
 from __future__ import annotations
 
+import csv
 import signal
+import struct
+from pathlib import Path
 
 import pytest
 import torch
 from signal_at import SignalAt
-from train_runs import results, train_forked
+from train_runs import fake_scontrol, results, train_forked
 
 from helpers import make_data, make_module, make_trainer
 from lightning_cls.callbacks.preemption import Preemption
@@ -29,6 +35,97 @@ def uninterrupted(tmp_path_factory, train):
     proc = train(run)
     assert proc.returncode == 0, proc.stdout[-3000:]
     return results(run)
+
+
+LOGGED = ["logger=[csv,tensorboard]"]
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory, train):
+    """An uninterrupted run with the CSV and TensorBoard loggers: its folder."""
+    run = tmp_path_factory.mktemp("logged") / "run"
+    proc = train(run, *LOGGED)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return run
+
+
+# The training metrics aggregated over an epoch cover only the batches after a mid-epoch resume
+# (torchmetrics' and Lightning's epoch accumulators are not in the checkpoint): compared by
+# step, not by value. Every per-step and validation value is compared exactly.
+EPOCH_TRAIN = ("train/acc", "train/acc_top5", "train/loss_epoch")
+
+
+def _comparable(key: str, value):
+    return "<epoch aggregate>" if key in EPOCH_TRAIN else value
+
+
+def csv_rows(run: Path) -> list[tuple]:
+    """metrics.csv's rows without the wall-clock columns (time/*), in file order."""
+    with open(run / "csv" / "metrics.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return [
+        tuple(
+            (k, _comparable(k, v)) for k, v in sorted(r.items()) if not k.startswith("time/") and v
+        )
+        for r in rows
+    ]
+
+
+def tensorboard_scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
+    """tag -> [(step, value)] over every event file in the run's one TensorBoard folder, files
+    in write order (TFRecord framing: length, its crc, the Event, its crc)."""
+    from tensorboardX.proto.event_pb2 import Event
+
+    scalars: dict[str, list] = {}
+    for path in sorted((run / "tensorboard").glob("events.out.tfevents.*")):
+        data, at = path.read_bytes(), 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at : at + 8])
+            event = Event.FromString(data[at + 12 : at + 12 + length])
+            at += 12 + length + 4
+            for value in event.summary.value:
+                # The hyper-parameters' entries are written at each process start, not a curve.
+                if not value.tag.startswith(("time/", "_hparams_/", "hp_metric")):
+                    point = (event.step, _comparable(value.tag, value.simple_value))
+                    scalars.setdefault(value.tag, []).append(point)
+    return scalars
+
+
+MOMENTS = {  # SignalAt's moment and batch: where in the job the one signal comes
+    "setup": ["moment=setup"],
+    "validation": ["moment=val", "step=0", "batch=1"],  # epoch 0's validation
+    "fit_end": ["moment=fit_end"],  # the fit's last hooks (calibration, export, plots)
+    "test": ["moment=test", "batch=1"],
+}
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_a_requeue_signal_at_any_moment_loses_nothing(
+    logged, fork_server, fork_env, tmp_path, moment
+):
+    """One SIGUSR1 at ``moment`` of a job in (fake) SLURM job 4711: rank 0 runs ``scontrol
+    requeue 4711`` and the job exits 138; the requeued job (same command, same folder) does
+    not fit again after a complete fit, and ends with the uninterrupted run's results.json
+    metrics, CSV rows (each step once, in order) and TensorBoard curves in one folder."""
+    run, env = tmp_path / "run", {**fork_env, **fake_scontrol(tmp_path)}
+    signal_at = [
+        "+callbacks.signal_at._target_=signal_at.SignalAt",
+        f"+callbacks.signal_at.marker={tmp_path / 'signalled'}",
+        *(f"+callbacks.signal_at.{option}" for option in MOMENTS[moment]),
+    ]
+    first = train_forked(fork_server, env, run, *LOGGED, *signal_at)
+    assert first.returncode == 128 + signal.SIGUSR1, first.stdout[-3000:]
+    assert (tmp_path / "calls").read_text() == "requeue 4711\n"
+    assert not (run / "results.json").exists()
+    again = train_forked(fork_server, env, run, *LOGGED, *signal_at)
+    assert again.returncode == 0, again.stdout[-3000:]
+    fitted_before = moment in ("fit_end", "test")
+    assert ("Trainer.fit" in again.stdout) is not fitted_before, again.stdout[-3000:]
+    assert (tmp_path / "calls").read_text() == "requeue 4711\n"  # no second requeue
+    assert results(run) == results(logged)
+    assert csv_rows(run) == csv_rows(logged)
+    assert [p.name for p in (run / "tensorboard").iterdir() if p.is_dir()] == []  # one version
+    assert tensorboard_scalars(run) == tensorboard_scalars(logged)
 
 
 @pytest.mark.slow
