@@ -6,10 +6,13 @@ job, as a scheduler would. Added on the command line with
 setup hook, before the first batch), ``val`` (validation batch ``batch`` of the fit's epoch
 ``step``), ``fit_end`` (the fit's last hooks: before calibration and export), ``test`` (test
 batch ``batch``). With ``marker`` (a file path) the signal is sent once per job: a requeued job
-that reaches the same moment again passes through."""
+that reaches the same moment again passes through. With ``plan`` (a JSON file of
+``[moment, step, batch, rank]`` entries in job order) the signals of one job, one per attempt:
+each attempt sends the first entry not yet marked done (``<plan>.<index>``) when it is reached."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal as signals
 from pathlib import Path
@@ -26,10 +29,19 @@ class SignalAt(pl.Callback):
         moment: str = "train",
         batch: int = 0,
         marker: str | None = None,
+        plan: str | None = None,
     ):
         self.step, self.signum, self.rank = step, signals.Signals[signal], rank
         self.moment, self.batch = moment, batch
         self.marker = Path(marker) if marker else None
+        if plan is not None:  # the first entry this job has not sent yet
+            entries = json.loads(Path(plan).read_text())
+            done = [Path(f"{plan}.{i}").exists() for i in range(len(entries))]
+            index = done.index(False) if False in done else None
+            self.moment = "none" if index is None else entries[index][0]
+            if index is not None:
+                self.step, self.batch, self.rank = entries[index][1:]
+                self.marker = Path(f"{plan}.{index}")
 
     def _send(self, trainer, moment: str, when: bool = True) -> None:
         if moment != self.moment or not when or trainer.global_rank != self.rank:
