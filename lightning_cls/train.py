@@ -132,11 +132,8 @@ def train(cfg: DictConfig) -> dict:
         module = module.to(memory_format=torch.channels_last)  # weights too, not just inputs
 
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    # A requeue signal from here to the end saves what there is, requeues and exits; the
-    # requeued job skips the stages done (callbacks/preemption.py, docs/guides/cluster.md).
     preemption = next((c for c in callbacks if isinstance(c, Preemption)), None)
     preemption = preemption or Preemption(cfg.paths.ckpt_dir, requeue_signals=(), stop_signals=())
-    preemption.install_for_job()
     if cfg.trainer.get("enable_progress_bar") is False:  # the user's flag wins over the preset
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     callbacks += [instantiate(c) for c in (cfg.get("tuner") or {}).values()]  # tuner=lr|batch_size
@@ -182,6 +179,9 @@ def train(cfg: DictConfig) -> dict:
         # A resumed run keeps writing next to the checkpoint it continues, so its best/last
         # bookkeeping carries on instead of starting over in a new folder.
         checkpoint.dirpath = str(Path(ckpt_path).parent)
+    # A requeue signal from here to the end (held since the process started) saves what there
+    # is, requeues and exits; the requeued job skips the stages done (callbacks/preemption.py).
+    preemption.install_for_job()
     output_dir = Path(cfg.paths.output_dir)
     fit = preemption.stages.get("fit")  # a requeued job whose fit is complete: not fitted again
     if fit is None:

@@ -182,6 +182,13 @@ class Preemption(pl.Callback):
         if not self._job:
             self._restore()
 
+    def on_exception(self, trainer: pl.Trainer, pl_module, exception: BaseException) -> None:
+        """An error ends the job (not a preemption: ``Preempted`` leaves the process anyway):
+        the signals go back, so a caller that goes on (a notebook, a test) is not left with a
+        SIGTERM that only records."""
+        if not isinstance(exception, Preempted):
+            self.uninstall()
+
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx
     ) -> None:
