@@ -102,14 +102,15 @@ def test_usr1_mid_epoch_requeues_and_resumes_in_place(slurm_cluster, ddp_sim, tm
     assert same_training(results(run_folders(tmp_path)[0]), ddp_sim)
 
 
-# One 1-epoch job's moments, in job order: the fit's setup, the start of each of its 21 steps,
-# validation batches, the fit's last hooks (calibration, export, plots), test batches.
+# One 1-epoch job's moments, in job order, grouped by where the ranks act on a signal: the
+# fit's setup or step 0's start (both at step 0's end), the start of each later step (its end),
+# a validation batch or the fit's last hooks (the fit's end: a second signal there would never
+# come, the requeued job does not fit again), each test batch (the next test batch's end).
 TIMELINE = [
-    ("setup", 0, 0),
-    *(("train", step, 0) for step in range(21)),
-    *(("val", 0, batch) for batch in range(2)),
-    ("fit_end", 0, 0),
-    *(("test", 0, batch) for batch in range(5)),
+    [("setup", 0, 0), ("train", 0, 0)],
+    *([("train", step, 0)] for step in range(1, 21)),
+    [("val", 0, 0), ("val", 0, 1), ("fit_end", 0, 0)],
+    *([("test", 0, batch)] for batch in range(5)),
 ]
 # LIGHTNING_CLS_PREEMPTIONS=20 runs the issue's twenty: each requeue costs about 30 s on the
 # loaded 2-core test machine (N=3 took 120 s), too much for every suite run.
@@ -122,11 +123,10 @@ def test_signals_at_random_moments_of_one_job_lose_nothing(slurm_cluster, ddp_si
     with results.json metrics bit-equal to the uninterrupted job's (trainer=ddp_sim)."""
     seed = int(os.environ.get("LIGHTNING_CLS_PREEMPTION_SEED", time.time_ns() % 10**6))
     rng = random.Random(seed)
-    test_phase = [m for m in TIMELINE if m[0] == "test"]
-    moments = {rng.choice(test_phase), *rng.sample(TIMELINE, SIGNALS - 1)}
-    while len(moments) < SIGNALS:  # a duplicate of the test-phase moment
-        moments.add(rng.choice(TIMELINE))
-    plan = [[*m, rng.randrange(2)] for m in sorted(moments, key=TIMELINE.index)]
+    tests = [i for i, group in enumerate(TIMELINE) if group[0][0] == "test"]
+    first = rng.choice(tests)  # one signal always comes in the test phase
+    others = rng.sample([i for i in range(len(TIMELINE)) if i != first], SIGNALS - 1)
+    plan = [[*rng.choice(TIMELINE[i]), rng.randrange(2)] for i in sorted([first, *others])]
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     where = f"seed {seed} (LIGHTNING_CLS_PREEMPTION_SEED), plan {plan}"
     job = sbatch(
