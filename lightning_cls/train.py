@@ -250,6 +250,7 @@ def train(cfg: DictConfig) -> dict:
         log.info("Run directory: %s", output_dir)
         log.info("Best checkpoint: %s", fit["best_ckpt"] or "(none)")
         log.info("Final metrics: %s", json.dumps({**summary["val"], **summary["test"]}))
+    preemption.stages.clear(trainer.is_global_zero)  # complete: a rerun here runs every stage
     close_loggers(trainer.loggers)  # a W&B run stays open until the process exits otherwise
     preemption.uninstall()  # a signal from here on is latched (the job is complete) or default
     return summary

@@ -58,7 +58,7 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
-from lightning_cls.training.cluster import hand_over_signals
+from lightning_cls.training.cluster import hand_over_signals, latching
 from lightning_cls.training.resume import Stages
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,7 @@ class Preemption(pl.Callback):
         self._previous: dict[int, Any] = {}
         self._active = dict(self.actions)  # this fit's actions (submitit adds its signal)
         self._job = False  # handlers installed for the whole job (install_for_job)
+        self._test_batches: list[int] = []  # per test loader: the batches every rank runs
 
     # The handler does nothing but record: no I/O, no collective (see the module docstring).
     def _handle(self, signum: int, frame: Any) -> None:
@@ -145,7 +146,14 @@ class Preemption(pl.Callback):
     def install_for_job(self) -> None:
         """Handle the signals from now until ``uninstall``: train.py calls it before the
         trainer exists, so setup, every stage and what lies between them are covered. Signals
-        latched since the process started (``training.cluster.latch_signals``) count now."""
+        latched since the process started (``training.cluster.latch_signals``) count now.
+
+        Only in a process whose entry point latched them (the training command): a caller of
+        ``train()`` in Python (a notebook, a test) keeps its signals outside the fit. A
+        ``ddp_spawn`` parent that only waits for its processes would otherwise swallow a
+        SIGTERM (``timeout``, ``kill``) until the fit ends."""
+        if not latching():
+            return
         self._job = True
         self._configure()
         self._install()
@@ -177,6 +185,7 @@ class Preemption(pl.Callback):
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._job:
             self._install()
+            self._test_batches = common_batches(trainer.num_test_batches, trainer)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if not self._job:
@@ -223,8 +232,12 @@ class Preemption(pl.Callback):
         self.stages.record("train", {"metrics": metrics}, trainer.is_global_zero)
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-        """Test holds nothing worth saving: leave now, the restarted job tests again."""
-        if self._job:
+        """Test holds nothing worth saving: leave now, the restarted job tests again. Only at
+        the batches every rank runs: the test sampler does not pad (the metrics equal one
+        process's), so one rank may run a batch more, and an agreement there would wait
+        forever for the others (they are already in the metrics' sync). A signal after the
+        last common batch is acted on when the test stage is complete."""
+        if self._job and batch_idx < self._test_batches[dataloader_idx]:
             self.leave_if_signalled(trainer, "testing")
 
     def complete(self, stage: str, record: Any, trainer: pl.Trainer) -> None:
@@ -268,6 +281,17 @@ def agreed_signal(signum: int, trainer: pl.Trainer) -> int:
     flag = torch.tensor([signum], device=trainer.strategy.root_device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return int(flag.item())
+
+
+def common_batches(counts: list[int | float], trainer: pl.Trainer) -> list[int]:
+    """Per loader, the number of batches every rank runs (the smallest count over the ranks;
+    0 for a loader of unknown length): one all-reduce, at a hook every rank reaches."""
+    local = [int(n) if n != float("inf") else -1 for n in counts]
+    if dist.is_available() and dist.is_initialized() and trainer.world_size > 1 and local:
+        tensor = torch.tensor(local, device=trainer.strategy.root_device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+        local = [int(n) for n in tensor.tolist()]
+    return [max(n, 0) for n in local]
 
 
 def _signum(name: str) -> int:

@@ -51,6 +51,13 @@ def fill_slurm_tasks_per_node(environ: MutableMapping[str, str] = os.environ) ->
 # composition or the imports must not kill the job (SIGUSR1's default action) before train()
 # can save and requeue. Stdlib only: the entry point installs it before anything heavy loads.
 _LATCHED: list[int] = []
+_LATCHING = False  # latch_signals ran in this process: it is a training command
+
+
+def latching() -> bool:
+    """Whether this process's entry point latched the signals (``python -m lightning_cls.train``
+    did; a notebook or a test calling ``train()`` did not)."""
+    return _LATCHING
 
 
 def _latch(signum: int, frame: Any) -> None:
@@ -60,8 +67,10 @@ def _latch(signum: int, frame: Any) -> None:
 def latch_signals(names: tuple[str, ...] = ("SIGUSR1", "SIGTERM")) -> None:
     """Record these signals instead of dying of them, until ``hand_over_signals`` (main thread
     only; a signal whose handler is not the default is left alone: someone else owns it)."""
+    global _LATCHING
     if threading.current_thread() is not threading.main_thread():
         return
+    _LATCHING = True
     for name in names:
         signum = signal.Signals[name]
         if signal.getsignal(signum) is signal.SIG_DFL:

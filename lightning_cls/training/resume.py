@@ -151,6 +151,13 @@ class Stages:
     def get(self, name: str) -> Any:
         return self.records.get(name)
 
+    def clear(self, write: bool) -> None:
+        """The job is complete (results.json written): forget its stages, so the same command
+        again in this folder (more epochs, another test) runs every stage as before."""
+        self.records = {}
+        if write and self.path is not None:
+            self.path.unlink(missing_ok=True)
+
     def record(self, name: str, value: Any, write: bool) -> None:
         self.records[name] = value
         if write and self.path is not None:

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,6 +21,7 @@ import torch.distributed as dist
 from cluster.train_runs import fake_scontrol
 from helpers.gloo_ranks import run_ranks
 from lightning_cls.callbacks.preemption import Preempted, Preemption
+from lightning_cls.training.cluster import latch_signals
 
 
 class StandInTrainer(SimpleNamespace):
@@ -43,14 +45,22 @@ class StandInTrainer(SimpleNamespace):
 
 def _ranks(rank: int, init: str, folder: str, where: str) -> None:
     """Rank 1 signals itself at step 2 (training) or during the fit stage (between stages);
-    each rank writes where it left and with which code."""
+    with ``test``, rank 0 runs one test batch more than rank 1 (the test sampler does not pad)
+    and signals itself in it. Each rank writes where it left and with which code."""
     folder = Path(folder)
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    # A wait of more than 20 s is a deadlock: the collective fails instead of hanging.
+    dist.init_process_group(
+        "gloo", init_method=init, rank=rank, world_size=2, timeout=timedelta(seconds=20)
+    )
+    latch_signals()  # as the training command's entry point does
     preemption = Preemption(folder / "ckpt", stages_file=folder / "stages.json")
     preemption.install_for_job()
     trainer = StandInTrainer(rank, 2, folder)
     outcome = {"left_at": None, "code": None}
     try:
+        if where == "test":
+            outcome = _test(rank, preemption, trainer)
+            return
         for step in range(5):
             trainer.global_step = step
             if rank == 1 and step == 2:
@@ -63,7 +73,29 @@ def _ranks(rank: int, init: str, folder: str, where: str) -> None:
     finally:
         preemption.uninstall()
         dist.destroy_process_group()
-    (folder / f"outcome.{rank}.json").write_text(json.dumps(outcome))
+        (folder / f"outcome.{rank}.json").write_text(json.dumps(outcome))
+
+
+def _test(rank: int, preemption: Preemption, trainer: StandInTrainer) -> dict:
+    """The test stage's hooks: rank 0 runs 3 batches, rank 1 two; then the metrics' sync (a
+    collective on every rank, as torchmetrics' after the loop) and the stage's end."""
+    trainer.num_test_batches = [3 if rank == 0 else 2]
+    outcome = {"left_at": None, "code": None}
+    try:
+        preemption.on_test_start(trainer, None)
+        for batch in range(trainer.num_test_batches[0]):
+            trainer.global_step = f"test batch {batch}"
+            if rank == 0 and batch == 2:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            preemption.on_test_batch_end(trainer, None, None, None, batch)
+        trainer.global_step = "metrics sync"
+        gathered = [torch.zeros(3) for _ in range(2)]
+        dist.all_gather(gathered, torch.ones(3))
+        trainer.global_step = "test complete"
+        preemption.complete("test", {"test": {}}, trainer)
+    except Preempted as stop:
+        outcome = {"left_at": trainer.global_step, "code": stop.code}
+    return outcome
 
 
 def _outcomes(folder: Path) -> list[dict]:
@@ -94,6 +126,20 @@ def test_rank_1_alone_signalled_in_a_stage_makes_both_ranks_leave_after_it(
     assert Preemption(tmp_path, stages_file=tmp_path / "stages.json").stages.get("fit")
 
 
+def test_a_signal_in_a_test_batch_one_rank_alone_runs_leaves_after_the_test(
+    tmp_path, fork_server, fork_env
+):
+    """The test sampler does not pad: rank 0 runs a batch more. A signal there is not agreed
+    on at that batch (rank 1 is already in the metrics' sync: an all-reduce would meet the
+    wrong collective) but when the test stage is complete; the ranks agree at the batches
+    they both run (a signal at batch 0 or 1 leaves there: the other tests)."""
+    env = {**fork_env, **fake_scontrol(tmp_path)}
+    run_ranks(fork_server, env, tmp_path, f"{__file__}:_ranks", str(tmp_path), "test")
+    assert _outcomes(tmp_path) == [{"left_at": "test complete", "code": 138}] * 2
+    assert (tmp_path / "calls").read_text() == "requeue 4711\n"
+    assert json.loads((tmp_path / "stages.json").read_text()) == {"test": {"test": {}}}
+
+
 LATCH = """
 import os, signal, sys
 from lightning_cls.training.cluster import latch_signals, hand_over_signals
@@ -118,11 +164,14 @@ def test_a_signal_before_train_runs_is_latched_and_handed_to_the_callback_or_its
     assert untaken.returncode == -signal.SIGUSR1 and untaken.stdout == "alive\n"
 
 
-def test_install_for_job_replays_a_latched_signal(monkeypatch, tmp_path):
+def test_install_for_job_replays_a_latched_signal_in_the_command_only(monkeypatch, tmp_path):
     from lightning_cls.training import cluster
 
     monkeypatch.setattr(cluster, "_LATCHED", [signal.SIGUSR1])
     preemption = Preemption(tmp_path)
+    preemption.install_for_job()  # train() called from Python: the signals stay the caller's
+    assert preemption.received is None and signal.getsignal(signal.SIGUSR1) != preemption._handle
+    monkeypatch.setattr(cluster, "_LATCHING", True)  # the training command latched them
     try:
         preemption.install_for_job()
         assert preemption.received == signal.SIGUSR1
