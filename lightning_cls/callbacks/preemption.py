@@ -201,6 +201,12 @@ class Preemption(pl.Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx
     ) -> None:
+        if _last_batch_of_epoch(trainer, batch_idx):
+            # A checkpoint here resumes into an epoch whose batches are all done: Lightning
+            # then ends it without its validation (a 20-signal SLURM job lost its val metrics
+            # and best checkpoint so). The signal waits: the next epoch's first batch, or the
+            # fit's end. The same decision on every rank (their batch counts are equal).
+            return
         signum = self._agreed(trainer)
         if not signum:
             return
@@ -271,6 +277,12 @@ class Preemption(pl.Callback):
         if action == "requeue" and self.requeue == "auto" and trainer.is_global_zero:
             requeue_job(signum, self._previous.get(signum))
         raise Preempted(128 + signum)
+
+
+def _last_batch_of_epoch(trainer: pl.Trainer, batch_idx: int) -> bool:
+    batches = trainer.num_training_batches
+    last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+    return bool(last) or (batches != float("inf") and batch_idx + 1 >= batches)
 
 
 def agreed_signal(signum: int, trainer: pl.Trainer) -> int:

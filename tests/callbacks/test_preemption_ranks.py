@@ -36,6 +36,10 @@ class StandInTrainer(SimpleNamespace):
             global_step=0,
             current_epoch=0,
             _logger_connector=SimpleNamespace(update_train_step_metrics=lambda: None),
+            num_training_batches=100,  # the steps below are never an epoch's last
+            fit_loop=SimpleNamespace(
+                epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(is_last_batch=False))
+            ),
             folder=folder,
         )
 

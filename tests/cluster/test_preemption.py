@@ -97,6 +97,9 @@ def tensorboard_scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
 
 MOMENTS = {  # SignalAt's moment and batch: where in the job the one signal comes
     "setup": ["moment=setup"],
+    # The last step of epoch 0: saved there, the resumed fit would end the epoch without its
+    # validation; the ranks act at the end of epoch 1's first step instead.
+    "last_step": ["moment=train", "step=20"],
     "validation": ["moment=val", "step=0", "batch=1"],  # epoch 0's validation
     "fit_end": ["moment=fit_end"],  # the fit's last hooks (calibration, export, plots)
     "test": ["moment=test", "batch=1"],
@@ -123,6 +126,8 @@ def test_a_requeue_signal_at_any_moment_loses_nothing(
     assert not (run / "results.json").exists()
     again = train_forked(fork_server, env, run, *LOGGED, *signal_at)
     assert again.returncode == 0, again.stdout[-3000:]
+    if moment == "last_step":  # not saved at step 21 (the epoch's last), at step 22
+        assert "(step 22, epoch 1)" in first.stdout, first.stdout[-3000:]
     fitted_before = moment in ("fit_end", "test")
     assert ("Trainer.fit" in again.stdout) is not fitted_before, again.stdout[-3000:]
     assert (tmp_path / "calls").read_text() == "requeue 4711\n"  # no second requeue
