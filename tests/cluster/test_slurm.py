@@ -104,12 +104,13 @@ def test_usr1_mid_epoch_requeues_and_resumes_in_place(slurm_cluster, ddp_sim, tm
 
 # One 1-epoch job's moments, in job order, grouped by where the ranks act on a signal: the
 # fit's setup or step 0's start (both at step 0's end), the start of each later step (its end),
-# a validation batch or the fit's last hooks (the fit's end: a second signal there would never
-# come, the requeued job does not fit again), each test batch (the next test batch's end).
+# the last step (an epoch's last step waits: here the fit's end), a validation batch or the
+# fit's last hooks (the fit's end: a second signal there would never come, the requeued job
+# does not fit again), each test batch (the next test batch's end).
 TIMELINE = [
     [("setup", 0, 0), ("train", 0, 0)],
-    *([("train", step, 0)] for step in range(1, 21)),
-    [("val", 0, 0), ("val", 0, 1), ("fit_end", 0, 0)],
+    *([("train", step, 0)] for step in range(1, 20)),
+    [("train", 20, 0), ("val", 0, 0), ("val", 0, 1), ("fit_end", 0, 0)],
     *([("test", 0, batch)] for batch in range(5)),
 ]
 # LIGHTNING_CLS_PREEMPTIONS=20 runs the twenty: each requeue costs about 20-30 s on the
