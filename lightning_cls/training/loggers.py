@@ -8,6 +8,7 @@ in the run folder (``id_file``, ``run_id_file``)."""
 from __future__ import annotations
 
 import csv
+import itertools
 import os
 import secrets
 from pathlib import Path
@@ -113,6 +114,32 @@ class CSVLogger(pl_loggers.CSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _ResumingWriter(log_dir=self.log_dir)
         return self._experiment
+
+
+_EVENT_FILES = itertools.count()  # this process's TensorBoard event files
+
+
+class TensorBoardLogger(pl_loggers.TensorBoardLogger):
+    """Lightning's TensorBoard logger whose every event file has a name of its own.
+
+    tensorboardX names a file ``events.out.tfevents.<second>.<host>`` and reopens a closed
+    writer (Lightning closes it at the end of fit) under a new such name: a test that starts
+    within the second of the fit's file truncated it, the fit's curves lost (seen in the
+    preemption tests on an idle machine), and so would a requeued job that starts within the
+    second. The suffix ``.<pid>.<count>`` makes each name unique; a closed writer is dropped so
+    the next write opens a new, so named, file.
+    """
+
+    @property
+    @rank_zero_experiment
+    def experiment(self):
+        if self._experiment is None:
+            self._kwargs["filename_suffix"] = f".{os.getpid()}.{next(_EVENT_FILES)}"
+        return super().experiment
+
+    def finalize(self, status: str) -> None:
+        super().finalize(status)
+        self._experiment = None
 
 
 class WandbLogger(pl_loggers.WandbLogger):
