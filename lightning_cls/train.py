@@ -94,13 +94,14 @@ def train(cfg: DictConfig) -> dict:
 
     from lightning_cls.callbacks.best_metric import BestMetric
     from lightning_cls.callbacks.optuna_pruning import OptunaPruning
+    from lightning_cls.callbacks.preemption import Preemption
     from lightning_cls.export.callback import ExportCallback
     from lightning_cls.inference.mosaic import write_split_mosaic
     from lightning_cls.module import ClassificationModule
     from lightning_cls.training.cluster import fill_slurm_tasks_per_node
     from lightning_cls.training.loggers import close_loggers
     from lightning_cls.training.precision import resolve_precision
-    from lightning_cls.training.resume import check_compatible
+    from lightning_cls.training.resume import check_compatible, fit_position, restore_fit_position
 
     if rank_zero_only.rank == 0:
         print_config(OmegaConf.to_container(cfg, resolve=True))
@@ -128,6 +129,8 @@ def train(cfg: DictConfig) -> dict:
         module = module.to(memory_format=torch.channels_last)  # weights too, not just inputs
 
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    preemption = next((c for c in callbacks if isinstance(c, Preemption)), None)
+    preemption = preemption or Preemption(cfg.paths.ckpt_dir, requeue_signals=(), stop_signals=())
     if cfg.trainer.get("enable_progress_bar") is False:  # the user's flag wins over the preset
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     callbacks += [instantiate(c) for c in (cfg.get("tuner") or {}).values()]  # tuner=lr|batch_size
@@ -173,38 +176,65 @@ def train(cfg: DictConfig) -> dict:
         # A resumed run keeps writing next to the checkpoint it continues, so its best/last
         # bookkeeping carries on instead of starting over in a new folder.
         checkpoint.dirpath = str(Path(ckpt_path).parent)
-    if cfg.train:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-    fit_metrics = to_floats(trainer.callback_metrics)
-    pruned_epoch = pruning.pruned_epoch if pruning else None
-
-    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    test_metrics: dict = {}
-    per_class: dict = {}
-    if cfg.test and pruned_epoch is None:  # a pruned trial is not worth testing
-        # The best checkpoint of this fit; without a fit (train=false), the given checkpoint.
-        results = trainer.test(module, datamodule=datamodule, ckpt_path=best or ckpt_path)
-        test_metrics = to_floats(results[0]) if results else {}
-        # Per-class precision/recall (multi-label: AP, AUROC, F1) of the test run (every rank
-        # computes: the metrics sync).
-        per_class = module.per_class_results("test", trainer.callback_metrics)
-
+    # A requeue signal from here to the end (held since the process started) saves what there
+    # is, requeues and exits; the requeued job skips the stages done (callbacks/preemption.py).
+    preemption.install_for_job()
     output_dir = Path(cfg.paths.output_dir)
-    objective = (
-        best_metric.best if best_metric.best is not None else fit_metrics.get(cfg.optimized_metric)
-    )
+    fit = preemption.stages.get("fit")  # a requeued job whose fit is complete: not fitted again
+    if fit is None:
+        if cfg.train:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        # The training loop's metrics (kept by the callback: gone after a restart in the fit's
+        # last hooks), else the trainer's.
+        fit_metrics = (preemption.stages.get("train") or {}).get("metrics")
+        fit_metrics = fit_metrics or to_floats(trainer.callback_metrics)
+        fit = {
+            "best_ckpt": trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else "",
+            "best_val_acc": _best_score(trainer),
+            "objective": best_metric.best if best_metric.best is not None else fit_metrics.get(cfg.optimized_metric),
+            "pruned_at_epoch": pruning.pruned_epoch if pruning else None,
+            "val": {k: v for k, v in fit_metrics.items() if k.startswith("val/")},
+            # ECE before/after, the temperature and rejection rule (training/calibration.py)
+            "calibration": calibration.result.report() if calibration and calibration.result else None,
+            "position": fit_position(trainer),
+        }  # fmt: skip
+        preemption.complete("fit", fit, trainer)  # kept; a signal until now leaves here
+    else:
+        restore_fit_position(trainer, fit["position"])  # the test logs where the fit stopped
+
+    tested = preemption.stages.get("test")
+    if tested is None:
+        test_metrics: dict = {}
+        per_class: dict = {}
+        if cfg.test and fit["pruned_at_epoch"] is None:  # a pruned trial is not worth testing
+            # The best checkpoint of this fit; without a fit (train=false), the given checkpoint.
+            results = trainer.test(
+                module, datamodule=datamodule, ckpt_path=fit["best_ckpt"] or ckpt_path
+            )
+            test_metrics = to_floats(results[0]) if results else {}
+            # Per-class precision/recall (multi-label: AP, AUROC, F1) of the test run (every rank
+            # computes: the metrics sync).
+            per_class = module.per_class_results("test", trainer.callback_metrics)
+        if (
+            trainer.is_global_zero
+            and cfg.get("prediction_mosaic", True)
+            and "val" in getattr(datamodule, "splits", {})
+        ):
+            write_split_mosaic(module, datamodule, "val", output_dir / "predictions_val.png")
+        tested = {"test": test_metrics, "per_class_test": per_class}
+        preemption.complete("test", tested, trainer)  # the last point a signal leaves at
+
     summary = {
         "run_dir": str(output_dir),
-        "best_ckpt": best,
-        "best_val_acc": _best_score(trainer),
+        "best_ckpt": fit["best_ckpt"],
+        "best_val_acc": fit["best_val_acc"],
         "optimized_metric": cfg.optimized_metric,
-        "objective": objective,
-        "pruned_at_epoch": pruned_epoch,
-        "val": {k: v for k, v in fit_metrics.items() if k.startswith("val/")},
-        "test": test_metrics,
-        "per_class_test": per_class,
-        # ECE before/after, the temperature and rejection rule (training/calibration.py)
-        "calibration": calibration.result.report() if calibration and calibration.result else None,
+        "objective": fit["objective"],
+        "pruned_at_epoch": fit["pruned_at_epoch"],
+        "val": fit["val"],
+        "test": tested["test"],
+        "per_class_test": tested["per_class_test"],
+        "calibration": fit["calibration"],
         "wall_time_s": round(time.time() - started, 2),
         "precision": str(trainer.precision),  # what ran (trainer.precision=auto resolved)
         "torch_threads": torch.get_num_threads(),  # a parallel launcher's share of the cores
@@ -212,14 +242,14 @@ def train(cfg: DictConfig) -> dict:
     }
     if trainer.is_global_zero:
         output_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(output_dir / "results.json", json.dumps(summary, indent=2) + "\n")
         atomic_write_text(output_dir / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        if cfg.get("prediction_mosaic", True) and "val" in getattr(datamodule, "splits", {}):
-            write_split_mosaic(module, datamodule, "val", output_dir / "predictions_val.png")
+        atomic_write_text(output_dir / "results.json", json.dumps(summary, indent=2) + "\n")
         log.info("Run directory: %s", output_dir)
-        log.info("Best checkpoint: %s", best or "(none)")
-        log.info("Final metrics: %s", json.dumps({**summary["val"], **test_metrics}))
+        log.info("Best checkpoint: %s", fit["best_ckpt"] or "(none)")
+        log.info("Final metrics: %s", json.dumps({**summary["val"], **summary["test"]}))
+    preemption.stages.clear(trainer.is_global_zero)  # complete: a rerun here runs every stage
     close_loggers(trainer.loggers)  # a W&B run stays open until the process exits otherwise
+    preemption.uninstall()  # a signal from here on is latched (the job is complete) or default
     return summary
 
 
@@ -297,4 +327,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    from lightning_cls.training.cluster import latch_signals
+
+    latch_signals()  # a requeue signal before train() is held for it, not the process's death
     run_cli(main)

@@ -57,7 +57,9 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 JobRequeue=1
-# A requeued job waits cred_expire seconds before it may start again (default 120).
+# A requeued job waits cred_expire seconds before it may start again (default 120). 5 is the
+# least slurmctld 22.05 takes: cred_expire=1 fell back to 120 s (a 3-signal job waited 2 min a
+# requeue).
 AuthInfo=cred_expire=5
 ReturnToService=2
 MpiDefault=none

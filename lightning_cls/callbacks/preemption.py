@@ -19,8 +19,16 @@ continues mid-epoch exactly), and then:
   cancelled job stays cancelled).
 
 Every rank then exits with ``128 + signal number`` (the code of a process the signal killed;
-under submitit rank 0 exits as submitit's handler does, ``sys.exit(-1)``), before the run
-reaches test and writes results.json.
+under submitit rank 0 exits as submitit's handler does, ``sys.exit(-1)``).
+
+For the whole job, not only the fit: train.py calls ``install_for_job`` before the trainer
+exists (the entry point latched the signals from its first line: ``training.cluster``) and
+``complete(stage, record)`` after each stage. The ranks also agree at every test batch end
+(test saves nothing: the restarted job tests again) and after each stage; the stages done are
+kept in ``stages.json`` of the run folder (``training.resume.Stages``): a requeued job does not
+fit again after a complete fit, nor test again after a complete test, and writes the same
+results.json from the records. A signal during the last validation, the calibration or the
+export is acted on when the fit ends (they are the fit's last hooks).
 
 A requeue signal wins over a stop signal received before the same batch end, on any rank.
 Under submitit a stop signal only saves and training goes on: submitit ignores SIGTERM
@@ -33,7 +41,7 @@ wherever the main thread is — on one rank inside a gradient all-reduce's after
 already in the next batch — so the collectives of that save (a barrier) and that broadcast
 meet other collectives on the other ranks and every rank waits forever (seen with two DDP
 ranks under srun). Installing a SIGUSR1 handler before the fit loop keeps Lightning from adding
-its own; the SIGTERM handler is re-installed once training starts, after Lightning's.
+its own; the SIGTERM handler is re-installed at each stage's start, after Lightning's.
 """
 
 from __future__ import annotations
@@ -49,6 +57,9 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
+
+from lightning_cls.training.cluster import hand_over_signals, latching
+from lightning_cls.training.resume import Stages
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +83,8 @@ class Preemption(pl.Callback):
         stop_signals: signal names that ask for a checkpoint and a stop.
         requeue: ``auto`` (``scontrol requeue`` in a SLURM batch job, submitit's own requeue
             under submitit, nothing elsewhere) or ``false``.
+        stages_file: where the job's completed stages are kept (``<run folder>/stages.json``):
+            a requeued job skips them. None: in memory only.
     """
 
     def __init__(
@@ -81,6 +94,7 @@ class Preemption(pl.Callback):
         requeue_signals: list[str] | tuple[str, ...] = ("SIGUSR1",),
         stop_signals: list[str] | tuple[str, ...] = ("SIGTERM",),
         requeue: str | bool = "auto",
+        stages_file: str | os.PathLike | None = None,
     ):
         if requeue not in ("auto", False):
             raise ValueError(f"requeue={requeue!r}; use auto or false.")
@@ -90,9 +104,12 @@ class Preemption(pl.Callback):
             **{_signum(name): "requeue" for name in requeue_signals},
         }
         self.requeue = requeue
+        self.stages = Stages(stages_file)
         self.received: int | None = None  # the signal number, set by the handler
         self._previous: dict[int, Any] = {}
         self._active = dict(self.actions)  # this fit's actions (submitit adds its signal)
+        self._job = False  # handlers installed for the whole job (install_for_job)
+        self._test_batches: list[int] = []  # per test loader: the batches every rank runs
 
     # The handler does nothing but record: no I/O, no collective (see the module docstring).
     def _handle(self, signum: int, frame: Any) -> None:
@@ -103,6 +120,13 @@ class Preemption(pl.Callback):
         """The signal with its action's rank above it: requeue > stop > save."""
         return ACTIONS.index(self._active.get(signum, "stop")) * 64 + signum
 
+    def _configure(self) -> None:
+        self._active = dict(self.actions)
+        submitit = submitit_signal()
+        if submitit is not None:  # a submitit job: its signal requeues, SIGTERM only saves
+            self._active = {s: "save" if a == "stop" else a for s, a in self.actions.items()}
+            self._active[submitit] = "requeue"
+
     def _install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # signal.signal works in the main thread only
@@ -112,30 +136,78 @@ class Preemption(pl.Callback):
                 self._previous.setdefault(signum, current)
                 signal.signal(signum, self._handle)
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage == "fit":
-            self.received = None
-            self._active = dict(self.actions)
-            submitit = submitit_signal()
-            if submitit is not None:  # a submitit job: its signal requeues, SIGTERM only saves
-                self._active = {s: "save" if a == "stop" else a for s, a in self.actions.items()}
-                self._active[submitit] = "requeue"
-            self._install()  # before Lightning's: it adds no SIGUSR1 handler of its own then
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._install()  # after Lightning's SIGTERM handler (registered once fit starts)
-
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def _restore(self) -> None:
         if threading.current_thread() is threading.main_thread():
             for signum, handler in self._previous.items():
                 if handler is not None:
                     signal.signal(signum, handler)
         self._previous = {}
 
+    def install_for_job(self) -> None:
+        """Handle the signals from now until ``uninstall``: train.py calls it before the
+        trainer exists, so setup, every stage and what lies between them are covered. Signals
+        latched since the process started (``training.cluster.latch_signals``) count now.
+
+        Only in a process whose entry point latched them (the training command): a caller of
+        ``train()`` in Python (a notebook, a test) keeps its signals outside the fit. A
+        ``ddp_spawn`` parent that only waits for its processes would otherwise swallow a
+        SIGTERM (``timeout``, ``kill``) until the fit ends."""
+        if not latching():
+            return
+        self._job = True
+        self._configure()
+        self._install()
+        for signum in hand_over_signals(self._active):
+            self._handle(signum, None)
+
+    def uninstall(self) -> None:
+        """Give the signals back to their previous handlers (the job is complete)."""
+        self._job = False
+        self._restore()
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._job:
+            self._install()
+        elif stage == "fit":  # a trainer used without train.py: the handlers live for the fit
+            self.received = None
+            self._configure()
+            self._install()  # before Lightning's: it adds no SIGUSR1 handler of its own then
+
+    # Lightning wraps the SIGTERM handler in its own (a broadcast inside the handler) right
+    # before each stage runs: take it back at each stage's start.
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._install()
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._job:
+            self._install()
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._job:
+            self._install()
+            self._test_batches = common_batches(trainer.num_test_batches, trainer)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if not self._job:
+            self._restore()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module, exception: BaseException) -> None:
+        """An error ends the job (not a preemption: ``Preempted`` leaves the process anyway):
+        the signals go back, so a caller that goes on (a notebook, a test) is not left with a
+        SIGTERM that only records."""
+        if not isinstance(exception, Preempted):
+            self.uninstall()
+
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx
     ) -> None:
-        signum = agreed_signal(self._rank(self.received) if self.received else 0, trainer) % 64
+        if _last_batch_of_epoch(trainer, batch_idx):
+            # A checkpoint here resumes into an epoch whose batches are all done: Lightning
+            # then ends it without its validation (a 20-signal SLURM job lost its val metrics
+            # and best checkpoint so). The signal waits: the next epoch's first batch, or the
+            # fit's end. The same decision on every rank (their batch counts are equal).
+            return
+        signum = self._agreed(trainer)
         if not signum:
             return
         action = self._active.get(signum, "stop")
@@ -153,9 +225,64 @@ class Preemption(pl.Callback):
         trainer.save_checkpoint(self.path)  # every rank calls it; rank 0 writes
         if action == "save":
             return
+        # Lightning logs this step's metrics after the batch-end hooks; the resumed job starts
+        # at the next step, so log them now or the curve misses this step. No public hook logs
+        # a step: a private call (Lightning pinned to the tested minor version in pyproject).
+        trainer._logger_connector.update_train_step_metrics()
+        self._leave(trainer, signum, action)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """The training loop is complete: its metrics are kept, for a job that restarts in the
+        fit's last hooks (calibration, export), where they are gone from the trainer."""
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+        self.stages.record("train", {"metrics": metrics}, trainer.is_global_zero)
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        """Test holds nothing worth saving: leave now, the restarted job tests again. Only at
+        the batches every rank runs: the test sampler does not pad (the metrics equal one
+        process's), so one rank may run a batch more, and an agreement there would wait
+        forever for the others (they are already in the metrics' sync). A signal after the
+        last common batch is acted on when the test stage is complete."""
+        if self._job and batch_idx < self._test_batches[dataloader_idx]:
+            self.leave_if_signalled(trainer, "testing")
+
+    def complete(self, stage: str, record: Any, trainer: pl.Trainer) -> None:
+        """``stage`` of the job is complete (train.py, between stages): keep its record, then
+        leave if a signal came (during the stage or since the last check), on every rank."""
+        self.stages.record(stage, record, trainer.is_global_zero)
+        self.leave_if_signalled(trainer, f"the {stage} stage is complete")
+
+    def leave_if_signalled(self, trainer: pl.Trainer, where: str) -> None:
+        """Every rank calls it at the same point: if any rank received a signal, requeue or
+        stop (a ``save`` under submitit: nothing to save here, go on)."""
+        signum = self._agreed(trainer)
+        if not signum:
+            return
+        action = self._active.get(signum, "stop")
+        if action == "save":  # SIGTERM under submitit: nothing to save here; go on
+            self.received = None
+            return
+        log.warning(
+            "Received %s (%s): %s.",
+            signal.Signals(signum).name,
+            where,
+            "requeueing the job" if action == "requeue" else "stopping",
+        )
+        self._leave(trainer, signum, action)
+
+    def _agreed(self, trainer: pl.Trainer) -> int:
+        return agreed_signal(self._rank(self.received) if self.received else 0, trainer) % 64
+
+    def _leave(self, trainer: pl.Trainer, signum: int, action: str) -> None:
         if action == "requeue" and self.requeue == "auto" and trainer.is_global_zero:
             requeue_job(signum, self._previous.get(signum))
         raise Preempted(128 + signum)
+
+
+def _last_batch_of_epoch(trainer: pl.Trainer, batch_idx: int) -> bool:
+    batches = trainer.num_training_batches
+    last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+    return bool(last) or (batches != float("inf") and batch_idx + 1 >= batches)
 
 
 def agreed_signal(signum: int, trainer: pl.Trainer) -> int:
@@ -166,6 +293,17 @@ def agreed_signal(signum: int, trainer: pl.Trainer) -> int:
     flag = torch.tensor([signum], device=trainer.strategy.root_device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return int(flag.item())
+
+
+def common_batches(counts: list[int | float], trainer: pl.Trainer) -> list[int]:
+    """Per loader, the number of batches every rank runs (the smallest count over the ranks;
+    0 for a loader of unknown length): one all-reduce, at a hook every rank reaches."""
+    local = [int(n) if n != float("inf") else -1 for n in counts]
+    if dist.is_available() and dist.is_initialized() and trainer.world_size > 1 and local:
+        tensor = torch.tensor(local, device=trainer.strategy.root_device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+        local = [int(n) for n in tensor.tolist()]
+    return [max(n, 0) for n in local]
 
 
 def _signum(name: str) -> int:

@@ -1,16 +1,20 @@
-"""Resuming: finding the checkpoint for ``ckpt_path`` and checking that it fits the module.
+"""Resuming: finding the checkpoint for ``ckpt_path``, checking that it fits the module, and
+the stages a restarted job skips (``Stages``).
 
 The data comparison itself (classes, channels, image size) is
 ``lightning_cls.inference.network.check_same_data``, shared with eval and export."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
+from lightning_cls.fileio import atomic_write_text
 from lightning_cls.inference.network import MAX_LISTED, check_same_data
 
 log = logging.getLogger(__name__)
@@ -123,3 +127,55 @@ def _describe(path: Path, diff: dict[str, list[str]], hparams: dict, module: nn.
         lines.append("  The checkpoint was trained with " + "; ".join(changed) + ".")
     lines.append("  Use the same model/data settings as the run that wrote it, or start fresh.")
     return "\n".join(lines)
+
+
+class Stages:
+    """What a job has completed, kept in ``path`` (``<run folder>/stages.json``), so that a
+    requeued job skips it: ``train`` (the training loop ended: its metrics), ``fit`` (the fit's
+    outcome: best checkpoint, scores, calibration, where the loops stopped), ``test``.
+
+    Every rank keeps the records in memory (and reads the file a previous attempt left);
+    ``record`` rewrites the file atomically on rank 0 only (``write``), so a process killed at
+    any moment leaves the old file or the new one. Records are JSON: floats round-trip exactly,
+    so results.json written from them is bit-equal to the one of an uninterrupted job.
+    ``path=None`` keeps them in memory only (nothing is skipped after a restart).
+    """
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path else None
+        self.records: dict[str, Any] = {}
+        if self.path is not None and self.path.is_file():
+            self.records = json.loads(self.path.read_text())
+            log.info("%s: this job already completed %s.", self.path, ", ".join(self.records))
+
+    def get(self, name: str) -> Any:
+        return self.records.get(name)
+
+    def clear(self, write: bool) -> None:
+        """The job is complete (results.json written): forget its stages, so the same command
+        again in this folder (more epochs, another test) runs every stage as before."""
+        self.records = {}
+        if write and self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+    def record(self, name: str, value: Any, write: bool) -> None:
+        self.records[name] = value
+        if write and self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.path, json.dumps(self.records, indent=1) + "\n")
+
+
+def fit_position(trainer) -> dict[str, int]:
+    """Where the fit's loops stopped: the epoch and the step that loggers stamp on metrics."""
+    return {
+        "epoch": trainer.current_epoch,
+        "step": trainer.fit_loop.epoch_loop._batches_that_stepped,
+    }
+
+
+def restore_fit_position(trainer, position: dict[str, int]) -> None:
+    """Put a fresh trainer where a completed fit left its loops, so the test that follows a
+    skipped fit logs at the fit's last step and epoch, as it does after the fit (one curve).
+    No public setter exists: the attributes are Lightning's (version pinned in pyproject)."""
+    trainer.fit_loop.epoch_progress.current.completed = position["epoch"]
+    trainer.fit_loop.epoch_loop._batches_that_stepped = position["step"]

@@ -74,6 +74,17 @@ def train_forked(
     return fork_server.run(argv, run_dir.parent, fork_env, timeout, merge_stderr=True)
 
 
+def fake_scontrol(folder: Path) -> dict:
+    """The environment of SLURM batch job 4711 whose ``scontrol`` (first on PATH) appends its
+    arguments to ``folder/calls``: the requeue call, checked without SLURM."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "scontrol"
+    script.write_text(f'#!/bin/sh\necho "$@" >> "{folder / "calls"}"\n')
+    script.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "4711"}
+
+
 def results(run_dir: Path) -> dict:
     """The compared part of a run's results.json."""
     summary = json.loads((Path(run_dir) / "results.json").read_text())
