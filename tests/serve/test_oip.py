@@ -193,3 +193,38 @@ def test_every_runtime_answers_tensors_as_in_process(artifacts, kind):
     assert logits["name"] == "logits" and logits["shape"] == [4, 3]
     expected = predictor.tta_logits(x)
     np.testing.assert_allclose(np.reshape(logits["data"], (4, 3)), expected, atol=1e-5)
+
+
+def test_infer_goes_through_the_admission_and_errors_keep_the_protocol_shape(artifacts):
+    path = artifacts.paths["onnx"]
+    config = ServeConfig(artifact=str(path), max_body_bytes=2000)
+    app = ServeApp(config, load_artifact(path), ServeMetrics(), {"name": "tiny"})
+    big = {
+        "inputs": [
+            {"name": "input", "datatype": "FP32", "shape": [2, 3, 12, 12], "data": [0.5] * 864}
+        ]
+    }  # over max_body_bytes
+    small = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 1], "data": [0.0]}]}
+
+    async def ask():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            replies = [
+                await client.post("/v2/models/tiny/infer", json=big),
+                await client.get("/v2/models/tiny/infer"),
+            ]
+            app.draining = True
+            replies += [
+                await client.get("/v2/health/ready"),
+                await client.post("/v2/models/tiny/infer", json=small),
+            ]
+            return replies
+
+    try:
+        too_big, wrong_method, not_ready, draining = asyncio.run(ask())
+    finally:
+        app.close()
+    assert too_big.status_code == 413 and "max_body_bytes=2000" in too_big.json()["error"]
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    assert not_ready.status_code == 503 and "draining" in not_ready.json()["error"]
+    assert draining.status_code == 503 and draining.headers["retry-after"] == "1"
