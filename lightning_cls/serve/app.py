@@ -6,8 +6,9 @@ per-request validation models) behind one admission, ``_admit``: read the body u
 deadline, take a queue slot (503 when full), answer within ``serve.timeout`` (504), the pixel
 budget checked from the headers and big images decoded off the event loop. ``/predict`` then
 awaits the ``Batcher``; ``/explain`` draws in its own thread, one image at a time. Both send
-pre-serialised JSON. Everything else (``GET /``, ``/health``, ``/info``, ``/metrics``) goes to
-a small Starlette app.
+pre-serialised JSON. Paths under ``/v2`` speak the Open Inference Protocol (``serve/oip.py``),
+its infer through the same admission. Everything else (``GET /``, ``/health``, ``/info``,
+``/metrics``) goes to a small Starlette app.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from lightning_cls.serve.inputs import (
     too_large,
 )
 from lightning_cls.serve.metrics import ServeMetrics
+from lightning_cls.serve.oip import PREFIX as OIP_PREFIX
+from lightning_cls.serve.oip import OpenInference
 from lightning_cls.serve.page import PAGE_HTML
 
 try:
@@ -84,6 +87,7 @@ class ServeApp:
                 Route("/metrics", self.prometheus),
             ]
         )
+        self.oip = OpenInference(self)  # every path under /v2 (serve/oip.py)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -91,6 +95,9 @@ class ServeApp:
                 return await self.predict(scope, receive, send)
             if scope["path"] == EXPLAIN_PATH:
                 return await self.explain(scope, receive, send)
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path == OIP_PREFIX or path.startswith(OIP_PREFIX + "/")):
+            return await self.oip(scope, receive, send)
         return await self.routes(scope, receive, send)
 
     # --- POST /predict and POST /explain: one admission ---------------------------------
