@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -98,10 +99,9 @@ def train(cfg: DictConfig) -> dict:
     from lightning_cls.export.callback import ExportCallback
     from lightning_cls.inference.mosaic import write_split_mosaic
     from lightning_cls.module import ClassificationModule
-    from lightning_cls.training.cluster import fill_slurm_tasks_per_node
     from lightning_cls.training.loggers import close_loggers
-    from lightning_cls.training.precision import resolve_precision
     from lightning_cls.training.resume import check_compatible, fit_position, restore_fit_position
+    from lightning_cls.training.trainer import build_trainer
 
     if rank_zero_only.rank == 0:
         print_config(OmegaConf.to_container(cfg, resolve=True))
@@ -161,10 +161,15 @@ def train(cfg: DictConfig) -> dict:
         pruning = OptunaPruning(**cfg.optuna, monitor=cfg.optimized_metric)
         callbacks.append(pruning)
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
-    with open_dict(cfg.trainer):  # precision=auto: bf16 only where the hardware runs it natively
-        cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
-    fill_slurm_tasks_per_node()  # sbatch -n N: the --ntasks-per-node Lightning asks for
-    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    trainer: pl.Trainer = build_trainer(
+        partial(instantiate, cfg.trainer),
+        cfg.trainer.precision,
+        cfg.trainer.accelerator,
+        callbacks,
+        loggers,
+    )
+    with open_dict(cfg.trainer):  # the config logged and saved says what ran (auto resolved)
+        cfg.trainer.precision = str(trainer.precision)
     datamodule.batch_size = per_device_batch_size(cfg.data.batch_size, trainer.world_size)
     for logger in trainer.loggers:  # the whole config, so runs compare in TensorBoard/MLflow
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
