@@ -117,3 +117,28 @@ def test_static_int8_of_airbench_the_cifar10_fast_net(trained, tmp_path):
     int8 = load_artifact(result.paths["onnx_int8"])
     images = trained.data.splits["val"].images[:8]
     assert int8.predict_images(images).shape == (8, spec.num_classes)
+
+
+def test_static_int8_keeps_the_first_convolution_float(trained, tmp_path):
+    """The stem sees the raw pixels: its weight stays float (no DequantizeLinear feeds it),
+    every later Conv's weight is int8; ``keep_first_conv_float=False`` quantizes it too."""
+    import onnx
+
+    from lightning_cls.export.onnx import export_onnx
+    from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
+
+    fp32 = export_onnx(trained.net, trained.spec, tmp_path / "model.onnx")
+    train = trained.data.splits["train"]
+
+    def weight_is_int8(path):
+        graph = onnx.load(str(path)).graph
+        dequantized = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear"}
+        return [n.input[1] in dequantized for n in graph.node if n.op_type == "Conv"]
+
+    kept = quantize_onnx_static(
+        fp32, tmp_path / "kept.onnx", SplitCalibrationReader(train, trained.spec)
+    )
+    assert weight_is_int8(kept) == [False, True]
+    every = quantize_onnx_static(fp32, tmp_path / "all.onnx", SplitCalibrationReader(train, trained.spec),
+                                 keep_first_conv_float=False)  # fmt: skip
+    assert weight_is_int8(every) == [True, True]
