@@ -186,7 +186,9 @@ class MuonHybrid(Optimizer):
     zeroed, scheduled and checkpointed as one optimizer.
 
     A param group may say ``"muon": True/False`` (``muon_groups`` does: the head stays off
-    Muon); a group without it is split by shape: two or more dimensions to Muon. ``lr``,
+    Muon); a group without it is split by shape: two or more dimensions to Muon, except
+    (``head_off``, where no group has a flag) the last of them in parameter order, the
+    classifier head in every registered model, which goes to the other optimizer. ``lr``,
     ``momentum``, ``weight_decay`` (decoupled, torch Muon's) are Muon's; ``aux_*`` the other
     optimizer's. ``normalize_weights``: rescale each Muon weight to norm sqrt(rows) before its
     step, as airbench94_muon does in place of weight decay (the next BatchNorm makes the scale
@@ -210,6 +212,7 @@ class MuonHybrid(Optimizer):
         aux_lr: float = 0.05,
         aux_momentum: float = 0.85,
         aux_weight_decay: float = 0.0,
+        head_off: bool = True,
     ):
         if aux not in AUXILIARY:
             raise ValueError(
@@ -221,7 +224,7 @@ class MuonHybrid(Optimizer):
             lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
             ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn, normalize_weights=normalize_weights,
         )  # fmt: skip
-        on_muon, off_muon = _split_muon(params)
+        on_muon, off_muon = _split_muon(params, head_off)
         public = [{**muon_defaults, **g, "muon": True} for g in on_muon]
         aux_groups = [{**g, "muon": False} for g in off_muon]
         super().__init__(public + aux_groups, {})
@@ -328,11 +331,14 @@ class MuonHybrid(Optimizer):
             self.muon.zero_grad(set_to_none)
 
 
-def _split_muon(params) -> tuple[list[dict], list[dict]]:
+def _split_muon(params, head_off: bool = True) -> tuple[list[dict], list[dict]]:
     """Param groups (or a list of tensors) -> (Muon's groups, the others'), by each group's
-    ``"muon"`` flag, else by shape (two or more dimensions: Muon)."""
+    ``"muon"`` flag, else by shape (two or more dimensions: Muon). ``head_off``: where no group
+    has a flag, the last such weight in parameter order (the classifier head of every model
+    in the registry: it is built last) goes to the others, as Muon's authors advise."""
     params = list(params)
     groups = params if params and isinstance(params[0], dict) else [{"params": params}]
+    flagged = any("muon" in g for g in groups)
     on, off = [], []
     for group in groups:
         tensors = list(group["params"])
@@ -346,9 +352,13 @@ def _split_muon(params) -> tuple[list[dict], list[dict]]:
                     "takes weights with 2 or more dimensions (mark that group muon=False)."
                 )
         matrices = tensors if flag else [] if flag is False else [p for p in tensors if p.ndim >= 2]
-        others = [p for p in tensors if all(p is not m for m in matrices)]
-        if matrices:
-            on.append({"params": matrices, **extra})
-        if others:
-            off.append({"params": others, **extra})
-    return on, off
+        on.append({"params": matrices, **extra})
+        off.append({"params": [p for p in tensors if all(p is not m for m in matrices)], **extra})
+    if head_off and not flagged:
+        order = {id(p): i for i, p in enumerate(p for g in groups for p in g["params"])}
+        last = max((p for g in on for p in g["params"]), key=lambda p: order[id(p)], default=None)
+        for g_on, g_off in zip(on, off):
+            if any(p is last for p in g_on["params"]):
+                g_on["params"] = [p for p in g_on["params"] if p is not last]
+                g_off["params"].append(last)
+    return [g for g in on if g["params"]], [g for g in off if g["params"]]

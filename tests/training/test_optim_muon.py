@@ -10,7 +10,13 @@ import torch
 from torch import nn
 
 from lightning_cls.module import ClassificationModule
-from lightning_cls.training.optim import MuonHybrid, apply_group_scales, cosine, muon_groups
+from lightning_cls.training.optim import (
+    MuonHybrid,
+    apply_group_scales,
+    cosine,
+    muon_groups,
+    norm_bias_groups,
+)
 
 
 def _net():
@@ -45,13 +51,22 @@ def test_muon_groups_follow_airbench94_muon():
         muon_groups(net, head_lr_scale=0)
 
 
+def test_without_flags_the_last_matrix_stays_off_muon_beside_any_groups():
+    net = _net()
+    for params in (net.parameters(), norm_bias_groups(net)):
+        opt = MuonHybrid(params)
+        on_muon = {id(p) for g in opt.param_groups if g["muon"] for p in g["params"]}
+        assert on_muon == {id(net[0].weight), id(net[3].weight), id(net[6].weight)}
+        assert sum(len(g["params"]) for g in opt.param_groups) == len(list(net.parameters()))
+
+
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_conv_filters_take_torch_muons_step_on_their_flattened_matrix(channels_last):
     net = _net()
     if channels_last:
         net = net.to(memory_format=torch.channels_last)
     ref = copy.deepcopy(net)
-    opt = MuonHybrid(net.parameters(), lr=0.1, normalize_weights=False, aux_lr=0.0)
+    opt = MuonHybrid(net.parameters(), lr=0.1, normalize_weights=False, aux_lr=0.0, head_off=False)
     for seed in range(3):
         _step(net, opt, seed)
     # Reference: torch.optim.Muon on plain 2-D copies of the weights, fed the flattened grads.
