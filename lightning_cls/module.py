@@ -132,7 +132,9 @@ class ClassificationModule(pl.LightningModule):
         self.distiller = distill  # a plain object: the teacher is no submodule (not saved)
         # Selective TTA: each validation image's confidence and plain/full-TTA hits (synced
         # over ranks), and the share of images that got the TTA per stage.
-        self.tta_records = nn.ModuleDict({k: CatMetric() for k in ("confidence", "plain", "full")})
+        if tta == "selective":
+            keys = ("confidence", "plain", "full")
+            self.tta_records = nn.ModuleDict({k: CatMetric() for k in keys})
         self.tta_share = nn.ModuleDict({stage: MeanMetric() for stage in ("val", "test")})
 
     @property
