@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from torch import nn
-from torchmetrics import MeanMetric
+from torchmetrics import CatMetric, MeanMetric
 
 from lightning_cls.inference.network import build_network, class_names
+from lightning_cls.inference.predictor import selective_tta
 from lightning_cls.inference.predictor import tta as test_time_augment
 from lightning_cls.inference.spec import InputSpec
 from lightning_cls.inference.tasks import Task
 from lightning_cls.models import fill_input_options
 from lightning_cls.training.distill import Distiller
 from lightning_cls.training.optim import apply_group_scales
+from lightning_cls.training.selective_tta import check_tta, choose_threshold
 from lightning_cls.training.tasks import TrainingTask, checkpoint_task, create_training_task
 from lightning_cls.training.tasks.base import FLAT_OPTIONS, task_config, warn_flat
 
@@ -45,6 +48,13 @@ class ClassificationModule(pl.LightningModule):
     Options given flat (``label_smoothing=0.1``: older code and checkpoints) still work,
     deprecated. ``distill`` (a ``Distiller``) adds a teacher's soft targets to the training
     loss; the teacher is not part of the module or its checkpoints.
+
+    ``tta="selective"``: the TTA of ``tta_flip``/``tta_translate`` only for images whose plain
+    confidence is below ``tta_threshold``, chosen at each validation epoch's end (validation
+    itself runs the full TTA to choose it: the least share of images whose accuracy is within
+    ``tta_tolerance`` of full TTA's; ``training/selective_tta.py``). The threshold is a
+    hyperparameter, so checkpoints and every exported spec carry it; ``test/tta_share``
+    (and ``val/tta_share``) log the share of images that got the TTA.
     """
 
     def __init__(
@@ -66,9 +76,13 @@ class ClassificationModule(pl.LightningModule):
         task: str | Mapping[str, Any] = "multiclass",  # a name, or {name, its options}
         distill: Distiller | None = None,  # a teacher's soft targets (training/distill.py)
         spec: InputSpec | None = None,  # the input fields above at once (datamodule.spec)
+        tta: str = "full",  # full | selective (TTA only below a confidence threshold)
+        tta_threshold: float | None = None,  # selective's threshold (chosen on validation)
+        tta_tolerance: float = 0.002,  # selective: accuracy it may give up against full TTA
         **flat_task_options: Any,  # deprecated: a task's options given beside the module's
     ):
         super().__init__()
+        check_tta(tta, tta_flip, tta_translate, tta_tolerance)
         warn_flat(  # only those set: an older checkpoint holds every built-in option
             {k: v for k, v in flat_task_options.items() if v != FLAT_OPTIONS.get(k, v)},
             "ClassificationModule options",
@@ -116,6 +130,12 @@ class ClassificationModule(pl.LightningModule):
         # truncation under gloo, e.g. 359 samples on 2 ranks count as 358.)
         self.eval_losses = nn.ModuleDict({stage: MeanMetric() for stage in ("val", "test")})
         self.distiller = distill  # a plain object: the teacher is no submodule (not saved)
+        # Selective TTA: each validation image's confidence and plain/full-TTA hits (synced
+        # over ranks), and the share of images that got the TTA per stage.
+        if tta == "selective":
+            keys = ("confidence", "plain", "full")
+            self.tta_records = nn.ModuleDict({k: CatMetric() for k in keys})
+        self.tta_share = nn.ModuleDict({stage: MeanMetric() for stage in ("val", "test")})
 
     @property
     def hparams(self):
@@ -161,7 +181,7 @@ class ClassificationModule(pl.LightningModule):
 
     def _shared_step(self, batch, stage: str) -> torch.Tensor:
         x, y = batch
-        logits = self._logits(x, tta=stage != "train")
+        logits = self._logits(x, tta=stage != "train", y=y, stage=stage)
         loss = self.task.loss(logits, y)
         self.task.update(stage, logits.detach(), y)
         if stage == "train" and self.distiller is not None:  # the teacher sees this (mixed) x
@@ -195,6 +215,8 @@ class ClassificationModule(pl.LightningModule):
         self._end_eval_epoch("test")
 
     def _end_eval_epoch(self, stage: str) -> None:
+        if stage == "val" and self.hparams.get("tta", "full") == "selective":
+            self._choose_tta_threshold()
         tensors = self.task.epoch_tensors(stage)  # computed (and synced over ranks) once
         self._log_epoch(self.task.epoch_end(stage, tensors))
         # What per_class_results reads, as tensors in callback_metrics: Lightning hands those
@@ -214,7 +236,10 @@ class ClassificationModule(pl.LightningModule):
         """The task takes back the decision the checkpoint carries: the threshold chosen with
         these weights (``test`` on the best checkpoint uses the best epoch's) and what
         calibration chose (``training/calibration.py``). Either layout of hyperparameters."""
-        self.task.restore(checkpoint_task(checkpoint.get("hyper_parameters") or {}))
+        saved = checkpoint.get("hyper_parameters") or {}
+        self.task.restore(checkpoint_task(saved))
+        if saved.get("tta_threshold") is not None:  # selective TTA's, chosen with these weights
+            self.hparams["tta_threshold"] = saved["tta_threshold"]
 
     def per_class_results(self, stage: str, metrics: Mapping | None = None) -> dict[str, dict]:
         """Per class of the last ``stage`` ("val"/"test") epoch, as the task reports it:
@@ -229,12 +254,52 @@ class ClassificationModule(pl.LightningModule):
             tensors = self.task.epoch_tensors(stage)
         return self.task.per_class(stage, tensors, list(self.classes), metrics)
 
-    def _logits(self, x: torch.Tensor, tta: bool) -> torch.Tensor:
-        if not tta:
+    def _logits(self, x: torch.Tensor, tta: bool, y=None, stage: str | None = None):
+        flip, translate = self.hparams.tta_flip, self.hparams.get("tta_translate", 0)
+        if not tta or not (flip or translate):
             return self(x)  # (B, classes)
-        # Flip / translate TTA (airbench), the same function as the exported Predictor's.
-        return test_time_augment(
-            self, x, self.hparams.tta_flip, self.hparams.get("tta_translate", 0)
+        # Flip / translate TTA (airbench), the same functions as the exported Predictor's.
+        confidence = lambda logits: self.decision.confidence(logits, "msp")  # noqa: E731
+        if stage == "val" and self.hparams.get("tta", "full") == "selective":
+            plain = self(x)  # (B, classes): recorded with the full TTA's, to choose by
+            full, _ = selective_tta(self, x, flip, translate, math.inf, confidence, plain)
+            records = (confidence(plain), self._hits(plain, y), self._hits(full, y))
+            for metric, value in zip(self.tta_records.values(), records):
+                metric.update(value.float())
+            return full
+        threshold = self.hparams.get("tta_threshold")
+        if threshold is None:
+            return test_time_augment(self, x, flip, translate)
+        logits, low = selective_tta(self, x, flip, translate, threshold, confidence)
+        if stage in self.tta_share:
+            self.tta_share[stage].update(low.float())
+            self.log(f"{stage}/tta_share", self.tta_share[stage], on_step=False, on_epoch=True)
+        return logits
+
+    def _hits(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """(B,) bool: whether each image's decided label is its label (all of a row's)."""
+        pred = self.decision.predicted(self.decision.probabilities(logits))
+        same = pred == (y.bool() if pred.dtype == torch.bool else y)
+        return same.reshape(len(y), -1).all(1)
+
+    def _choose_tta_threshold(self) -> None:
+        """tta=selective: the threshold of this validation epoch's records (with these
+        weights), into the hyperparameters that checkpoints and specs carry."""
+        records = self.tta_records
+        if records["confidence"].update_count == 0:
+            return
+        conf, plain, full = (records[k].compute().flatten() for k in records)
+        for metric in records.values():
+            metric.reset()
+        tolerance = self.hparams.get("tta_tolerance", 0.002)
+        threshold, share, accuracy = choose_threshold(conf, plain.bool(), full.bool(), tolerance)
+        self.hparams["tta_threshold"] = threshold
+        self.log_dict(
+            {
+                "val/tta_threshold": threshold,
+                "val/tta_share": share,
+                "val/acc_tta_selective": accuracy,
+            }
         )
 
     def training_step(self, batch, batch_idx):
@@ -248,7 +313,7 @@ class ClassificationModule(pl.LightningModule):
 
     def predict_step(self, batch, batch_idx):
         x = batch[0] if isinstance(batch, (list, tuple)) else batch
-        return self.decision.probabilities(self._logits(x, tta=True))
+        return self.decision.probabilities(self._logits(x, tta=True, stage="predict"))
 
     def configure_optimizers(self):
         factory = self.optimizer_factory or (lambda p: torch.optim.Adam(p, lr=1e-3))

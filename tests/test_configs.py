@@ -66,6 +66,8 @@ COMMON_VALUES = {
     "folds": 3,
     "fold": 1,
     "balanced_sampler": True,
+    "flip": "random",  # alternate needs the tensor pipeline (pil above: refused, tested elsewhere)
+    "translate_pad": "reflect",
 }
 
 

@@ -45,25 +45,77 @@ def random_flips(
     return torch.rand(batch_size, generator=generator) < p
 
 
+FLIPS = ("random", "alternate")
+TRANSLATE_PADS = ("zeros", "reflect")
+
+
+def check_flip_and_pad(flip: str, hflip: bool, translate_pad: str) -> None:
+    """``data.flip`` and ``data.translate_pad``, or one line naming the bad value."""
+    if flip not in FLIPS:
+        raise ValueError(f"Unknown data.flip={flip!r}; use one of {', '.join(FLIPS)}.")
+    if flip == "alternate" and not hflip:
+        raise ValueError(
+            "data.flip=alternate says how to flip, and data.hflip=false turns flipping off; "
+            "set data.hflip=true (or data.flip=random)."
+        )
+    if translate_pad not in TRANSLATE_PADS:
+        raise ValueError(
+            f"Unknown data.translate_pad={translate_pad!r}; use one of {', '.join(TRANSLATE_PADS)}."
+        )
+
+
+def image_coins(indices: torch.Tensor, seed: int) -> torch.Tensor:
+    """(B,) bool: a fair coin per image index, fixed by ``seed`` (the same image always gets
+    the same one, whatever batch it lands in). A 32-bit integer hash (Thomas Mueller's
+    ``0x45d9f3b`` mixer); the products stay below 2**63, so int64 arithmetic is exact."""
+    x = (indices.long().cpu() + (seed * 0x9E3779B1)) & 0xFFFFFFFF  # (B,)
+    for _ in range(2):
+        x = ((x ^ (x >> 16)) * 0x45D9F3B) & 0xFFFFFFFF
+    x = x ^ (x >> 16)
+    return (x & 1).bool()
+
+
+def alternate_flips(indices: torch.Tensor, epoch: int, seed: int) -> torch.Tensor:
+    """(B,) bool: airbench's derandomised flip. Each image is mirrored on every other epoch;
+    whether it starts mirrored (epoch 0) is its own coin (``image_coins``). Over any two
+    consecutive epochs every image is seen both ways, which random flips only give on
+    average (airbench94: "alternating flip", KellerJordan/cifar10-airbench)."""
+    return image_coins(indices, seed) ^ bool(epoch % 2)
+
+
 def batch_crop(
     images: torch.Tensor,
     padding: int,
     generator: torch.Generator | None = None,
     offsets: torch.Tensor | None = None,
+    pad_mode: str = "zeros",
 ) -> torch.Tensor:
-    """Zero-pad by ``padding`` and crop back to the input size at random offsets.
+    """Pad by ``padding`` (``pad_mode``: ``zeros``, or ``reflect``: the edge pixels mirrored,
+    as airbench94 pads) and crop back to the input size at random offsets.
 
     ``offsets`` (B, 2) of (top, left) in ``[0, 2*padding]`` may be given for exact tests.
     """
     if padding < 0:
         raise ValueError(f"crop padding must be >= 0, got {padding}.")
+    if pad_mode not in TRANSLATE_PADS:
+        raise ValueError(
+            f"Unknown data.translate_pad={pad_mode!r}; use one of {', '.join(TRANSLATE_PADS)}."
+        )
     if padding == 0:
         return images
     b, c, h, w = images.shape  # (B, C, H, W)
+    if pad_mode == "reflect" and padding >= min(h, w):
+        raise ValueError(
+            f"data.translate_pad=reflect needs data.crop_padding < the image side ({min(h, w)} "
+            f"px), got {padding}; lower data.crop_padding or use data.translate_pad=zeros."
+        )
     if offsets is None:
         offsets = random_offsets(b, padding, generator)
     offsets = offsets.to(images.device)
-    padded = F.pad(images, (padding,) * 4)  # (B, C, H+2p, W+2p)
+    if pad_mode == "reflect":
+        padded = F.pad(images, (padding,) * 4, mode="reflect")  # (B, C, H+2p, W+2p)
+    else:
+        padded = F.pad(images, (padding,) * 4)  # (B, C, H+2p, W+2p)
     rows = offsets[:, 0, None] + torch.arange(h, device=images.device)  # (B, H)
     cols = offsets[:, 1, None] + torch.arange(w, device=images.device)  # (B, W)
     # One gather over the flattened padded image: each output pixel reads its own source
@@ -250,6 +302,11 @@ class BatchAugment:
     erases a box of the normalized batch (torchvision's references' order). Random draws come
     from the ``generator`` passed to each call (the loaders seed one per batch), else from the
     global RNG.
+
+    ``flip``: ``random`` (each image a fresh coin per epoch) or ``alternate`` (airbench's
+    derandomised flip, ``alternate_flips``: needs each image's dataset ``indices``, the
+    ``epoch`` and the ``seed`` with each call). ``translate_pad``: what the random translate
+    (``crop_padding``) fills the border with, ``zeros`` or ``reflect``.
     """
 
     def __init__(
@@ -267,7 +324,10 @@ class BatchAugment:
         rrc_ratio: Sequence[float] = (3 / 4, 4 / 3),
         auto_augment: str | None = None,
         random_erasing: float = 0.0,
+        flip: str = "random",
+        translate_pad: str = "zeros",
     ):
+        check_flip_and_pad(flip, hflip, translate_pad)
         if auto_augment is not None and auto_augment not in POLICIES:
             raise ValueError(
                 f"Unknown data.auto_augment={auto_augment!r}; use one of {', '.join(POLICIES)} "
@@ -299,6 +359,7 @@ class BatchAugment:
         self.image_size, self.random_resized_crop = image_size, random_resized_crop
         self.rrc_scale, self.rrc_ratio = tuple(rrc_scale), tuple(rrc_ratio)
         self.auto_augment, self.random_erasing = auto_augment, random_erasing
+        self.flip, self.translate_pad = flip, translate_pad
 
     @classmethod
     def for_data(cls, data, dtype: torch.dtype = torch.float32) -> BatchAugment:
@@ -314,11 +375,40 @@ class BatchAugment:
             random_resized_crop=getattr(data, "random_resized_crop", False),
             auto_augment=getattr(data, "auto_augment", None),
             random_erasing=getattr(data, "random_erasing", 0.0),
+            flip=getattr(data, "flip", "random"),
+            translate_pad=getattr(data, "translate_pad", "zeros"),
         )
 
-    def __call__(
-        self, images: torch.Tensor, train: bool, generator: torch.Generator | None = None
+    def flips(
+        self,
+        batch_size: int,
+        generator: torch.Generator | None = None,
+        indices: torch.Tensor | None = None,
+        epoch: int = 0,
+        seed: int = 0,
     ) -> torch.Tensor:
+        """(B,) bool: which training images to mirror, by ``flip``."""
+        if self.flip == "random":
+            return random_flips(batch_size, self.flip_p, generator)
+        if indices is None:
+            raise ValueError(
+                "data.flip=alternate needs each image's index in the dataset, which only the "
+                "in-memory tensor pipeline gives (data.pipeline=tensor; not streamed data); "
+                "use data.flip=random here."
+            )
+        return alternate_flips(indices, epoch, seed)
+
+    def __call__(
+        self,
+        images: torch.Tensor,
+        train: bool,
+        generator: torch.Generator | None = None,
+        indices: torch.Tensor | None = None,
+        epoch: int = 0,
+        seed: int = 0,
+    ) -> torch.Tensor:
+        """``indices`` (B,) (each image's place in its split), ``epoch`` and ``seed``: what
+        ``flip="alternate"`` decides by."""
         b, _, h, w = images.shape  # (B, C, H, W) uint8
         size = self.image_size or min(h, w)
         if train and self.random_resized_crop:
@@ -326,16 +416,19 @@ class BatchAugment:
             fuse = self.crop_padding == 0 and not self.auto_augment and not self.random_erasing
             if fuse:
                 # Crop, flip and normalize fused crop by crop: no memory-bound whole-batch pass.
-                flips = random_flips(b, self.flip_p, generator) if self.hflip else None
+                flips = self.flips(b, generator, indices, epoch, seed) if self.hflip else None
                 x = batch_resized_crop(images, boxes, size, flips, self.mean, self.std, self.dtype)
                 return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
             images = batch_resized_crop(images, boxes, size)  # (B, C, size, size)
         elif (h, w) != (size, size):
             images = center_crop(images, size)  # (B, C, size, size)
         if train:
-            images = batch_crop(images, self.crop_padding, generator)  # (B, C, H, W) uint8
+            images = batch_crop(
+                images, self.crop_padding, generator, pad_mode=self.translate_pad
+            )  # (B, C, H, W) uint8
             if self.hflip:
-                images = batch_flip_lr(images, self.flip_p, generator)
+                mask = self.flips(b, generator, indices, epoch, seed)  # (B,) bool
+                images = batch_flip_lr(images, mask=mask)
             if self.auto_augment:
                 images = auto_augment(images, self.auto_augment, generator)  # (B, C, H, W) uint8
         x = normalize(images, self.mean, self.std, self.dtype)  # (B, C, H, W) dtype

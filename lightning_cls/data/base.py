@@ -22,7 +22,7 @@ import pytorch_lightning as pl
 import torch
 from torchvision import transforms as T
 
-from lightning_cls.data.augment import BatchAugment
+from lightning_cls.data.augment import BatchAugment, check_flip_and_pad
 from lightning_cls.data.memory import carve_val, memory_loader, pil_auto_augment
 from lightning_cls.data.tensor_loader import batch_generator
 from lightning_cls.inference.spec import InputSpec, Split
@@ -102,8 +102,16 @@ class ImageDataModule(pl.LightningDataModule):
         folds: int | None = None,
         fold: int = 0,
         balanced_sampler: bool = False,
+        flip: str = "random",
+        translate_pad: str = "zeros",
     ):
         super().__init__()
+        check_flip_and_pad(flip, hflip, translate_pad)
+        if flip == "alternate" and pipeline == "pil":
+            raise ValueError(
+                "data.flip=alternate needs data.pipeline=tensor (the per-sample pil pipeline "
+                "does not know each image's epoch); use data.flip=random with pipeline=pil."
+            )
         if pipeline not in PIPELINES:
             raise ValueError(f"Unknown pipeline '{pipeline}'; use one of {', '.join(PIPELINES)}.")
         if pipeline == "tensor" and (train_transform or eval_transform):
@@ -126,6 +134,8 @@ class ImageDataModule(pl.LightningDataModule):
         # class-balanced train sampler (tensor pipeline); checked where they are used.
         self.auto_augment, self.random_erasing = auto_augment, random_erasing
         self.folds, self.fold, self.balanced_sampler = folds, fold, balanced_sampler
+        # airbench's flip every other epoch and reflect-padded translate (data/augment.py).
+        self.flip, self.translate_pad = flip, translate_pad
         # What the config promises (model configs interpolate these); checked in setup().
         self.expected = {
             "num_classes": num_classes,
@@ -240,7 +250,9 @@ class ImageDataModule(pl.LightningDataModule):
         the batch (the in-memory loader yields ``(x, y, key)``), so the augmentation of batch
         ``i`` of epoch ``e`` is the same however far ahead Lightning fetches; a loader that
         cannot carry one (litdata's) is keyed by the trainer's epoch, step and rank, which a
-        resumed run repeats. The input dtype follows ``trainer.precision``: Lightning casts
+        resumed run repeats. ``data.flip=alternate`` flips by each image's index and the key's
+        epoch (the loader's order for that epoch, so a resumed run flips the same images).
+        The input dtype follows ``trainer.precision``: Lightning casts
         float inputs for ``*-true`` precisions before this hook, when the batch is still
         uint8, so the cast happens here.
         """
@@ -249,14 +261,31 @@ class ImageDataModule(pl.LightningDataModule):
         x, y, *key = batch
         trainer = self.trainer if self._attached() else None
         train = bool(trainer and trainer.training)
-        generator = None
+        generator, where = None, {}
+        dtype = PRECISION_INPUT_DTYPES.get(str(trainer.precision)) if trainer else None
+        augment = self.batch_augment(dtype or torch.float32)
         if train:
-            if not key:
+            if key:
+                seed, epoch, batch, *_ = key[0]
+                indices = self._batch_indices(epoch, batch, len(x), augment)
+                where = {"indices": indices, "epoch": epoch, "seed": seed}
+            else:
                 key = [(self.seed, trainer.current_epoch, trainer.global_step, trainer.global_rank)]
             generator = batch_generator(*key[0])
-        dtype = PRECISION_INPUT_DTYPES.get(str(trainer.precision)) if trainer else None
-        x = self.batch_augment(dtype or torch.float32)(x, train=train, generator=generator)
+        x = augment(x, train=train, generator=generator, **where)
         return x, y  # (B, C, H, W) float, (B,)
+
+    def _batch_indices(self, epoch: int, batch: int, size: int, augment) -> torch.Tensor | None:
+        """The split indices of batch ``batch`` of ``epoch``, as the in-memory train loader
+        ordered them (``alternate`` flips need them; None for any other flip or loader)."""
+        loader = self._train_loader
+        if augment.flip != "alternate" or not hasattr(loader, "indices"):
+            return None
+        cached = getattr(self, "_order", None)
+        if cached is None or cached[0] != epoch:
+            self._order = cached = (epoch, loader.indices(epoch))  # (per_rank,)
+        start = batch * loader.batch_size
+        return cached[1][start : start + size]
 
     # -- per-sample (PIL) transforms ----------------------------------------------------------
     def train_transform(self) -> Callable:
@@ -264,7 +293,10 @@ class ImageDataModule(pl.LightningDataModule):
             return self._train_transform
         steps: list = []
         if self.crop_padding:
-            steps.append(T.RandomCrop(self.image_size, padding=self.crop_padding))
+            fill = "constant" if self.translate_pad == "zeros" else "reflect"
+            steps.append(
+                T.RandomCrop(self.image_size, padding=self.crop_padding, padding_mode=fill)
+            )
         if self.hflip:
             steps.append(T.RandomHorizontalFlip())
         steps += pil_auto_augment(self.auto_augment)

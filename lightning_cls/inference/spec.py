@@ -51,6 +51,9 @@ class InputSpec:
     tta_flip: bool = False  # average the logits of each image and its mirror (airbench)
     # Also average copies shifted by this many pixels (airbench's TTA level 2); 0: off.
     tta_translate: int = 0
+    # Selective TTA (tta=selective): only images whose max probability (after the temperature)
+    # is below this get the TTA above; chosen on validation while training. None: every image.
+    tta_threshold: float | None = None
     layout: str = "NCHW"
     preprocessing: str = PREPROCESSING
     model_name: str | None = None  # registry name, to rebuild the network from bare weights
@@ -85,6 +88,7 @@ class InputSpec:
             "num_channels": _integer,
             "tta_flip": bool,
             "tta_translate": lambda v: _integer(v or 0),
+            "tta_threshold": lambda v: None if v is None else float(v),
             "model_kwargs": lambda v: dict(v or {}),
             "task": lambda v: str(v or "multiclass"),
             "threshold": lambda v: None if v is None else float(v),
@@ -256,6 +260,7 @@ _KINDS = {
     "image_size": "an integer (pixels)",
     "num_channels": "an integer (1 or 3)",
     "tta_translate": "an integer (pixels)",
+    "tta_threshold": "a probability",
     "model_kwargs": "a mapping",
     "task": "a task name",
     "threshold": "a probability",
