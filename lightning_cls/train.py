@@ -119,6 +119,8 @@ def train(cfg: DictConfig) -> dict:
         scheduler=scheduler,
         tta_flip=cfg.tta_flip,
         tta_translate=cfg.get("tta_translate", 0),
+        tta=cfg.get("tta", "full"),
+        tta_tolerance=cfg.get("tta_tolerance", 0.002),
         param_groups=instantiate(cfg.param_groups) if cfg.get("param_groups") else None,
         task=task_options(cfg),  # conf/task/<name>.yaml: the name and all of the task's options
         spec=datamodule.spec,
