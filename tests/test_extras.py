@@ -81,11 +81,13 @@ def imports(path: Path) -> set[str]:
 
 
 def local_modules() -> set[str]:
-    """Helper modules the tests import from their own folders (on sys.path under pytest)."""
+    """Helper modules the tests import from their own folders (on sys.path under pytest), and
+    the folders themselves: ``tests/cluster/`` is importable as the namespace package ``cluster``
+    (``from cluster.train_runs import ...``)."""
     names = {"conftest"}
     for folder in SCANNED:
         for path in (REPO / folder).rglob("*"):
-            if path.suffix == ".py" or (path.is_dir() and (path / "__init__.py").exists()):
+            if path.suffix == ".py" or (path.is_dir() and any(path.glob("*.py"))):
                 names.add(path.stem)
     return names
 

@@ -221,7 +221,9 @@ def write_split_mosaic(
     classes = list(getattr(module, "classes", None) or datamodule.spec.classes)
     title = f"{split} images" + (" with heat maps" if explain else "")
     task = getattr(module, "decision", None)
-    draw_mosaic(images, pred, classes, Path(path), true, title, heatmaps=explain, task=task)
+    draw_mosaic(
+        images, pred, classes, Path(path), true=true, title=title, heatmaps=explain, task=task
+    )
     log.info("Saved %s", path)
     return Path(path)
 

@@ -6,8 +6,8 @@ import torch.nn.functional as F
 from pytorch_lightning import Callback
 from torchvision import transforms as T
 
+from helpers.tiny import make_data, make_module, make_trainer
 from lightning_cls.data.augment import BatchAugment, alternate_flips, batch_crop
-from tests.helpers.tiny import make_data, make_module, make_trainer
 
 
 def test_alternate_flips_swap_every_epoch_and_start_at_a_fair_coin_per_image():

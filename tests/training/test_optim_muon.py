@@ -161,7 +161,7 @@ def test_module_steps_and_schedules_muon():
 
 def test_lightning_resume_mid_run_matches_an_uninterrupted_run(tmp_path):
     """Lightning saves and restores MuonHybrid's state (the momentum buffers of both sides)."""
-    from tests.helpers.tiny import make_data, make_module, make_trainer
+    from helpers.tiny import make_data, make_module, make_trainer
 
     def module():
         torch.manual_seed(0)

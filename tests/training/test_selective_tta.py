@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
+from helpers.tiny import make_data, make_module, make_trainer
 from lightning_cls.inference.predictor import Predictor, selective_tta, tta
 from lightning_cls.inference.spec import InputSpec
 from lightning_cls.training.selective_tta import choose_threshold
-from tests.helpers.tiny import make_data, make_module, make_trainer
 
 
 def test_threshold_is_the_least_tta_share_within_tolerance_of_full_tta():
