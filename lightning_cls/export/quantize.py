@@ -8,8 +8,8 @@
 
 A report compares validation accuracy, file size and batch-1 latency before and after;
 ``enforce_max_drop`` refuses (deletes) an artifact that loses more than the allowed points.
-``lightning_cls.export.int8.quantize_gated`` strings these together for ``export=int8`` and
-``export=auto`` alike.
+The INT8 writers of ``lightning_cls.export.int8`` string these together (through the one export
+skeleton) for ``export=int8`` and ``export=auto`` alike.
 """
 
 from __future__ import annotations
@@ -96,8 +96,14 @@ def quantize_onnx_static(
     per_channel: bool = True,
     activation_type: str = "uint8",
     quant_format: str = "qdq",
+    keep_first_conv_float: bool = True,
 ) -> Path:
-    """Write an int8 copy of ``fp32_path`` calibrated on ``reader``; metadata is kept."""
+    """Write an int8 copy of ``fp32_path`` calibrated on ``reader``; metadata is kept.
+
+    ``keep_first_conv_float``: the graph's first Conv (the stem, which sees the normalized
+    pixels) stays float. On airbench (``experiment=cifar10_fast``, whose stem is a fixed
+    whitening filter) quantizing it cost most of the accuracy (docs/guides/quantizing.md).
+    """
     import onnx
     from onnxruntime.quantization import quantize_static
 
@@ -116,11 +122,13 @@ def quantize_onnx_static(
     granularity = "per-channel" if per_channel else "per-tensor"
     quantization = (
         f"static int8 {quant_format}, {granularity} weights, {activation_type} activations"
+        + (", first Conv float" if keep_first_conv_float else "")
     )
     with tempfile.TemporaryDirectory() as tmp, atomic_paths(int8_path) as (tmp_int8,):
         # Shape inference + graph fusion first, as ORT's quantization guide recommends.
         prepared = Path(tmp) / "prepared.onnx"
         _pre_process(fp32_path, prepared)
+        excluded = first_conv(prepared) if keep_first_conv_float else []
         quantize_static(
             str(prepared),
             str(tmp_int8),
@@ -130,12 +138,22 @@ def quantize_onnx_static(
             activation_type=ACTIVATION_TYPES[activation_type],
             weight_type=QuantType.QInt8,
             calibrate_method=CalibrationMethod.MinMax,
+            nodes_to_exclude=excluded,
         )
         model = onnx.load(str(tmp_int8))
         write_metadata(model, read_metadata(fp32_path), quantization=quantization)
         onnx.save_model(model, str(tmp_int8), save_as_external_data=False)
     log.info("Wrote %s (%s)", int8_path, quantization)
     return int8_path
+
+
+def first_conv(path: str | Path) -> list[str]:
+    """The name of the first ``Conv`` node of the ONNX graph at ``path`` (graph order is
+    topological), as a list for ``nodes_to_exclude``; empty without a Conv."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return next(([node.name] for node in graph.node if node.op_type == "Conv"), [])
 
 
 def quantize_torch_dynamic(net: torch.nn.Module) -> torch.nn.Module:
