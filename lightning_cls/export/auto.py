@@ -5,8 +5,8 @@ Candidates: TorchScript (traced, the PyTorch reference), ONNX Runtime fp32 and s
 (QDQ and QOperator), and, when ``openvino``/``nncf`` are installed, OpenVINO f32, bf16 (on
 CPUs that support it) and NNCF INT8. Each candidate's validation accuracy is compared with
 eager PyTorch's; one that drops more than ``max_acc_drop`` points is not eligible. The INT8
-candidates come from ``export=int8``'s own path (``export.int8.quantize_gated``): one that
-fails the gate is never written. Speed is
+candidates are ``export=int8``'s own writers (``export.int8``) through the one skeleton
+(``export.writer.write_checked``): one that fails the gate is never written. Speed is
 measured in interleaved rounds (order rotated each round), each a window of ``window_s``
 seconds at ``batch_size``; the score is the median img/s over rounds. The winner is copied to
 ``model_auto<suffix>`` with every measurement in its metadata (ONNX ``metadata_props`` /
@@ -29,7 +29,9 @@ import torch
 from torch import nn
 
 from lightning_cls.export import int8
+from lightning_cls.export.errors import AccuracyDropError
 from lightning_cls.export.quantize import QuantizationReport, accuracy_drop_points
+from lightning_cls.export.writer import write_checked
 from lightning_cls.fileio import atomic_path, atomic_write_text
 from lightning_cls.inference.network import check_same_data
 from lightning_cls.inference.predictor import Predictor
@@ -97,35 +99,34 @@ def export_candidates(
     return paths
 
 
-# INT8 candidate -> (method, fp32 candidate it quantizes, ONNX layout, file)
-INT8_CANDIDATES = {
-    "ort_int8_qdq": ("onnx_static_int8", "ort_fp32", "qdq", "model_int8.onnx"),
-    "ort_int8_qoperator": ("onnx_static_int8", "ort_fp32", "qoperator", "model_int8_qop.onnx"),
-    "ov_int8": ("openvino_nncf_int8", "ov_f32", "qdq", "model_int8.xml"),
-}
-
-
 def int8_candidates(
-    paths: dict[str, Path], spec: InputSpec, out: Path, train, val, cfg: AutoConfig, eager_acc
+    paths: dict[str, Path], spec: InputSpec, out: Path, splits, cfg: AutoConfig, eager_acc
 ) -> dict[str, QuantizationReport]:
-    """Each INT8 candidate through ``export=int8``'s own path (calibrate, measure, gate against
-    eager PyTorch); one that fails the gate is reported and never written."""
+    """Each INT8 candidate through ``export=int8``'s own writers and gate (calibrate, measure
+    against eager PyTorch, rename only if it passes); one that fails is reported, never
+    written."""
+    gate = int8.Gate(cfg.max_acc_drop, force=False, latency_runs=0, reference_acc=eager_acc)
+    calibration = int8.Calibration(cfg.calibration_batches, cfg.calibration_batch_size)
+    candidates = {}  # name -> writer, for the fp32 candidates written
+    if "ort_fp32" in paths:
+        for name, layout, file in (
+            ("ort_int8_qdq", "qdq", "model_int8.onnx"),
+            ("ort_int8_qoperator", "qoperator", "model_int8_qop.onnx"),
+        ):
+            candidates[name] = int8.OnnxStaticInt8Writer(
+                paths["ort_fp32"], gate, calibration, name, file, quant_format=layout
+            )
+    if "ov_f32" in paths:
+        candidates["ov_int8"] = int8.OpenVINOInt8Writer(
+            paths["ov_f32"], gate, calibration, "ov_int8"
+        )
     reports = {}
-    for name, (method, source, quant_format, file) in INT8_CANDIDATES.items():
-        if source not in paths:
-            continue
-        write = int8.int8_writer(
-            method,
-            paths[source],
-            spec,
-            train,
-            calibration_batches=cfg.calibration_batches,
-            calibration_batch_size=cfg.calibration_batch_size,
-            quant_format=quant_format,
-        )
-        reports[name] = int8.quantize_gated(
-            name, paths[source], out / file, write, val, cfg.max_acc_drop, False, 0, eager_acc
-        )
+    for name, writer in candidates.items():
+        try:
+            reports[name] = write_checked(writer, None, spec, out / writer.file, data=splits).report
+        except AccuracyDropError as err:
+            log.warning("%s", err)
+            reports[name] = err.report
     return reports
 
 
@@ -198,13 +199,13 @@ def export_auto(
     datamodule.setup("fit")
     # The INT8 candidates calibrate, and every candidate is scored, on this data.
     check_same_data(spec.to_dict(), datamodule.spec, "The model being exported", "this data")
-    train, val = datamodule.splits["train"], datamodule.splits["val"]
+    val = datamodule.splits["val"]
     threads = cfg.threads or torch.get_num_threads()
     net = net.eval()
     eager = Predictor(net, spec)
     eager_acc = eager.accuracy(val.images, val.labels)
     paths = export_candidates(net, spec, out, check_kwargs or {})
-    reports = int8_candidates(paths, spec, out, train, val, cfg, eager_acc)
+    reports = int8_candidates(paths, spec, out, datamodule.splits, cfg, eager_acc)
     paths.update({n: Path(r.int8_path) for n, r in reports.items() if r.accepted})
     fns = {name: _load(path, threads) for name, path in paths.items()}
     results = measure(fns, spec, val, cfg)

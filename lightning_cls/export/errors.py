@@ -6,4 +6,9 @@ class ExportCheckError(RuntimeError):
 
 
 class AccuracyDropError(RuntimeError):
-    """A quantized model lost more validation accuracy than allowed."""
+    """A quantized model lost more validation accuracy than allowed; ``report`` (when one
+    file was refused) is its ``QuantizationReport``."""
+
+    def __init__(self, message: str, report: object = None):
+        super().__init__(message)
+        self.report = report

@@ -4,7 +4,9 @@ Shared by the ``python -m lightning_cls.export`` entry point and ``ExportCallbac
 ``ExportConfig`` mirrors ``conf/export/*.yaml`` field for field. Each file format is a
 ``Writer`` in ``export.writer.FORMATS``, written through the one skeleton there
 (``write_verified``: eval mode, temp name, read back through its runtime, compare, rename);
-this module knows no format by name except the two steps built on written files (``STEPS``).
+derived formats (INT8, ``export.int8``) are Writers there too, with their own check (the
+accuracy gate); this module knows no format by name except the two steps built on written
+files (``STEPS``) and ``ALL_FORMATS``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from torch import nn
 
 from lightning_cls.export.errors import AccuracyDropError
 from lightning_cls.export.triton import TritonConfig, export_triton
-from lightning_cls.export.writer import FORMATS, write_verified
+from lightning_cls.export.writer import FORMATS, Tolerance, Writer, write_checked
 from lightning_cls.fileio import atomic_write_text
 from lightning_cls.inference.network import check_same_data
 from lightning_cls.inference.spec import META_FILE, InputSpec
@@ -48,6 +50,7 @@ class QuantizeConfig:
     latency_runs: int = 50
     format: str = "qdq"  # static int8 ONNX layout: qdq or qoperator
     openvino: bool = False  # NNCF int8 of the OpenVINO IR (needs "openvino" in formats)
+    keep_first_conv_float: bool = True  # static: the first Conv (the stem) stays float
 
     @property
     def enabled(self) -> bool:
@@ -82,6 +85,7 @@ class ExportConfig:
             raise ValueError(
                 f"Unknown export format(s) {unknown}; use {', '.join(known)} or 'all'."
             )
+        self.formats = formats
         source = self.triton.source
         if "triton" in formats and source not in formats:
             raise ValueError(
@@ -89,22 +93,34 @@ class ExportConfig:
                 f"'{source}' is not in export.formats={formats}; add it (export=triton does, "
                 "export=triton_e2e for onnx_e2e)."
             )
-        if "openvino" in formats and "onnx" not in formats:
-            raise ValueError(
-                f"OpenVINO converts the ONNX file, but 'onnx' is not in export.formats={formats}; "
-                "add it (export=openvino does)."
-            )
-        if self.quantize.openvino and "openvino" not in formats:
-            raise ValueError(
-                "export.quantize.openvino=true quantizes the OpenVINO IR, but 'openvino' is not "
-                f"in export.formats={formats}; add it (e.g. export=openvino)."
-            )
-        self.formats = formats
-        if self.quantize.static and "onnx" not in formats:
-            raise ValueError(
-                "export.quantize.static=true quantizes the ONNX file, but 'onnx' is not in "
-                f"export.formats={formats}; add it (e.g. export=onnx)."
-            )
+        for writer, asked_by in self.writers(Path()):
+            for needed in writer.requires:
+                if needed not in formats:
+                    raise ValueError(
+                        f"{asked_by} makes {writer.title} from the {needed} file, but "
+                        f"'{needed}' is not in export.formats={formats}; add it (e.g. "
+                        f"export={needed})."
+                    )
+
+    def requested(self) -> dict[str, str]:
+        """Each registered format this config asks for -> what asked for it, in ``FORMATS``
+        order (the order ``export_model`` writes them): ``export.formats`` and the
+        ``export.quantize`` flags (``export.int8.QUANTIZE_FLAGS``)."""
+        from lightning_cls.export.int8 import QUANTIZE_FLAGS
+
+        asked = {name: f"'{name}' in export.formats" for name in self.formats}
+        for flag, name in QUANTIZE_FLAGS.items():
+            if getattr(self.quantize, flag):
+                asked[name] = f"export.quantize.{flag}=true"
+        return {name: asked[name] for name in FORMATS if name in asked}
+
+    def writers(self, out: Path) -> list[tuple[Writer, str]]:
+        """The writers of every requested format, into folder ``out``, with what asked."""
+        return [
+            (writer, asked_by)
+            for name, asked_by in self.requested().items()
+            for writer in FORMATS[name](self, out)
+        ]
 
     @property
     def enabled(self) -> bool:
@@ -112,8 +128,9 @@ class ExportConfig:
 
     @property
     def needs_data(self) -> bool:
-        """INT8 calibrates on the train split; INT8 and auto validate on the val split."""
-        return self.quantize.enabled or "auto" in self.formats
+        """A writer declares it (INT8 calibrates on the train split and is gated on the val
+        split); auto validates every runtime on the val split."""
+        return "auto" in self.formats or any(w.needs_data for w, _ in self.writers(Path()))
 
     @property
     def check_kwargs(self) -> dict:
@@ -130,22 +147,31 @@ class ExportResult:
 def export_model(
     net: nn.Module, spec: InputSpec, out_dir: str | Path, config: ExportConfig, datamodule=None
 ) -> ExportResult:
-    """Export ``net`` as ``config`` says; quantization calibrates and validates on ``datamodule``.
+    """Export ``net`` as ``config`` says; writers that need data (INT8) calibrate and are
+    gated on ``datamodule``.
 
     Raises ``AccuracyDropError`` (after writing everything else and the report) when an int8
     model loses more than ``config.quantize.max_acc_drop`` points and ``force`` is off.
     """
     out = Path(out_dir)
+    writers = config.writers(out)
+    splits = _splits(writers, spec, datamodule)  # before any work: a missing DataModule
     out.mkdir(parents=True, exist_ok=True)
     result = ExportResult()
     atomic_write_text(out / META_FILE, json.dumps(spec.to_dict(), indent=2) + "\n")
-    for name, writers in FORMATS.items():  # in registration order: ONNX before OpenVINO
-        if name in config.formats:
-            for writer in writers(config, out):
-                path = out / writer.file
-                result.paths[writer.key] = write_verified(
-                    writer, net, spec, path, **config.check_kwargs
-                )
+    errors = []
+    tolerance = Tolerance(**config.check_kwargs)
+    for writer, _ in writers:  # in FORMATS order: ONNX before OpenVINO, fp32 before INT8
+        try:
+            written = write_checked(writer, net, spec, out / writer.file, tolerance, splits)
+        except AccuracyDropError as err:  # the gate refused it: the others still run
+            log.warning("%s", err)
+            result.reports.append(err.report)
+            errors.append(str(err))
+            continue
+        result.paths[writer.key] = written.path
+        if written.report is not None:
+            result.reports.append(written.report)
     if "auto" in config.formats:
         from lightning_cls.export.auto import AutoConfig, export_auto
 
@@ -162,23 +188,26 @@ def export_model(
         result.paths["triton"] = export_triton(
             result.paths[config.triton.source], out / "triton", spec, config.triton
         ).parent
-    if config.quantize.enabled:
-        _quantize(net, spec, out, config, datamodule, result)
+    if result.reports:
+        reports = [r.to_dict() for r in result.reports]
+        atomic_write_text(out / REPORT_FILE, json.dumps(reports, indent=2) + "\n")
     for name, path in result.paths.items():
         log.info("%-22s %s (%.2f MB)", name, path, path.stat().st_size / 1e6)
+    if errors:
+        raise AccuracyDropError("\n".join(errors))
     return result
 
 
-def _quantize(net, spec, out: Path, config: ExportConfig, datamodule, result: ExportResult) -> None:
-    """Each requested INT8 model through the one gated path (``export.int8.quantize_gated``)."""
-    from lightning_cls.export.int8 import METHODS, int8_writer, quantize_gated
-    from lightning_cls.export.torchscript import export_torchscript
-
-    qc = config.quantize
+def _splits(writers: list[tuple[Writer, str]], spec: InputSpec, datamodule) -> dict | None:
+    """The DataModule's splits, checked against ``spec``, if a writer needs data."""
+    needing = [writer for writer, _ in writers if writer.needs_data]
+    if not needing:
+        return None
     if datamodule is None:
+        titles = ", ".join(w.title for w in needing)
         raise ValueError(
-            "INT8 quantization calibrates on the train split and reports validation accuracy, "
-            "so it needs a DataModule; pass data=<name> (e.g. data=cifar10) on the command line."
+            f"{titles} calibrate(s) on the train split and report(s) validation accuracy, so "
+            "export needs a DataModule; pass data=<name> (e.g. data=cifar10) on the command line."
         )
     datamodule.setup("fit")
     # Calibrating on, and reporting accuracy against, other classes would be silently wrong.
@@ -188,44 +217,4 @@ def _quantize(net, spec, out: Path, config: ExportConfig, datamodule, result: Ex
         "The model being quantized",
         data_name=f"data={getattr(datamodule, 'name', type(datamodule).__name__)}",
     )
-    train, val = datamodule.splits["train"], datamodule.splits["val"]
-    kw = config.check_kwargs
-    todo = []  # (method, result key, fp32 file)
-    if qc.static:
-        todo.append(("onnx_static_int8", "onnx_int8", result.paths["onnx"]))
-    if qc.dynamic:
-        fp32 = result.paths.get("torchscript_trace") or export_torchscript(
-            net, spec, out / "model_trace.torchscript", "trace", **kw
-        )
-        result.paths["torchscript_trace"] = fp32
-        todo.append(("torch_dynamic_int8", "torchscript_int8_dynamic", fp32))
-    if qc.openvino:
-        todo.append(("openvino_nncf_int8", "openvino_int8", result.paths["openvino"]))
-    errors = []
-    for method, key, fp32 in todo:
-        write = int8_writer(
-            method,
-            fp32,
-            spec,
-            train,
-            net,
-            qc.calibration_batches,
-            qc.calibration_batch_size,
-            qc.per_channel,
-            qc.activation_type,
-            qc.format,
-            kw,
-        )
-        dst = out / METHODS[method]
-        report = quantize_gated(
-            method, fp32, dst, write, val, qc.max_acc_drop, qc.force, qc.latency_runs
-        )
-        result.reports.append(report)
-        if report.accepted:
-            result.paths[key] = dst
-        else:
-            errors.append(report.error)
-    reports = [r.to_dict() for r in result.reports]
-    atomic_write_text(out / REPORT_FILE, json.dumps(reports, indent=2) + "\n")
-    if errors:
-        raise AccuracyDropError("\n".join(errors))
+    return datamodule.splits

@@ -60,6 +60,7 @@ class OpenVINOWriter(Writer):
     """``model.xml`` + ``model.bin``, converted from the verified ONNX file ``onnx_path``."""
 
     key, file, companions, title = "openvino", "model.xml", (".bin",), "OpenVINO"
+    source = "onnx"  # export.formats needs onnx too
 
     def __init__(self, onnx_path: str | Path, precision: str = "f32"):
         if precision not in PRECISIONS:

@@ -8,8 +8,8 @@
 
 A report compares validation accuracy, file size and batch-1 latency before and after;
 ``enforce_max_drop`` refuses (deletes) an artifact that loses more than the allowed points.
-``lightning_cls.export.int8.quantize_gated`` strings these together for ``export=int8`` and
-``export=auto`` alike.
+The INT8 writers of ``lightning_cls.export.int8`` string these together (through the one export
+skeleton) for ``export=int8`` and ``export=auto`` alike.
 """
 
 from __future__ import annotations
@@ -100,11 +100,10 @@ def quantize_onnx_static(
 ) -> Path:
     """Write an int8 copy of ``fp32_path`` calibrated on ``reader``; metadata is kept.
 
-    ``keep_first_conv_float``: the graph's first ``Conv`` (the stem, which sees the raw
-    normalised pixels) stays float, every later layer is int8. On the ``cifar10_fast``
-    network (airbench's frozen 2x2 whitening stem) quantizing the stem took validation accuracy
-    from 0.833 to 0.464; kept float, 0.8325 (docs/guides/quantizing.md). The stem is a small
-    share of a CNN's work."""
+    ``keep_first_conv_float``: the graph's first Conv (the stem, which sees the normalized
+    pixels) stays float. On airbench (``experiment=cifar10_fast``, whose stem is a fixed
+    whitening filter) quantizing it cost most of the accuracy (docs/guides/quantizing.md).
+    """
     import onnx
     from onnxruntime.quantization import quantize_static
 
@@ -123,13 +122,13 @@ def quantize_onnx_static(
     granularity = "per-channel" if per_channel else "per-tensor"
     quantization = (
         f"static int8 {quant_format}, {granularity} weights, {activation_type} activations"
-        + (", first conv float" if keep_first_conv_float else "")
+        + (", first Conv float" if keep_first_conv_float else "")
     )
     with tempfile.TemporaryDirectory() as tmp, atomic_paths(int8_path) as (tmp_int8,):
         # Shape inference + graph fusion first, as ORT's quantization guide recommends.
         prepared = Path(tmp) / "prepared.onnx"
         _pre_process(fp32_path, prepared)
-        excluded = _first_conv(prepared) if keep_first_conv_float else []
+        excluded = first_conv(prepared) if keep_first_conv_float else []
         quantize_static(
             str(prepared),
             str(tmp_int8),
@@ -146,6 +145,15 @@ def quantize_onnx_static(
         onnx.save_model(model, str(tmp_int8), save_as_external_data=False)
     log.info("Wrote %s (%s)", int8_path, quantization)
     return int8_path
+
+
+def first_conv(path: str | Path) -> list[str]:
+    """The name of the first ``Conv`` node of the ONNX graph at ``path`` (graph order is
+    topological), as a list for ``nodes_to_exclude``; empty without a Conv."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return next(([node.name] for node in graph.node if node.op_type == "Conv"), [])
 
 
 def quantize_torch_dynamic(net: torch.nn.Module) -> torch.nn.Module:
@@ -294,15 +302,6 @@ def enforce_max_drop(
         "(export.quantize.calibration_batches), raise export.quantize.max_acc_drop, or set "
         "export.quantize.force=true to keep the file anyway."
     )
-
-
-def _first_conv(path: Path) -> list[str]:
-    """The name of the graph's first ``Conv`` node (graph order is topological), as a list for
-    ``quantize_static``'s ``nodes_to_exclude``; empty when the graph has none."""
-    import onnx
-
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return next(([n.name] for n in graph.node if n.op_type == "Conv"), [])
 
 
 def _pre_process(fp32_path: Path, prepared: Path) -> None:

@@ -1,5 +1,6 @@
-"""One INT8 path (``export.int8.quantize_gated``) for ``export=int8`` and ``export=auto``:
-the file is measured under a temp name, gated, and only then given its final name."""
+"""One INT8 path (the ``export.int8`` writers, through the one export skeleton) for
+``export=int8`` and ``export=auto``: the file is measured under a temp name, gated, and only
+then given its final name."""
 
 from __future__ import annotations
 
@@ -72,13 +73,13 @@ def test_a_rejected_int8_leaves_nothing_at_its_final_name(trained, tmp_path):
 @pytest.mark.slow
 def test_export_int8_and_auto_go_through_the_same_gated_path(trained, tmp_path, monkeypatch):
     calls = []
-    real = int8.quantize_gated
+    real = int8.Int8Writer.check
 
-    def recording(method, *args, **kwargs):
-        calls.append(method)
-        return real(method, *args, **kwargs)
+    def recording(self, *args, **kwargs):
+        calls.append(self.method)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(int8, "quantize_gated", recording)
+    monkeypatch.setattr(int8.Int8Writer, "check", recording)
     config = ExportConfig(
         formats=["onnx"],
         quantize=QuantizeConfig(static=True, calibration_batches=2, latency_runs=0),

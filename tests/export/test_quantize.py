@@ -119,26 +119,26 @@ def test_static_int8_of_airbench_the_cifar10_fast_net(trained, tmp_path):
     assert int8.predict_images(images).shape == (8, spec.num_classes)
 
 
-def test_static_int8_keeps_the_first_convolution_float(trained, tmp_path):
-    """The stem sees the raw pixels: its weight stays float (no DequantizeLinear feeds it),
-    every later Conv's weight is int8; ``keep_first_conv_float=False`` quantizes it too."""
+def _conv_weight_dequantized(path) -> list[bool]:
+    """For each Conv of the ONNX graph at ``path``, in graph order: is its weight the output
+    of a DequantizeLinear (an int8 weight), or a float initializer?"""
     import onnx
 
+    graph = onnx.load(str(path)).graph
+    dequantized = {out for n in graph.node if n.op_type == "DequantizeLinear" for out in n.output}
+    return [n.input[1] in dequantized for n in graph.node if n.op_type == "Conv"]
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_static_int8_keeps_the_first_conv_float(trained, tmp_path, keep):
+    """keep_first_conv_float (default on) leaves the stem's weight float; off (the negative
+    control) it is int8 like every later Conv."""
     from lightning_cls.export.onnx import export_onnx
     from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
 
     fp32 = export_onnx(trained.net, trained.spec, tmp_path / "model.onnx")
-    train = trained.data.splits["train"]
-
-    def weight_is_int8(path):
-        graph = onnx.load(str(path)).graph
-        dequantized = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear"}
-        return [n.input[1] in dequantized for n in graph.node if n.op_type == "Conv"]
-
-    kept = quantize_onnx_static(
-        fp32, tmp_path / "kept.onnx", SplitCalibrationReader(train, trained.spec)
-    )
-    assert weight_is_int8(kept) == [False, True]
-    every = quantize_onnx_static(fp32, tmp_path / "all.onnx", SplitCalibrationReader(train, trained.spec),
-                                 keep_first_conv_float=False)  # fmt: skip
-    assert weight_is_int8(every) == [True, True]
+    reader = SplitCalibrationReader(trained.data.splits["train"], trained.spec, 1, 16)
+    int8 = quantize_onnx_static(fp32, tmp_path / "q.onnx", reader, keep_first_conv_float=keep)
+    weights = _conv_weight_dequantized(int8)
+    assert len(weights) == 2, weights  # the tiny net's two convolutions
+    assert weights == [not keep, True]
