@@ -76,7 +76,7 @@ def _restore_cli_env():
 
 @pytest.fixture
 def quiet_trainer() -> list[str]:
-    from hydra_helpers import QUIET_TRAINER
+    from helpers.hydra_configs import QUIET_TRAINER
 
     return list(QUIET_TRAINER)
 
@@ -106,18 +106,18 @@ FORK_ENV = {"OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1", "PYTHONUNBUFFERED":
 
 @pytest.fixture(scope="session")
 def multilabel_squares(tmp_path_factory) -> Path:
-    """The colour-square multi-label data (tests/multilabel_helpers.py), written once."""
-    import multilabel_helpers
+    """The colour-square multi-label data (tests/helpers/multilabel.py), written once."""
+    from helpers import multilabel
 
-    return multilabel_helpers.squares(tmp_path_factory)
+    return multilabel.squares(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def multilabel_run(tmp_path_factory) -> dict:
     """results.json of the one multi-label training of the process (5 epochs, ONNX export)."""
-    import multilabel_helpers
+    from helpers import multilabel
 
-    return multilabel_helpers.multilabel_run(tmp_path_factory)
+    return multilabel.multilabel_run(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

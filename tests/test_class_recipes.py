@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from hydra_helpers import QUIET_TRAINER, compose
+from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls.data import DigitsDataModule
 from lightning_cls.eval import evaluate
 from lightning_cls.predict import predict

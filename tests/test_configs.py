@@ -11,7 +11,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from hydra_helpers import QUIET_TRAINER, compose
+from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls import config_dir
 from lightning_cls.data import ImageDataModule, SyntheticDataModule
 from lightning_cls.data import registry as data_registry

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import torch
 
-from hydra_helpers import QUIET_TRAINER, compose
+from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls.data import DigitsDataModule
 from lightning_cls.data.tensor_loader import balanced_order
 from lightning_cls.train import train

@@ -114,7 +114,7 @@ def landed(monkeypatch) -> list[Path]:
 @pytest.mark.slow
 def test_every_file_train_export_and_summarize_write_goes_through_fileio(tmp_path, landed):
     from helpers import TRAINED_OVERRIDES
-    from hydra_helpers import QUIET_TRAINER, compose
+    from helpers.hydra_configs import QUIET_TRAINER, compose
     from lightning_cls.export.__main__ import export
     from lightning_cls.summarize import summarize
     from lightning_cls.train import train

@@ -300,7 +300,7 @@ def test_a_misspelt_option_is_one_line_and_loads_neither_lightning_nor_torch(com
     fix, exit 1, and no Lightning or torch paid for (the real key is in the config)."""
     from omegaconf import OmegaConf
 
-    from hydra_helpers import compose
+    from helpers.hydra_configs import compose
 
     key, typo = MISSPELT[command]
     config = _config_name(command)

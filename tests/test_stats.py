@@ -2,7 +2,7 @@ import pytest
 import torch
 import yaml
 
-from hydra_helpers import compose
+from helpers.hydra_configs import compose
 from lightning_cls.data.stats import channel_stats
 from lightning_cls.stats import stats
 

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationKeyError
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
-from hydra_helpers import QUIET_TRAINER, compose
+from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls import cli, config_dir
 from lightning_cls.train import train
 

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from hydra_helpers import QUIET_TRAINER, compose
+from helpers.hydra_configs import QUIET_TRAINER, compose
 
 pytest.importorskip("litdata")
 

@@ -110,7 +110,7 @@ def test_full_error_switches(monkeypatch, inherited, hydra_full, debug, expected
 
 def _train_cli(overrides: list[str], tmp_path) -> None:
     """``python -m lightning_cls.train <overrides>`` in-process: the real config, run_cli."""
-    from hydra_helpers import compose
+    from helpers.hydra_configs import compose
     from lightning_cls.train import train
 
     fast = [

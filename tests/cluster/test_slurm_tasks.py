@@ -64,7 +64,7 @@ def test_lightning_accepts_the_filled_environment(monkeypatch):
 
 
 def test_strategy_is_a_trainer_key_and_ddp_cpu_composes(tmp_path):
-    from hydra_helpers import compose
+    from helpers.hydra_configs import compose
 
     assert compose(overrides=["trainer.strategy=ddp"], tmp=tmp_path).trainer.strategy == "ddp"
     cpu = compose(overrides=["trainer=ddp_cpu"], tmp=tmp_path).trainer

@@ -165,7 +165,7 @@ def test_bad_arguments(image_root):
 
 
 def test_imagefolder_from_the_command_line_infers_the_classes(image_root, tmp_path):
-    from hydra_helpers import QUIET_TRAINER, compose
+    from helpers.hydra_configs import QUIET_TRAINER, compose
     from lightning_cls.train import train
 
     overrides = QUIET_TRAINER + [

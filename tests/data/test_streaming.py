@@ -299,7 +299,7 @@ def test_stats_command_reads_the_streamed_train_split(tmp_path, capsys, monkeypa
     import gc
     import tempfile
 
-    from hydra_helpers import compose
+    from helpers.hydra_configs import compose
     from lightning_cls.data.stats import channel_stats
     from lightning_cls.stats import stats
 

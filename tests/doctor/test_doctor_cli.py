@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hydra_helpers import compose
+from helpers.hydra_configs import compose
 from lightning_cls.doctor.__main__ import doctor
 
 

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from helpers.tiny import LEARNABLE, as_overrides, colour_photos
-from hydra_helpers import QUIET_TRAINER, compose
+from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls.explain.__main__ import explain
 
 

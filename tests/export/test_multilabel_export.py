@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hydra_helpers import compose
+from helpers.hydra_configs import compose
 from lightning_cls.data.multilabel import MultiLabelDataModule
 from lightning_cls.inference import load_artifact
 

@@ -6,7 +6,7 @@ import hydra
 import torch
 
 from helpers import LEARNABLE, as_overrides, make_data, trained_artifacts, trained_model
-from hydra_helpers import compose
+from helpers.hydra_configs import compose
 
 
 def test_the_overrides_compose_the_same_data_as_the_preset(tmp_path):

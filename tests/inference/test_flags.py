@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import png_bytes
-from hydra_helpers import compose
+from helpers.hydra_configs import compose
 from lightning_cls.inference.flags import check_trust_flag
 from lightning_cls.inference.runtimes import UntrustedArtifactError, refuse_untrusted
 from lightning_cls.predict import predict

@@ -8,7 +8,7 @@ import torch
 import torchvision
 from omegaconf import OmegaConf
 
-from hydra_helpers import compose
+from helpers.hydra_configs import compose
 from lightning_cls.models import create_model
 from lightning_cls.models.torchvision_models import head_name, preprocessing, read_state_dict
 from lightning_cls.module import ClassificationModule

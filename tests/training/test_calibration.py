@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from helpers import LEARNABLE, SMALL, as_overrides, make_data
-from hydra_helpers import QUIET_TRAINER, compose
+from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls.inference import InputSpec, load_torch_model
 from lightning_cls.inference.scores import mean_average_precision
 from lightning_cls.inference.tasks import create_task

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from helpers import colour_photos
-from hydra_helpers import QUIET_TRAINER
+from helpers.hydra_configs import QUIET_TRAINER
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from helpers import SMALL, as_overrides, fit_plain_simplecnn, make_data
-from hydra_helpers import QUIET_TRAINER, compose
+from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls.inference import InputSpec, load_artifact, predict_files, write_predictions_csv
 from lightning_cls.inference import conformal as cp
 from lightning_cls.training.calibration import calibrate

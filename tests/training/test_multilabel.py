@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from helpers.gloo_ranks import run_ranks
-from hydra_helpers import QUIET_TRAINER, compose
+from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls.data.multilabel import MultiLabelDataModule
 from lightning_cls.inference import load_artifact
 from lightning_cls.inference.scores import THRESHOLD_GRID
 from lightning_cls.module import ClassificationModule
 from lightning_cls.train import train
-from multilabel_helpers import QUIET, STATED_TEST_MAP
+from helpers.multilabel import QUIET, STATED_TEST_MAP
 
 
 def test_training_reaches_the_stated_map_and_reports_multilabel_metrics(multilabel_run):
@@ -202,7 +202,8 @@ def test_misspelt_or_misplaced_multilabel_options_are_errors(kwargs, match):
 
 def test_a_rank_without_samples_joins_the_gather(tmp_path, fork_server, fork_env):
     # The ranks' body lives in a small module; they fork from the pre-imported fork server.
-    target = f"{Path(__file__).parents[1] / 'multilabel_gather.py'}:gather_with_an_empty_rank"
+    gather = Path(__file__).parents[1] / "helpers" / "multilabel_gather.py"
+    target = f"{gather}:gather_with_an_empty_rank"
     run_ranks(fork_server, fork_env, tmp_path, target, str(tmp_path))
     for rank in (0, 1):  # before: torchmetrics' empty placeholder aborted the gather (SIGABRT)
         shapes = torch.load(tmp_path / f"{rank}.pt", weights_only=False)

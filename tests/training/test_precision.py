@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-from hydra_helpers import QUIET_TRAINER, compose
+from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls.training import precision as P
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hydra_helpers import QUIET_TRAINER, compose
+from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls.train import train
 from lightning_cls.training.loggers import WandbLogger, close_loggers
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hydra_helpers import QUIET_TRAINER, compose
+from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls.data.multilabel import write_color_squares
 
 # The learnable task of write_color_squares: a square of each present colour on noise.

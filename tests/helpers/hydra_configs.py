@@ -1,10 +1,8 @@
-"""Compose the real Hydra configs in tests, shrunk for CPU (imported as ``hydra_helpers``)."""
+"""Compose the real Hydra configs in tests, shrunk for CPU."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def compose(
