@@ -114,7 +114,7 @@ def prepare_model(name: str, data, args) -> tuple[torch.nn.Module, InputSpec, Pa
                 torch.optim.SGD, lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4
             ),
             scheduler=functools.partial(one_cycle, pct_start=0.25),
-            **data.spec,
+            spec=data.spec,
         )
         trainer = pl.Trainer(
             accelerator="cpu",

@@ -25,6 +25,7 @@ def inspect_model(cfg: DictConfig) -> str:
     # Imported here: --help and config errors stay light (tests/test_layers.py).
     import torch
 
+    from lightning_cls.data.base import data_fields
     from lightning_cls.inference.network import build_network
     from lightning_cls.models import fill_input_options
     from lightning_cls.training.shapes import format_table, trace
@@ -35,8 +36,8 @@ def inspect_model(cfg: DictConfig) -> str:
     x, _ = next(iter(datamodule.train_dataloader()))  # (B, C, H, W) float, augmented
     model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
     name = model_kwargs.pop("name")
-    spec = datamodule.spec  # null model options follow the data, as in training
-    net = build_network(name, fill_input_options(model_kwargs, spec), spec["classes"])
+    fields = data_fields(datamodule.spec)  # null model options follow the data, as in training
+    net = build_network(name, fill_input_options(model_kwargs, fields), fields["classes"])
     net.eval()
     with torch.no_grad():
         records = trace(net, x)

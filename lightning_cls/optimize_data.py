@@ -23,13 +23,14 @@ log = logging.getLogger(__name__)
 def optimize(cfg: DictConfig) -> dict:
     """Decode ``cfg.data``'s train/val/test splits and write them to ``cfg.out``."""
     # Imported here: `--help` and a config error load no torch (tests/test_layers.py).
+    from lightning_cls.data.base import data_fields
     from lightning_cls.data.chunks import write_streaming
 
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
     splits = {name: (s.images, s.labels) for name, s in datamodule.splits.items()}
-    meta = dict(datamodule.spec)  # the data's keys (a plug-in's spec may be a plain dict)
+    meta = data_fields(datamodule.spec)  # the data's keys (a plug-in's spec may be a plain dict)
     meta["image_size"] = int(next(iter(splits.values()))[0].shape[-1])  # the stored size
     meta.pop("resize_size", None)  # streaming: from the stored and the training size
     meta["task"] = getattr(datamodule, "task", "multiclass")  # multilabel: multi-hot labels

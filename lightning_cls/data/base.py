@@ -15,7 +15,7 @@ seeded draws. Sources differ only in their reader and the loader it builds (timm
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytorch_lightning as pl
@@ -36,31 +36,18 @@ PRECISION_INPUT_DTYPES = {
 }
 
 
-class DataSpec(InputSpec, Mapping):
-    """The ``InputSpec`` a DataModule produces, also read as a mapping of what the data
-    describes (``KEYS``): ``ClassificationModule(model_name, model_kwargs, **datamodule.spec)``
-    passes those, while the model's options, TTA and the task keep their own arguments."""
+# What a DataModule says of its images: its ``spec``'s data fields, the keys a dataset
+# description (``optimize_data``'s ``dataset.json``) holds.
+DATA_FIELDS = ("classes", "mean", "std", "image_size", "num_channels", "resize_size")
 
-    KEYS = ("classes", "mean", "std", "image_size", "num_channels", "resize_size")
 
-    def __getitem__(self, key: str) -> Any:
-        if key not in self.KEYS:
-            raise KeyError(key)
-        value = getattr(self, key)
-        return list(value) if isinstance(value, tuple) else value  # plain lists in hparams
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.KEYS)
-
-    def __len__(self) -> int:
-        return len(self.KEYS)
-
-    def __eq__(self, other: object) -> bool:  # equal to the InputSpec with the same fields
-        if not isinstance(other, InputSpec):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = InputSpec.__hash__
+def data_fields(spec: InputSpec | Mapping[str, Any]) -> dict[str, Any]:
+    """``DATA_FIELDS`` of a DataModule's ``spec`` as plain containers (lists, not tuples);
+    a plug-in DataModule's spec given as a plain mapping is returned as it is."""
+    if not isinstance(spec, InputSpec):
+        return dict(spec)
+    fields = spec.to_dict()
+    return {key: fields[key] for key in DATA_FIELDS}
 
 
 class ImageDataModule(pl.LightningDataModule):
@@ -168,9 +155,10 @@ class ImageDataModule(pl.LightningDataModule):
         return len(self.classes)
 
     @property
-    def spec(self) -> DataSpec:
-        """What a checkpoint or an exported model needs to know about its input."""
-        return DataSpec(
+    def spec(self) -> InputSpec:
+        """What a checkpoint or an exported model needs to know about its input (the module
+        takes it as ``ClassificationModule(..., spec=datamodule.spec)``)."""
+        return InputSpec(
             classes=self.classes,
             mean=self.mean,
             std=self.std,

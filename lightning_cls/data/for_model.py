@@ -63,7 +63,7 @@ def setup_checked(
     would be silently wrong. Returns ``datamodule``."""
     datamodule.prepare_data()
     datamodule.setup(stage)
-    check_same_data(_as_dict(spec), datamodule.spec, what, data_name)
+    check_same_data(spec, datamodule.spec, what, data_name)
     return datamodule
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lightning_cls.inference.spec import InputSpec
 from lightning_cls.models import create_model
 
 MAX_LISTED = 8  # items listed per category in a difference message
@@ -74,8 +75,8 @@ def network_state_dict(
 
 
 def check_same_data(
-    trained: Mapping[str, Any],
-    data: Mapping[str, Any],
+    trained: InputSpec | Mapping[str, Any],
+    data: InputSpec | Mapping[str, Any],
     what: str = "The checkpoint",
     data_name: str = "the data",
 ) -> None:
@@ -83,10 +84,12 @@ def check_same_data(
 
     ``trained`` is what the model carries (a checkpoint's ``hyper_parameters``, an artifact's
     metadata), ``data`` what the data provides (``ImageDataModule.spec``, or the hyper-parameters
-    of the module about to be trained). Compared when both sides have them: the class *names*
-    in order (same count but other names is an error too), ``num_channels`` and ``image_size``.
-    The message lists the difference. Used before resuming, evaluating and calibrating.
+    of the module about to be trained); either may be an ``InputSpec``. Compared when both
+    sides have them: the class *names* in order (same count but other names is an error too),
+    ``num_channels`` and ``image_size``. The message lists the difference. Used before
+    resuming, evaluating and calibrating.
     """
+    trained, data = (x.to_dict() if isinstance(x, InputSpec) else x for x in (trained, data))
     problems = []
     ours, theirs = trained.get("classes"), data.get("classes")
     if ours is not None and theirs is not None and list(ours) != list(theirs):

@@ -7,8 +7,8 @@ import torch
 from pytorch_lightning.callbacks import Callback
 from torch import nn
 
+from helpers import make_module
 from lightning_cls.callbacks.finetune import BackboneFinetuning
-from lightning_cls.module import ClassificationModule
 from lightning_cls.training.optim import cosine
 
 
@@ -24,12 +24,9 @@ def _net(classes=4):
 
 
 def _module(data, scheduler=None):
-    return ClassificationModule(
-        net=_net(data.num_classes),
-        optimizer=functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9),
-        scheduler=scheduler,
-        **data.spec,
-    )
+    sgd = functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9)
+    net = _net(data.num_classes)
+    return make_module(data, optimizer=sgd, module_kwargs={"net": net, "scheduler": scheduler})
 
 
 class _Snapshots:

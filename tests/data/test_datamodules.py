@@ -7,10 +7,11 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
+from helpers import make_module
 from lightning_cls.callbacks import ShapeCheck
 from lightning_cls.data import DigitsDataModule, SyntheticDataModule
+from lightning_cls.data.base import data_fields
 from lightning_cls.inference.spec import InputSpec
-from lightning_cls.module import ClassificationModule
 
 
 @pytest.mark.parametrize("cls", [DigitsDataModule, SyntheticDataModule])
@@ -18,8 +19,7 @@ from lightning_cls.module import ClassificationModule
 def test_fast_dev_run(cls, pipeline):
     dm = cls(batch_size=16, pipeline=pipeline)
     dm.setup()
-    kwargs = dict(num_classes=dm.num_classes, in_channels=dm.num_channels, image_size=dm.image_size)
-    module = ClassificationModule("simplecnn", kwargs, **dm.spec)
+    module = make_module(dm)
     trainer = pl.Trainer(
         fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False
     )
@@ -40,9 +40,9 @@ def test_digits_splits_are_real_and_fixed():
         "image_size": 8,
         "num_channels": 1,
     }
-    # an InputSpec, from the DataModule on; **spec hands a module the data's keys
-    assert a.spec == InputSpec(**described) and isinstance(a.spec, InputSpec)
-    assert dict(a.spec) == {**described, "resize_size": None}
+    # an InputSpec, from the DataModule on (the module takes it: spec=dm.spec)
+    assert a.spec == InputSpec(**described) and type(a.spec) is InputSpec
+    assert data_fields(a.spec) == {**described, "resize_size": None}
 
 
 def test_embedded_digits_are_scikit_learns_and_load_without_it(monkeypatch):
@@ -134,8 +134,7 @@ def test_bf16_true_hands_the_model_a_bf16_batch():
         crop_padding=1,
         hflip=True,
     )
-    kwargs = dict(num_classes=3, in_channels=3, image_size=8, widths=(4, 8), hidden=8)
-    module = ClassificationModule("simplecnn", kwargs, **dm.spec)
+    module = make_module(dm, hidden=8)
     dtypes = _InputDtypes()
     trainer = pl.Trainer(
         fast_dev_run=True,

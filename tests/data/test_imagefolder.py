@@ -6,8 +6,8 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
+from helpers import make_module
 from lightning_cls.data.imagefolder import ImageFolderDataModule
-from lightning_cls.module import ClassificationModule
 
 
 def _dm(root, **kw):
@@ -64,9 +64,7 @@ def test_grayscale_and_loader_in_a_plain_loop(image_root):
 
 def test_fast_dev_run_trains(image_root):
     dm = _dm(image_root, crop_padding=1, hflip=True)
-    module = ClassificationModule(
-        "simplecnn", {"num_classes": 3, "in_channels": 3, "image_size": 8}, **dm.spec
-    )
+    module = make_module(dm)
     trainer = pl.Trainer(
         fast_dev_run=2,
         accelerator="cpu",
@@ -252,14 +250,14 @@ def test_decode_size_caches_squares_and_crops_them(tmp_path, make_folder):
     dm = _dm(root, decode_size=12, random_resized_crop=True, val_size=2, test_size=2, hflip=True)
     dm.setup()
     assert dm.splits["train"].images.shape[-2:] == (12, 12)  # the cached decode size
-    assert dm.spec["resize_size"] == 12 and dm.spec["image_size"] == 8
+    assert dm.spec.resize_size == 12 and dm.spec.image_size == 8
     val = dm.splits["val"].images
     x, _ = next(iter(dm.val_dataloader()))  # outside a Trainer: batches come augmented
     expected = dm.batch_augment()(T.CenterCrop(8)(val[: len(x)]), train=False)
     torch.testing.assert_close(x, expected, rtol=0, atol=0)
     x, _ = next(iter(dm.train_dataloader()))
     assert x.shape == (4, 3, 8, 8)
-    module = ClassificationModule("simplecnn", {"in_channels": 3, "image_size": 8}, **dm.spec)
+    module = make_module(dm)
     assert module.hparams.resize_size == 12  # the eval resize travels in the checkpoint
     with pytest.raises(ValueError, match="data.decode_size=6 is smaller than data.image_size=8"):
         _dm(root, decode_size=6)

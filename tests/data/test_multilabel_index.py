@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from lightning_cls.data.base import data_fields
 from lightning_cls.data.multilabel import MultiLabelDataModule, read_index, write_color_squares
 
 
@@ -95,7 +96,10 @@ def test_streaming_chunks_keep_multi_hot_labels(squares, tmp_path):
     data.setup()
     splits = {k: (v.images[:40], v.labels[:40]) for k, v in data.splits.items()}
     out = write_streaming(
-        splits, {**data.spec, "task": "multilabel"}, tmp_path / "chunks", progress=False
+        splits,
+        {**data_fields(data.spec), "task": "multilabel"},
+        tmp_path / "chunks",
+        progress=False,
     )
     streamed = StreamingDataModule(str(out), batch_size=8)
     assert streamed.task == "multilabel"

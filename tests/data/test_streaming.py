@@ -11,6 +11,7 @@ import torch
 
 pytest.importorskip("litdata")
 
+from lightning_cls.data.base import data_fields
 from lightning_cls.data.chunks import DATASET_FILE, write_streaming
 from lightning_cls.data.streaming import StreamingDataModule
 from lightning_cls.data.tensor_loader import batch_generator
@@ -54,7 +55,7 @@ def test_round_trip_through_the_optimize_entry_point(fork_server, fork_env, tmp_
     assert result["counts"] == {"train": 8, "test": 2, "val": 2}
     dm = StreamingDataModule(str(out), batch_size=4)
     dm.setup()
-    assert dm.classes == ["x", "y"] and dm.spec["image_size"] == 8
+    assert dm.classes == ["x", "y"] and dm.spec.image_size == 8
     seen = sum(len(y) for _, y in dm.test_dataloader())
     assert seen == 2
     again = fork_server.run(cmd, tmp_path, fork_env, timeout=300)
@@ -75,7 +76,7 @@ def test_train_loader_serves_every_sample_once_and_augments(tmp_path):
     assert x.dtype == torch.uint8 and x.shape == (16, 3, 8, 8)  # augmented after transfer
     out_x = dm.batch_augment()(x, train=True, generator=torch.Generator().manual_seed(0))
     assert out_x.shape == (16, 3, 6, 6) and out_x.dtype == torch.float32
-    assert dm.spec["resize_size"] == 8 and dm.spec["image_size"] == 6
+    assert dm.spec.resize_size == 8 and dm.spec.image_size == 6
 
 
 def test_mid_epoch_resume_continues_where_it_stopped(tmp_path):
@@ -227,7 +228,7 @@ def test_spec_is_an_input_spec_that_passes_the_data_keys(tmp_path):
     dm = StreamingDataModule(str(out), image_size=6)
     spec = dm.spec
     assert isinstance(spec, InputSpec) and spec.input_shape == (3, 6, 6)
-    assert dict(spec) == {
+    assert data_fields(spec) == {
         "classes": ["a", "b", "c"],
         "mean": [0.5] * 3,
         "std": [0.25] * 3,
@@ -235,7 +236,7 @@ def test_spec_is_an_input_spec_that_passes_the_data_keys(tmp_path):
         "num_channels": 3,
         "resize_size": 8,
     }
-    assert spec == InputSpec(**dict(spec))
+    assert spec == InputSpec(**data_fields(spec))
 
 
 def test_streamed_batches_go_through_the_base_batch_hook(tmp_path):
@@ -376,7 +377,7 @@ def test_export_auto_calibrates_and_scores_on_streamed_splits(trained, tmp_path)
     data = trained.data
     data.setup("fit")
     splits = {name: (s.images, s.labels) for name, s in data.splits.items()}
-    out = write_streaming(splits, data.spec, tmp_path / "chunks", progress=False)
+    out = write_streaming(splits, data_fields(data.spec), tmp_path / "chunks", progress=False)
     dm = StreamingDataModule(str(out))
     cfg = AutoConfig(rounds=1, window_s=0.05, calibration_batches=1, threads=1)
     result = export_auto(trained.net, trained.spec, tmp_path / "auto", dm, cfg)

@@ -13,13 +13,13 @@ import pytest
 import pytorch_lightning as pl
 import torchvision.datasets as tvd
 
+from helpers import make_module
 from lightning_cls.data import (
     CIFAR10DataModule,
     CIFAR100DataModule,
     FashionMNISTDataModule,
     MNISTDataModule,
 )
-from lightning_cls.module import ClassificationModule
 
 N_TRAIN, N_TEST = 40, 10
 
@@ -92,9 +92,7 @@ def test_fast_dev_run_on_tiny_archive(name, pipeline, tmp_path, monkeypatch):
     assert len(dm.splits["train"]) + len(dm.splits["val"]) == N_TRAIN
     x, y = next(iter(dm.train_dataloader()))  # outside a Trainer: float, normalized
     assert x.shape == (4, channels, size, size) and x.dtype.is_floating_point
-    module = ClassificationModule(
-        "mlp", dict(num_classes=k, in_channels=channels, image_size=size), **dm.spec
-    )
+    module = make_module(dm, model_name="mlp")
     trainer = pl.Trainer(
         fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False
     )

@@ -8,6 +8,7 @@ evaluate or calibrate on what that model learned.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from lightning_cls.data import SyntheticDataModule
+from lightning_cls.data.base import DATA_FIELDS, ImageDataModule
 from lightning_cls.module import ClassificationModule
 from lightning_cls.training.checkpoint_io import AtomicCheckpointIO
 
@@ -60,25 +62,31 @@ def as_overrides(preset: dict) -> list[str]:
 
 
 def make_module(
-    data: SyntheticDataModule,
+    data: ImageDataModule | None = None,
     model_name: str = "simplecnn",
     optimizer=ADAM,
     module_kwargs: dict | None = None,
     **model_kwargs,
 ) -> ClassificationModule:
-    """A module sized for ``data``; a SimpleCNN is [4, 8] channels wide unless told."""
-    kwargs = dict(
-        num_classes=data.num_classes, in_channels=data.num_channels, image_size=data.image_size
-    )
+    """The tiny recipe's module: sized for ``data`` (``make_data()`` unless given) and given its
+    ``spec``; a SimpleCNN is [4, 8] channels wide unless told. ``model_kwargs`` are the
+    network's options (they win over the data's sizes: ``num_classes=None`` is filled from the
+    classes, as in model configs); ``module_kwargs`` the module's other arguments (``task``,
+    ``scheduler``, ``param_groups``, ``tta_flip``, ...), among them ``net`` (then no network
+    is built from a name) and input fields that differ from the data's (``classes``, ...)."""
+    data = make_data() if data is None else data
+    options = dict(module_kwargs or {})
+    differ = {key: options.pop(key) for key in DATA_FIELDS if key in options}
+    spec = dataclasses.replace(data.spec, **differ)
+    if options.get("net") is not None:  # a hand-made network: no registry name, no options
+        return ClassificationModule(optimizer=optimizer, spec=spec, **options)
+    kwargs = dict(num_classes=spec.num_classes, in_channels=spec.num_channels)
+    kwargs["image_size"] = spec.image_size
     if model_name == "simplecnn":
         kwargs.update(widths=[4, 8], hidden=16)
     kwargs.update(model_kwargs)
     return ClassificationModule(
-        model_name=model_name,
-        model_kwargs=kwargs,
-        optimizer=optimizer,
-        **(module_kwargs or {}),
-        **data.spec,
+        model_name=model_name, model_kwargs=kwargs, optimizer=optimizer, spec=spec, **options
     )
 
 

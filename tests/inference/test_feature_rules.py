@@ -5,7 +5,7 @@ answered the same by the checkpoint and each exported file; bad options are one-
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -155,8 +155,8 @@ def trained() -> Trained:
     )
     data.setup("fit")
     train, val = data.splits["train"], data.splits["val"]
-    spec = InputSpec.from_dict(
-        {**data.spec, "model_name": "simplecnn", "model_kwargs": {"widths": [8, 16], "hidden": 32}}
+    spec = replace(
+        data.spec, model_name="simplecnn", model_kwargs={"widths": [8, 16], "hidden": 32}
     )
     net = fit_plain_simplecnn(train, spec, num_classes=4)
     result = calibrate(net, spec, val, reject="knn", keep=0.95, train=train, k=10)

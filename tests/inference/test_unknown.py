@@ -45,7 +45,7 @@ def rejecting() -> Rejecting:
     )
     data.setup("fit")
     train, val = data.splits["train"], data.splits["val"]
-    spec = InputSpec.from_dict(dict(data.spec))
+    spec = data.spec
     net = fit_plain_simplecnn(train, spec, num_classes=4)
     result = calibrate(net, spec, val, reject="energy", keep=0.95)
     spec = InputSpec.from_dict({**spec.to_dict(), **result.spec_updates})

@@ -32,7 +32,7 @@ def overconfident():
         val_size=128, noise=1.6,
     )  # fmt: skip
     data.setup("fit")
-    spec = InputSpec.from_dict(dict(data.spec))
+    spec = data.spec
     train = data.splits["train"]
     x, y = spec.preprocess(train.images[:64]), train.labels[:64].clone()
     noisy = torch.rand(64) < 0.3

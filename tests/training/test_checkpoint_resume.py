@@ -2,19 +2,20 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 import pytest
 import torch
 
+from helpers import make_module
+from lightning_cls.inference import InputSpec
 from lightning_cls.inference.network import check_same_data, network_state_dict
 from lightning_cls.module import ClassificationModule
 from lightning_cls.training.resume import check_compatible, resolve_ckpt_path
 
 
-def _module(**model_kwargs) -> ClassificationModule:
-    kwargs = dict(num_classes=4, in_channels=1, image_size=8, widths=[4, 8], hidden=16)
-    kwargs.update(model_kwargs)
-    return ClassificationModule("simplecnn", kwargs, classes=[f"c{i}" for i in range(4)])
+def _module(classes=("c0", "c1", "c2", "c3"), **model_kwargs) -> ClassificationModule:
+    return make_module(module_kwargs={"classes": classes}, **model_kwargs)
 
 
 def _save(module, path):
@@ -97,11 +98,7 @@ def test_network_state_dict_strips_the_prefix_and_the_compile_wrapper():
 
 def test_same_class_count_with_other_names_is_refused_on_resume(tmp_path):
     _save(_module(), tmp_path / "a.ckpt")  # classes c0..c3
-    other = ClassificationModule(
-        "simplecnn",
-        dict(num_classes=4, in_channels=1, image_size=8, widths=[4, 8], hidden=16),
-        classes=["c0", "c1", "cat", "dog"],
-    )
+    other = _module(classes=["c0", "c1", "cat", "dog"])
     with pytest.raises(
         ValueError,
         match=(
@@ -116,6 +113,10 @@ def test_class_order_channels_and_size_are_compared():
     trained = {"classes": ["a", "b"], "num_channels": 3, "image_size": 32}
     check_same_data(trained, {**trained, "mean": [0.5]})  # other keys are not compared
     check_same_data({"classes": None}, trained)  # nothing to compare
+    spec = InputSpec(**trained, mean=[0.5] * 3, std=[0.25] * 3)  # a DataModule's spec
+    check_same_data(trained, spec)
+    with pytest.raises(ValueError, match=r"image_size=32 but the data has image_size=16"):
+        check_same_data(spec, replace(spec, image_size=16))
     with pytest.raises(
         ValueError,
         match=r"the same 2 classes in another order .*trained \[a, b\], the data \[b, a\]",

@@ -32,7 +32,7 @@ def test_test_coverage_is_within_two_points_of_the_target():
         test_size=1000, noise=1.6,
     )  # fmt: skip
     data.setup("fit")
-    spec = InputSpec.from_dict(dict(data.spec))
+    spec = data.spec
     train = data.splits["train"]
     net = fit_plain_simplecnn(train, spec, num_classes=10)
     result = calibrate(net, spec, data.splits["val"], data.splits["test"], conformal=0.1)

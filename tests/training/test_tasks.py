@@ -4,7 +4,6 @@ held their options) still load and predict the same."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,8 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from helpers import LEARNABLE, make_data
+from helpers import LEARNABLE, make_data, make_module
+from lightning_cls.data.base import data_fields
 from lightning_cls.inference import InputSpec, Predictor
 from lightning_cls.inference.tasks import TASKS, MultiClass, create_task
 from lightning_cls.module import ClassificationModule
@@ -72,10 +72,7 @@ class RejectingTraining(TrainingTask):
 
 
 def _module(data, **kwargs) -> ClassificationModule:
-    adam = functools.partial(torch.optim.Adam, lr=3e-3)
-    kwargs = {"model_name": "simplecnn", "optimizer": adam, "spec": data.spec, **kwargs}
-    model_kwargs = dict(num_classes=4, in_channels=3, image_size=16, widths=[8, 16], hidden=32)
-    return ClassificationModule(model_kwargs=model_kwargs, **kwargs)
+    return make_module(data, module_kwargs=kwargs, widths=[8, 16], hidden=32)
 
 
 def test_a_registered_task_trains_end_to_end_without_touching_the_module(tmp_path):
@@ -136,7 +133,7 @@ def _old_checkpoint(path, data, **hparams) -> None:
         "cutmix_alpha": 0.0,
         "mix_prob": 1.0,
         "class_weights": None,
-        **{k: list(v) if isinstance(v, tuple) else v for k, v in data.spec.items()},
+        **data_fields(data.spec),
         **hparams,
     }
     torch.save(
