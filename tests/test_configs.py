@@ -11,12 +11,12 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from helpers import make_module
 from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls import config_dir
 from lightning_cls.data import ImageDataModule, SyntheticDataModule
 from lightning_cls.data import registry as data_registry
 from lightning_cls.models import create_model
-from lightning_cls.module import ClassificationModule
 from lightning_cls.train import train
 
 CONF = Path(config_dir())
@@ -273,15 +273,8 @@ def test_experiment_options(option, tmp_path):
         overrides.append("model.weights=null")
     cfg = compose(overrides=overrides, tmp=tmp_path)
     dm = instantiate(cfg.data)
-    kwargs = OmegaConf.to_container(cfg.model, resolve=True)
-    module = ClassificationModule(
-        kwargs.pop("name"),
-        kwargs,
-        optimizer=instantiate(cfg.optimizer),
-        classes=dm.classes,
-        mean=dm.mean,
-        std=dm.std,
-    )
+    kwargs = OmegaConf.to_container(cfg.model, resolve=True)  # all of the config's options
+    module = make_module(dm, kwargs.pop("name"), instantiate(cfg.optimizer), **kwargs)
     assert module.net(torch.randn(2, dm.num_channels, dm.image_size, dm.image_size)).shape == (
         2,
         dm.num_classes,

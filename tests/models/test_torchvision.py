@@ -8,6 +8,7 @@ import torch
 import torchvision
 from omegaconf import OmegaConf
 
+from helpers import make_data, make_module
 from helpers.hydra_configs import compose
 from lightning_cls.models import create_model
 from lightning_cls.models.torchvision_models import head_name, preprocessing, read_state_dict
@@ -114,10 +115,13 @@ def test_weights_preprocessing_is_torchvisions():
 
 def test_checkpoint_rebuilds_the_torchvision_model(tmp_path):
     _, path = _saved(tmp_path)
-    module = ClassificationModule(
+    module = make_module(
+        make_data(num_channels=3),
         model_name="resnet18",
-        model_kwargs={"source": "torchvision", "num_classes": None, "weights_path": str(path)},
-        classes=["a", "b", "c"],
+        module_kwargs={"classes": ["a", "b", "c"]},
+        source="torchvision",
+        num_classes=None,
+        weights_path=str(path),
     )
     assert module.net.fc.out_features == 3  # num_classes from the class names (imagefolder)
     module.hparams.model_kwargs["weights_path"] = None  # the file may be gone at load time

@@ -4,8 +4,8 @@ over DDP ranks), per-class precision/recall."""
 import pytest
 import torch
 
+from helpers import make_data, make_module
 from lightning_cls.data.tensor_loader import TensorBatchLoader
-from lightning_cls.module import ClassificationModule
 from lightning_cls.training.class_balance import (
     WeightedCrossEntropy,
     class_counts,
@@ -42,8 +42,7 @@ def test_weighted_loss_matches_torch_and_stays_out_of_the_state_dict():
     loss = WeightedCrossEntropy([0.5, 1.0, 2.0])
     expected = torch.nn.functional.cross_entropy(logits, y, torch.tensor([0.5, 1.0, 2.0]))
     torch.testing.assert_close(loss(logits, y), expected)
-    module = ClassificationModule("mlp", {"num_classes": 3, "in_channels": 1, "image_size": 4},
-                                  class_weights=[0.5, 1.0, 2.0])  # fmt: skip
+    module = make_module(make_data(num_classes=3), module_kwargs={"class_weights": [0.5, 1.0, 2.0]})
     assert isinstance(module.task.criterion, WeightedCrossEntropy)
     assert not any("criterion" in k for k in module.state_dict())
 

@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import make_module
 from helpers.gloo_ranks import run_ranks
 from helpers.hydra_configs import QUIET_TRAINER, compose
+from helpers.multilabel import QUIET, STATED_TEST_MAP
 from lightning_cls.data.multilabel import MultiLabelDataModule
 from lightning_cls.inference import load_artifact
 from lightning_cls.inference.scores import THRESHOLD_GRID
 from lightning_cls.module import ClassificationModule
 from lightning_cls.train import train
-from helpers.multilabel import QUIET, STATED_TEST_MAP
 
 
 def test_training_reaches_the_stated_map_and_reports_multilabel_metrics(multilabel_run):
@@ -116,12 +117,7 @@ def test_task_and_data_must_agree(multilabel_squares, tmp_path):
 )
 def test_multiclass_only_options_are_one_line_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        ClassificationModule(
-            model_name="mlp",
-            model_kwargs={"num_classes": 4, "in_channels": 3, "image_size": 8},
-            task={"name": "multilabel", **kwargs},
-            classes=["a", "b", "c", "d"],
-        )
+        make_module(module_kwargs={"task": {"name": "multilabel", **kwargs}})  # 4 classes
 
 
 def test_pos_weight_auto_comes_from_the_train_counts_and_is_saved(multilabel_squares, tmp_path):
@@ -163,15 +159,10 @@ def test_per_label_plot_and_curves_draw_the_multilabel_metrics(multilabel_run, t
 
 
 def test_a_fixed_threshold_is_kept_over_the_checkpoints_and_auto_takes_the_checkpoints():
-    options = dict(
-        model_name="mlp",
-        model_kwargs={"num_classes": 2, "in_channels": 1, "image_size": 4},
-        classes=["a", "b"],
-    )
     saved = {"hyper_parameters": {"task": {"name": "multilabel", "threshold": 0.45}}}
-    fixed = ClassificationModule(task={"name": "multilabel", "threshold": 0.3}, **options)
+    fixed = make_module(module_kwargs={"task": {"name": "multilabel", "threshold": 0.3}})
     fixed.on_load_checkpoint(saved)
-    auto = ClassificationModule(task={"name": "multilabel", "threshold": "auto"}, **options)
+    auto = make_module(module_kwargs={"task": {"name": "multilabel", "threshold": "auto"}})
     auto.on_load_checkpoint(saved)
     assert (fixed.hparams.task["threshold"], auto.hparams.task["threshold"]) == (0.3, 0.45)
     auto.on_load_checkpoint({"hyper_parameters": {"task": "multilabel", "threshold": 0.4}})
@@ -192,12 +183,7 @@ def test_a_fixed_threshold_is_kept_over_the_checkpoints_and_auto_takes_the_check
 )
 def test_misspelt_or_misplaced_multilabel_options_are_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        ClassificationModule(
-            model_name="mlp",
-            model_kwargs={"num_classes": 2, "in_channels": 1, "image_size": 4},
-            classes=["a", "b"],
-            task=kwargs,
-        )
+        make_module(module_kwargs={"task": kwargs})
 
 
 def test_a_rank_without_samples_joins_the_gather(tmp_path, fork_server, fork_env):

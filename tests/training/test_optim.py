@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_cls.module import ClassificationModule
+from helpers import make_module
 from lightning_cls.training.optim import apply_group_scales, norm_bias_groups, triangle
 
 
@@ -48,11 +48,12 @@ def test_norm_bias_groups_scale_lr_but_keep_decay_per_step():
 
 
 def test_module_builds_its_optimizer_from_param_groups():
-    module = ClassificationModule(
+    module = make_module(
         model_name="airbench",
-        model_kwargs=dict(num_classes=10, widths=(4, 8, 8), stem_width=4),
         optimizer=functools.partial(torch.optim.SGD, lr=0.5, momentum=0.9),
-        param_groups=functools.partial(norm_bias_groups, lr_scale=10.0),
+        module_kwargs={"param_groups": functools.partial(norm_bias_groups, lr_scale=10.0)},
+        widths=(4, 8, 8),
+        stem_width=4,
     )
     optimizer = module.configure_optimizers()
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.5, 5.0])

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_cls.module import ClassificationModule
+from helpers import make_module
 from lightning_cls.training.optim import (
     MuonHybrid,
     apply_group_scales,
@@ -146,11 +146,12 @@ def test_bad_options_are_one_line():
 
 
 def test_module_steps_and_schedules_muon():
-    module = ClassificationModule(
+    module = make_module(
         model_name="airbench",
-        model_kwargs=dict(num_classes=10, widths=(4, 8, 8), stem_width=4),
         optimizer=functools.partial(MuonHybrid, lr=0.2, aux_lr=0.1),
-        param_groups=muon_groups,
+        module_kwargs={"param_groups": muon_groups},
+        widths=(4, 8, 8),
+        stem_width=4,
     )
     optimizer = module.configure_optimizers()
     assert isinstance(optimizer, MuonHybrid)
@@ -161,7 +162,7 @@ def test_module_steps_and_schedules_muon():
 
 def test_lightning_resume_mid_run_matches_an_uninterrupted_run(tmp_path):
     """Lightning saves and restores MuonHybrid's state (the momentum buffers of both sides)."""
-    from helpers.tiny import make_data, make_module, make_trainer
+    from helpers.tiny import make_data, make_trainer
 
     def module():
         torch.manual_seed(0)
