@@ -7,19 +7,7 @@ import functools
 
 import pytest
 
-from helpers import SGD, SMALL, make_trainer
-from helpers import make_data as _make_data
-from helpers import make_module as _make_module
-from lightning_cls.data import SyntheticDataModule
-from lightning_cls.module import ClassificationModule
-
-
-def make_data(**kwargs) -> SyntheticDataModule:
-    return _make_data(SMALL, **kwargs)
-
-
-def make_module(data: SyntheticDataModule | None = None, **model_kwargs) -> ClassificationModule:
-    return _make_module(data or make_data(), optimizer=SGD, **model_kwargs)
+from helpers import SGD, make_data, make_module, make_trainer
 
 
 @pytest.fixture
@@ -29,7 +17,7 @@ def tiny_data():
 
 @pytest.fixture
 def tiny_module():
-    return make_module
+    return functools.partial(make_module, optimizer=SGD)
 
 
 @pytest.fixture

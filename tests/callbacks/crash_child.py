@@ -15,7 +15,7 @@ import torch
 from lightning_fabric.plugins.io import torch_io
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from conftest import make_data, make_module
+from helpers import SGD, make_data, make_module, make_trainer
 from lightning_cls.training.checkpoint_io import AtomicCheckpointIO
 
 out, kind = Path(sys.argv[1]), sys.argv[2]
@@ -57,16 +57,7 @@ checkpoint = ModelCheckpoint(
     dirpath=out / "ckpt", save_last=True, save_top_k=0, every_n_train_steps=1
 )
 data = make_data()
-trainer = pl.Trainer(
-    accelerator="cpu",
-    max_epochs=1000,
-    logger=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-    num_sanity_val_steps=0,
-    limit_val_batches=0,
-    callbacks=[checkpoint, StepMarker()],
-    default_root_dir=out,
-    plugins=plugins,
+trainer = make_trainer(
+    out, [checkpoint, StepMarker()], max_epochs=1000, limit_val_batches=0, plugins=plugins
 )
-trainer.fit(make_module(data), datamodule=data)
+trainer.fit(make_module(data, optimizer=SGD), datamodule=data)

@@ -3,13 +3,15 @@
 import pytest
 import torch
 
-from conftest import make_module
+from helpers import SGD, make_module
 from lightning_cls.callbacks import WhiteningInit
 from lightning_cls.callbacks.whitening import training_images
 
 
 def _airbench_module(data, **kwargs):
-    return make_module(data, model_name="airbench", widths=(4, 8, 8), whiten=True, **kwargs)
+    return make_module(
+        data, model_name="airbench", optimizer=SGD, widths=(4, 8, 8), whiten=True, **kwargs
+    )
 
 
 def test_fit_start_whitens_training_patches_and_freezes_bias(tiny_data, tiny_trainer):

@@ -3,9 +3,9 @@ does not depend on when Lightning fetches a batch, and follows trainer.precision
 
 from __future__ import annotations
 
-import pytorch_lightning as pl
 import torch
 
+from helpers import make_trainer
 from lightning_cls.data import SyntheticDataModule
 
 
@@ -25,7 +25,7 @@ def _data() -> SyntheticDataModule:
 
 def _attached(precision: str = "32-true") -> SyntheticDataModule:
     data = _data()
-    trainer = pl.Trainer(accelerator="cpu", precision=precision, logger=False)
+    trainer = make_trainer(precision=precision)
     trainer.training = True
     data.trainer = trainer
     return data

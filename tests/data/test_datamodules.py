@@ -7,7 +7,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from helpers import make_module
+from helpers import make_module, make_trainer
 from lightning_cls.callbacks import ShapeCheck
 from lightning_cls.data import DigitsDataModule, SyntheticDataModule
 from lightning_cls.data.base import data_fields
@@ -20,9 +20,7 @@ def test_fast_dev_run(cls, pipeline):
     dm = cls(batch_size=16, pipeline=pipeline)
     dm.setup()
     module = make_module(dm)
-    trainer = pl.Trainer(
-        fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False
-    )
+    trainer = make_trainer(fast_dev_run=True)
     trainer.fit(module, datamodule=dm)
     assert trainer.state.finished
 
@@ -136,15 +134,7 @@ def test_bf16_true_hands_the_model_a_bf16_batch():
     )
     module = make_module(dm, hidden=8)
     dtypes = _InputDtypes()
-    trainer = pl.Trainer(
-        fast_dev_run=True,
-        accelerator="cpu",
-        precision="bf16-true",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[ShapeCheck(), dtypes],
-    )
+    trainer = make_trainer(None, [ShapeCheck(), dtypes], fast_dev_run=True, precision="bf16-true")
     trainer.fit(module, datamodule=dm)
     assert trainer.state.finished
     assert dtypes.dtypes == [torch.bfloat16]

@@ -3,10 +3,9 @@
 import logging
 
 import pytest
-import pytorch_lightning as pl
 import torch
 
-from helpers import make_module
+from helpers import make_module, make_trainer
 from lightning_cls.data.imagefolder import ImageFolderDataModule
 
 
@@ -65,13 +64,7 @@ def test_grayscale_and_loader_in_a_plain_loop(image_root):
 def test_fast_dev_run_trains(image_root):
     dm = _dm(image_root, crop_padding=1, hflip=True)
     module = make_module(dm)
-    trainer = pl.Trainer(
-        fast_dev_run=2,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = make_trainer(fast_dev_run=2)
     trainer.fit(module, datamodule=dm)
     assert trainer.state.finished
 

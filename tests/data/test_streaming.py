@@ -11,6 +11,7 @@ import torch
 
 pytest.importorskip("litdata")
 
+from helpers import make_trainer
 from lightning_cls.data.base import data_fields
 from lightning_cls.data.chunks import DATASET_FILE, write_streaming
 from lightning_cls.data.streaming import StreamingDataModule
@@ -242,13 +243,11 @@ def test_spec_is_an_input_spec_that_passes_the_data_keys(tmp_path):
 def test_streamed_batches_go_through_the_base_batch_hook(tmp_path):
     """One batch hook for every source: a streamed uint8 batch (no key) is augmented with
     draws seeded from the trainer's epoch, step and rank, in trainer.precision's dtype."""
-    import pytorch_lightning as pl
-
     out, _ = _write(tmp_path)
     dm = StreamingDataModule(str(out), batch_size=8, crop_padding=2, hflip=True, seed=7)
     dm.setup()
     x, y = next(iter(dm.train_dataloader()))
-    dm.trainer = pl.Trainer(accelerator="cpu", precision="bf16-true", logger=False)
+    dm.trainer = make_trainer(precision="bf16-true")
     dm.trainer.training = True
     a, y_a = dm.on_after_batch_transfer((x, y), 0)
     b, _ = dm.on_after_batch_transfer((x, y), 0)

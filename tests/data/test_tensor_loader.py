@@ -7,6 +7,7 @@ import torch.distributed as dist
 from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data.distributed import DistributedSampler
 
+from helpers import make_trainer
 from helpers.gloo_ranks import run_ranks
 from lightning_cls.data.augment import BatchAugment
 from lightning_cls.data.tensor_loader import TensorBatchLoader, batch_generator
@@ -170,16 +171,7 @@ def _fit(tmp_path, ckpt_path=None, callbacks=()):
     images, labels = _data(40)
     loader = TensorBatchLoader(images, labels, 8, shuffle=True, seed=11)
     model = _Recorder()
-    trainer = pl.Trainer(
-        max_epochs=3,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=list(callbacks),
-        default_root_dir=tmp_path,
-        enable_checkpointing=bool(callbacks),
-    )
+    trainer = make_trainer(tmp_path, callbacks, max_epochs=3)
     trainer.fit(model, loader, ckpt_path=ckpt_path)
     return model.seen
 

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import pytorch_lightning as pl
 import torchvision.datasets as tvd
 
-from helpers import make_module
+from helpers import make_module, make_trainer
 from lightning_cls.data import (
     CIFAR10DataModule,
     CIFAR100DataModule,
@@ -93,9 +92,7 @@ def test_fast_dev_run_on_tiny_archive(name, pipeline, tmp_path, monkeypatch):
     x, y = next(iter(dm.train_dataloader()))  # outside a Trainer: float, normalized
     assert x.shape == (4, channels, size, size) and x.dtype.is_floating_point
     module = make_module(dm, model_name="mlp")
-    trainer = pl.Trainer(
-        fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False
-    )
+    trainer = make_trainer(fast_dev_run=True)
     trainer.fit(module, datamodule=dm)
     trainer.test(module, datamodule=dm)
 

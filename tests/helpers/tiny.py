@@ -90,8 +90,9 @@ def make_module(
     )
 
 
-def make_trainer(root: Path, callbacks=(), **kwargs) -> pl.Trainer:
-    """A quiet one-epoch CPU trainer; it checkpoints only when given a ModelCheckpoint."""
+def make_trainer(root: Path | None = None, callbacks=(), **kwargs) -> pl.Trainer:
+    """A quiet one-epoch CPU trainer; it checkpoints only when given a ModelCheckpoint (and
+    writes nothing without ``root``: no logger, no checkpoint)."""
     options = dict(
         default_root_dir=root,
         accelerator="cpu",

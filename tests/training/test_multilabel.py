@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import make_module
+from helpers import make_module, make_trainer
 from helpers.gloo_ranks import run_ranks
 from helpers.hydra_configs import QUIET_TRAINER, compose
 from helpers.multilabel import QUIET, STATED_TEST_MAP
@@ -73,12 +73,8 @@ def test_eval_on_val_writes_per_label_metrics(multilabel_run, multilabel_squares
 
 def test_a_multiclass_validation_counts_per_class_metrics(trained):
     # eval split=val writes these (per_class_val); before, only test predictions were counted
-    import pytorch_lightning as pl
-
     module = ClassificationModule.load_from_checkpoint(trained.ckpt, map_location="cpu")
-    trainer = pl.Trainer(
-        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
-    )
+    trainer = make_trainer()
     (metrics,) = trainer.validate(module, datamodule=trained.data)
     per_class = module.per_class_results("val")
     assert set(per_class) == set(trained.spec.classes)

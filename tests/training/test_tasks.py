@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from helpers import LEARNABLE, make_data, make_module
+from helpers import LEARNABLE, make_data, make_module, make_trainer
 from lightning_cls.data.base import data_fields
 from lightning_cls.inference import InputSpec, Predictor
 from lightning_cls.inference.tasks import TASKS, MultiClass, create_task
@@ -82,15 +82,7 @@ def test_a_registered_task_trains_end_to_end_without_touching_the_module(tmp_pat
     module = _module(data, task={"name": "toy_reject", "threshold": 0.4, "gamma": 1.0})
     logits, y = torch.randn(8, 4), torch.arange(8) % 4
     assert module.task.loss(logits, y) < F.cross_entropy(logits, y)  # gamma is used
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=4,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        default_root_dir=tmp_path,
-    )
+    trainer = make_trainer(tmp_path, max_epochs=4)
     trainer.fit(module, datamodule=data)
     (metrics,) = trainer.test(module, datamodule=data, verbose=False)
     assert metrics["test/answered_acc"] > 0.6, metrics  # chance: 0.25
