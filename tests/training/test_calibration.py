@@ -13,12 +13,12 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import LEARNABLE, SMALL, as_overrides, make_data
+from helpers import LEARNABLE, SMALL, as_overrides, fit_plain_simplecnn, make_data
 from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls.inference import InputSpec, load_torch_model
 from lightning_cls.inference.scores import mean_average_precision
+from lightning_cls.inference.spec import Split
 from lightning_cls.inference.tasks import create_task
-from lightning_cls.models import create_model
 from lightning_cls.training.calibration import calibrate, fit_temperature
 
 
@@ -34,19 +34,11 @@ def overconfident():
     data.setup("fit")
     spec = data.spec
     train = data.splits["train"]
-    x, y = spec.preprocess(train.images[:64]), train.labels[:64].clone()
+    y = train.labels[:64].clone()
     noisy = torch.rand(64) < 0.3
     y[noisy] = torch.randint(0, 4, (int(noisy.sum()),))
-    net = create_model(
-        "simplecnn", num_classes=4, in_channels=1, image_size=16, widths=[8, 16], hidden=32
-    )
-    optimizer = torch.optim.Adam(net.parameters(), 3e-3)
-    for _ in range(150):
-        loss = torch.nn.functional.cross_entropy(net(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return net.eval(), spec, data.splits
+    net = fit_plain_simplecnn(Split(train.images[:64], y), spec, num_classes=4, steps=150)
+    return net, spec, data.splits
 
 
 def test_temperature_scaling_halves_the_ece_of_an_overconfident_model(overconfident, tmp_path):
