@@ -1,5 +1,7 @@
 """Test helpers: the one tiny-data/tiny-module factory (``tiny.py``) and what is trained with it
-once per test process and read by many tests (``trained.py``)."""
+once per test process and read by many tests (``trained.py``). Beside them: the real configs
+composed small (``hydra_configs.py``), the shared multi-label run (``multilabel.py``), the fork
+server and the gloo ranks (with ``multilabel_gather.py``, one body they run)."""
 
 from helpers.tiny import (
     LEARNABLE,

@@ -78,16 +78,13 @@ def make_module(
     options = dict(module_kwargs or {})
     differ = {key: options.pop(key) for key in DATA_FIELDS if key in options}
     spec = dataclasses.replace(data.spec, **differ)
-    if options.get("net") is not None:  # a hand-made network: no registry name, no options
-        return ClassificationModule(optimizer=optimizer, spec=spec, **options)
-    kwargs = dict(num_classes=spec.num_classes, in_channels=spec.num_channels)
-    kwargs["image_size"] = spec.image_size
-    if model_name == "simplecnn":
-        kwargs.update(widths=[4, 8], hidden=16)
-    kwargs.update(model_kwargs)
-    return ClassificationModule(
-        model_name=model_name, model_kwargs=kwargs, optimizer=optimizer, spec=spec, **options
-    )
+    if options.get("net") is None:  # else a hand-made network: no registry name, no options
+        kwargs = dict(num_classes=spec.num_classes, in_channels=spec.num_channels)
+        kwargs["image_size"] = spec.image_size
+        if model_name == "simplecnn":
+            kwargs.update(widths=[4, 8], hidden=16)
+        options.update(model_name=model_name, model_kwargs={**kwargs, **model_kwargs})
+    return ClassificationModule(optimizer=optimizer, spec=spec, **options)
 
 
 def make_trainer(root: Path | None = None, callbacks=(), **kwargs) -> pl.Trainer:
