@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers.tiny import LEARNABLE, as_overrides, colour_photos
 from helpers.hydra_configs import QUIET_TRAINER, compose
+from helpers.tiny import LEARNABLE, as_overrides, colour_photos
 from lightning_cls.explain.__main__ import explain
 
 
