@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -76,31 +77,14 @@ def apply_pretrained_preprocessing(cfg: DictConfig) -> dict:
 def train(cfg: DictConfig) -> dict:
     """Run one training job described by ``cfg``; return what goes into results.json."""
     started = time.time()
-    optimizer = instantiate(cfg.optimizer)
-    scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
-    check_option_types(optimizer, "optimizer")  # a typo's one line comes before Lightning loads
-    check_option_types(scheduler, "scheduler")
-    from lightning_cls.inference.conformal import check_options as check_conformal_options
-    from lightning_cls.inference.trust import check_rule_options
-
-    check_rule_options(*(cfg.get(key) for key in ("reject", "reject_keep", "reject_k")),
-                       cfg.get("reject_bank"))  # fmt: skip
-    check_conformal_options(cfg.get("conformal"), cfg.get("conformal_method", "raps"))
+    optimizer, scheduler = checked_options(cfg)  # a typo's one line comes before Lightning loads
     # Imported here: `--help`, a config error and the checks above do not pay for Lightning,
     # torchmetrics and the callbacks (tests/test_layers.py runs each and checks sys.modules).
     import pytorch_lightning as pl
-    import torch
-    from pytorch_lightning.callbacks import ProgressBar
     from pytorch_lightning.utilities import rank_zero_only
 
-    from lightning_cls.callbacks.best_metric import BestMetric
-    from lightning_cls.callbacks.optuna_pruning import OptunaPruning
-    from lightning_cls.callbacks.preemption import Preemption
-    from lightning_cls.export.callback import ExportCallback
-    from lightning_cls.inference.mosaic import write_split_mosaic
-    from lightning_cls.module import ClassificationModule
     from lightning_cls.training.loggers import close_loggers
-    from lightning_cls.training.resume import check_compatible, fit_position, restore_fit_position
+    from lightning_cls.training.resume import restore_fit_position
     from lightning_cls.training.trainer import build_trainer
 
     if rank_zero_only.rank == 0:
@@ -109,9 +93,76 @@ def train(cfg: DictConfig) -> dict:
 
     apply_pretrained_preprocessing(cfg)
     datamodule = instantiate(cfg.data)  # loads nothing yet: the Trainer calls prepare/setup
+    module = build_module(cfg, datamodule.spec, optimizer, scheduler)
+    run = RunCallbacks.from_config(cfg)
+    loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
+    trainer: pl.Trainer = build_trainer(
+        partial(instantiate, cfg.trainer),
+        cfg.trainer.precision,
+        cfg.trainer.accelerator,
+        run.callbacks,
+        loggers,
+    )
+    with open_dict(cfg.trainer):  # the config logged and saved says what ran (auto resolved)
+        cfg.trainer.precision = str(trainer.precision)
+    datamodule.batch_size = per_device_batch_size(cfg.data.batch_size, trainer.world_size)
+    for logger in trainer.loggers:  # the whole config, so runs compare in TensorBoard/MLflow
+        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    ckpt_path = _resume_from(cfg)
+    _continue_next_to(ckpt_path, trainer, module)
+
+    # A requeue signal from here to the end (held since the process started) saves what there
+    # is, requeues and exits; the requeued job skips the stages done (callbacks/preemption.py).
+    stages = run.preemption.stages
+    run.preemption.install_for_job()
+    fit = stages.get("fit")  # a requeued job whose fit is complete: not fitted again
+    if fit is None:
+        if cfg.train:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        fit = run.fit_record(cfg, trainer)
+        run.preemption.complete("fit", fit, trainer)  # kept; a signal until now leaves here
+    else:
+        restore_fit_position(trainer, fit["position"])  # the test logs where the fit stopped
+    tested = stages.get("test")
+    if tested is None:
+        # The best checkpoint of this fit; without a fit (train=false), the given checkpoint.
+        tested = tested_record(cfg, trainer, module, datamodule, fit["best_ckpt"] or ckpt_path, fit)
+        run.preemption.complete("test", tested, trainer)  # the last point a signal leaves at
+
+    summary = run_summary(cfg, fit, tested, trainer, started)
+    if trainer.is_global_zero:
+        write_results(cfg, summary)
+    stages.clear(trainer.is_global_zero)  # complete: a rerun here runs every stage
+    close_loggers(trainer.loggers)  # a W&B run stays open until the process exits otherwise
+    run.preemption.uninstall()  # a signal from here on is latched (the job is complete) or default
+    return summary
+
+
+def checked_options(cfg: DictConfig) -> tuple:
+    """The optimizer and scheduler partials, and every option checked before Lightning loads:
+    their types, the rejection rule's and the prediction sets'."""
+    from lightning_cls.inference.conformal import check_options as check_conformal_options
+    from lightning_cls.inference.trust import check_rule_options
+
+    optimizer = instantiate(cfg.optimizer)
+    scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
+    check_option_types(optimizer, "optimizer")
+    check_option_types(scheduler, "scheduler")
+    check_rule_options(*(cfg.get(key) for key in ("reject", "reject_keep", "reject_k")),
+                       cfg.get("reject_bank"))  # fmt: skip
+    check_conformal_options(cfg.get("conformal"), cfg.get("conformal_method", "raps"))
+    return optimizer, scheduler
+
+
+def build_module(cfg: DictConfig, spec, optimizer, scheduler):
+    """The ``ClassificationModule`` the config describes, for the data's ``spec`` (what the
+    DataModule reads from its data's metadata: class names, stored image size, channels,
+    mean/std); the model options left null are filled from it."""
+    import torch
+
+    from lightning_cls.module import ClassificationModule
+
     model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
-    # The spec holds what the DataModule reads from its data's metadata (class names, stored
-    # image size, channels, mean/std); the module fills the model options left null from it.
     module = ClassificationModule(
         model_name=model_kwargs.pop("name"),
         model_kwargs=model_kwargs,
@@ -123,141 +174,149 @@ def train(cfg: DictConfig) -> dict:
         tta_tolerance=cfg.get("tta_tolerance", 0.002),
         param_groups=instantiate(cfg.param_groups) if cfg.get("param_groups") else None,
         task=task_options(cfg),  # conf/task/<name>.yaml: the name and all of the task's options
-        spec=datamodule.spec,
+        spec=spec,
         # distill.teacher=<.ckpt/.onnx>: a teacher's soft targets in the loss (Distiller)
         distill=instantiate(cfg.distill) if OmegaConf.select(cfg, "distill.teacher") else None,
     )
     if cfg.data.get("channels_last"):
         module = module.to(memory_format=torch.channels_last)  # weights too, not just inputs
+    return module
 
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    preemption = next((c for c in callbacks if isinstance(c, Preemption)), None)
-    preemption = preemption or Preemption(cfg.paths.ckpt_dir, requeue_signals=(), stop_signals=())
-    if cfg.trainer.get("enable_progress_bar") is False:  # the user's flag wins over the preset
-        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
-    callbacks += [instantiate(c) for c in (cfg.get("tuner") or {}).values()]  # tuner=lr|batch_size
-    calibration = None  # calibrate=true / reject= / conformal=: on val when fit ends, before export
-    if cfg.get("calibrate") or cfg.get("reject") or cfg.get("conformal") is not None:
-        from lightning_cls.callbacks.calibration import Calibrate
 
-        calibration = Calibrate(
-            bool(cfg.get("calibrate")),
-            cfg.get("reject"),
-            cfg.get("reject_keep", 0.95),
-            Path(cfg.paths.output_dir) / "reliability.png",
-            k=cfg.get("reject_k"),
-            bank_size=cfg.get("reject_bank"),
-            conformal=cfg.get("conformal"),
-            conformal_method=cfg.get("conformal_method", "raps"),
+@dataclass
+class RunCallbacks:
+    """The job's callbacks, and those whose state the run reads back after the fit."""
+
+    callbacks: list
+    preemption: Any
+    best_metric: Any
+    calibration: Any = None  # calibrate=true / reject= / conformal=: on val at fit end
+    pruning: Any = None  # a trial job launched by the optuna sweeper
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig) -> RunCallbacks:
+        from pytorch_lightning.callbacks import ProgressBar
+
+        from lightning_cls.callbacks.best_metric import BestMetric
+        from lightning_cls.callbacks.optuna_pruning import OptunaPruning
+        from lightning_cls.callbacks.preemption import Preemption
+        from lightning_cls.export.callback import ExportCallback
+
+        callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+        preemption = next((c for c in callbacks if isinstance(c, Preemption)), None)
+        preemption = preemption or Preemption(
+            cfg.paths.ckpt_dir, requeue_signals=(), stop_signals=()
         )
-        callbacks.append(calibration)
-    export_config = instantiate(cfg.export) if cfg.get("export") else None
-    if export_config is not None and export_config.enabled:
-        callbacks.append(
-            ExportCallback(export_config, dirpath=Path(cfg.paths.output_dir) / "export")
-        )
-    best_metric = BestMetric(cfg.optimized_metric, cfg.optimized_mode)
-    callbacks.append(best_metric)
-    pruning = None
-    if cfg.optuna.trial_number is not None:  # a trial job launched by the optuna sweeper
-        pruning = OptunaPruning(**cfg.optuna, monitor=cfg.optimized_metric)
-        callbacks.append(pruning)
-    loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
-    trainer: pl.Trainer = build_trainer(
-        partial(instantiate, cfg.trainer),
-        cfg.trainer.precision,
-        cfg.trainer.accelerator,
-        callbacks,
-        loggers,
-    )
-    with open_dict(cfg.trainer):  # the config logged and saved says what ran (auto resolved)
-        cfg.trainer.precision = str(trainer.precision)
-    datamodule.batch_size = per_device_batch_size(cfg.data.batch_size, trainer.world_size)
-    for logger in trainer.loggers:  # the whole config, so runs compare in TensorBoard/MLflow
-        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+        if cfg.trainer.get("enable_progress_bar") is False:  # the user's flag beats the preset
+            callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+        callbacks += [instantiate(c) for c in (cfg.get("tuner") or {}).values()]  # tuner=lr|...
+        run = cls(callbacks, preemption, BestMetric(cfg.optimized_metric, cfg.optimized_mode))
+        if cfg.get("calibrate") or cfg.get("reject") or cfg.get("conformal") is not None:
+            from lightning_cls.callbacks.calibration import Calibrate
 
-    ckpt_path = _resume_from(cfg)
-    if ckpt_path:
-        check_compatible(ckpt_path, module)  # names differing keys/shapes before fit starts
-    for checkpoint in trainer.checkpoint_callbacks if ckpt_path else []:
-        # A resumed run keeps writing next to the checkpoint it continues, so its best/last
-        # bookkeeping carries on instead of starting over in a new folder.
-        checkpoint.dirpath = str(Path(ckpt_path).parent)
-    # A requeue signal from here to the end (held since the process started) saves what there
-    # is, requeues and exits; the requeued job skips the stages done (callbacks/preemption.py).
-    preemption.install_for_job()
-    output_dir = Path(cfg.paths.output_dir)
-    fit = preemption.stages.get("fit")  # a requeued job whose fit is complete: not fitted again
-    if fit is None:
-        if cfg.train:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+            run.calibration = Calibrate(
+                bool(cfg.get("calibrate")),
+                cfg.get("reject"),
+                cfg.get("reject_keep", 0.95),
+                Path(cfg.paths.output_dir) / "reliability.png",
+                k=cfg.get("reject_k"),
+                bank_size=cfg.get("reject_bank"),
+                conformal=cfg.get("conformal"),
+                conformal_method=cfg.get("conformal_method", "raps"),
+            )
+            callbacks.append(run.calibration)  # before export: the artifacts carry its result
+        export_config = instantiate(cfg.export) if cfg.get("export") else None
+        if export_config is not None and export_config.enabled:
+            export_dir = Path(cfg.paths.output_dir) / "export"
+            callbacks.append(ExportCallback(export_config, dirpath=export_dir))
+        callbacks.append(run.best_metric)
+        if cfg.optuna.trial_number is not None:
+            run.pruning = OptunaPruning(**cfg.optuna, monitor=cfg.optimized_metric)
+            callbacks.append(run.pruning)
+        return run
+
+    def fit_record(self, cfg: DictConfig, trainer: pl.Trainer) -> dict:
+        """What the fit leaves for results.json (and for a requeued job to skip it)."""
+        from lightning_cls.training.resume import fit_position
+
         # The training loop's metrics (kept by the callback: gone after a restart in the fit's
         # last hooks), else the trainer's.
-        fit_metrics = (preemption.stages.get("train") or {}).get("metrics")
-        fit_metrics = fit_metrics or to_floats(trainer.callback_metrics)
-        fit = {
+        metrics = (self.preemption.stages.get("train") or {}).get("metrics")
+        metrics = metrics or to_floats(trainer.callback_metrics)
+        best = self.best_metric.best
+        calibration = self.calibration.result if self.calibration else None
+        return {
             "best_ckpt": trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else "",
             "best_val_acc": _best_score(trainer),
-            "objective": best_metric.best if best_metric.best is not None else fit_metrics.get(cfg.optimized_metric),
-            "pruned_at_epoch": pruning.pruned_epoch if pruning else None,
-            "val": {k: v for k, v in fit_metrics.items() if k.startswith("val/")},
+            "objective": best if best is not None else metrics.get(cfg.optimized_metric),
+            "pruned_at_epoch": self.pruning.pruned_epoch if self.pruning else None,
+            "val": {k: v for k, v in metrics.items() if k.startswith("val/")},
             # ECE before/after, the temperature and rejection rule (training/calibration.py)
-            "calibration": calibration.result.report() if calibration and calibration.result else None,
+            "calibration": calibration.report() if calibration else None,
             "position": fit_position(trainer),
         }  # fmt: skip
-        preemption.complete("fit", fit, trainer)  # kept; a signal until now leaves here
-    else:
-        restore_fit_position(trainer, fit["position"])  # the test logs where the fit stopped
 
-    tested = preemption.stages.get("test")
-    if tested is None:
-        test_metrics: dict = {}
-        per_class: dict = {}
-        if cfg.test and fit["pruned_at_epoch"] is None:  # a pruned trial is not worth testing
-            # The best checkpoint of this fit; without a fit (train=false), the given checkpoint.
-            results = trainer.test(
-                module, datamodule=datamodule, ckpt_path=fit["best_ckpt"] or ckpt_path
-            )
-            test_metrics = to_floats(results[0]) if results else {}
-            # Per-class precision/recall (multi-label: AP, AUROC, F1) of the test run (every rank
-            # computes: the metrics sync).
-            per_class = module.per_class_results("test", trainer.callback_metrics)
-        if (
-            trainer.is_global_zero
-            and cfg.get("prediction_mosaic", True)
-            and "val" in getattr(datamodule, "splits", {})
-        ):
-            write_split_mosaic(module, datamodule, "val", output_dir / "predictions_val.png")
-        tested = {"test": test_metrics, "per_class_test": per_class}
-        preemption.complete("test", tested, trainer)  # the last point a signal leaves at
 
-    summary = {
-        "run_dir": str(output_dir),
-        "best_ckpt": fit["best_ckpt"],
-        "best_val_acc": fit["best_val_acc"],
+def tested_record(cfg: DictConfig, trainer, module, datamodule, ckpt_path, fit: dict) -> dict:
+    """Test ``ckpt_path`` (unless ``test=false`` or the trial was pruned: not worth testing)
+    and draw the validation predictions' mosaic; the test's metrics and per-class results."""
+    from lightning_cls.inference.mosaic import write_split_mosaic
+
+    metrics: dict = {}
+    per_class: dict = {}
+    if cfg.test and fit["pruned_at_epoch"] is None:
+        results = trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        metrics = to_floats(results[0]) if results else {}
+        # Per-class precision/recall (multi-label: AP, AUROC, F1) of the test run (every rank
+        # computes: the metrics sync).
+        per_class = module.per_class_results("test", trainer.callback_metrics)
+    mosaic = cfg.get("prediction_mosaic", True) and "val" in getattr(datamodule, "splits", {})
+    if trainer.is_global_zero and mosaic:
+        output = Path(cfg.paths.output_dir) / "predictions_val.png"
+        write_split_mosaic(module, datamodule, "val", output)
+    return {"test": metrics, "per_class_test": per_class}
+
+
+def run_summary(cfg: DictConfig, fit: dict, tested: dict, trainer, started: float) -> dict:
+    """results.json: the fit's and the test's records, what ran and how long."""
+    import torch
+
+    return {
+        "run_dir": str(Path(cfg.paths.output_dir)),
+        **{k: fit[k] for k in ("best_ckpt", "best_val_acc")},
         "optimized_metric": cfg.optimized_metric,
-        "objective": fit["objective"],
-        "pruned_at_epoch": fit["pruned_at_epoch"],
-        "val": fit["val"],
-        "test": tested["test"],
-        "per_class_test": tested["per_class_test"],
+        **{k: fit[k] for k in ("objective", "pruned_at_epoch", "val")},
+        **tested,
         "calibration": fit["calibration"],
         "wall_time_s": round(time.time() - started, 2),
         "precision": str(trainer.precision),  # what ran (trainer.precision=auto resolved)
         "torch_threads": torch.get_num_threads(),  # a parallel launcher's share of the cores
         "overrides": list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [],
     }
-    if trainer.is_global_zero:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(output_dir / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        atomic_write_text(output_dir / "results.json", json.dumps(summary, indent=2) + "\n")
-        log.info("Run directory: %s", output_dir)
-        log.info("Best checkpoint: %s", fit["best_ckpt"] or "(none)")
-        log.info("Final metrics: %s", json.dumps({**summary["val"], **summary["test"]}))
-    preemption.stages.clear(trainer.is_global_zero)  # complete: a rerun here runs every stage
-    close_loggers(trainer.loggers)  # a W&B run stays open until the process exits otherwise
-    preemption.uninstall()  # a signal from here on is latched (the job is complete) or default
-    return summary
+
+
+def write_results(cfg: DictConfig, summary: dict) -> None:
+    """The run folder's config_resolved.yaml and results.json (atomic), and the log's summary."""
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(output_dir / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    atomic_write_text(output_dir / "results.json", json.dumps(summary, indent=2) + "\n")
+    log.info("Run directory: %s", output_dir)
+    log.info("Best checkpoint: %s", summary["best_ckpt"] or "(none)")
+    log.info("Final metrics: %s", json.dumps({**summary["val"], **summary["test"]}))
+
+
+def _continue_next_to(ckpt_path: str | None, trainer, module) -> None:
+    """A resumed run checks the checkpoint fits the module (naming differing keys/shapes before
+    the fit starts) and keeps writing next to it, so its best/last bookkeeping carries on
+    instead of starting over in a new folder."""
+    if not ckpt_path:
+        return
+    from lightning_cls.training.resume import check_compatible
+
+    check_compatible(ckpt_path, module)
+    for checkpoint in trainer.checkpoint_callbacks:
+        checkpoint.dirpath = str(Path(ckpt_path).parent)
 
 
 def task_options(cfg: DictConfig) -> dict:
