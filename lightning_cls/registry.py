@@ -111,6 +111,8 @@ class Registry:
         known = self._builders.get(key)
         if isinstance(known, Lazy) and known.names(builder):
             known = builder  # the module a lazy entry names registers itself as it loads
+        if isinstance(builder, Lazy) and known is not None and builder.names(known):
+            return  # a lazy entry for what is already registered
         if known is not None and known is not builder and known != builder:
             raise ValueError(
                 f"{self.kind.capitalize()} name '{key}' is already registered by "

@@ -66,7 +66,8 @@ class Int8Writer(Writer):
         report = compare(self.method, before, run, self.data.val, q.latency_runs, reference)
         report.int8_path, self.report = str(path), report
         try:
-            enforce_max_drop(report, q.max_acc_drop, q.force)  # removes an older file at path
+            # Removes an older file at path (and its companions) too.
+            enforce_max_drop(report, q.max_acc_drop, q.force, self.companions)
         except AccuracyDropError as err:
             report.accepted, report.error = False, str(err)
             raise
