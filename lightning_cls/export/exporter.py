@@ -30,6 +30,12 @@ log = logging.getLogger(__name__)
 # (slow); onnx_e2e is a second ONNX file for servers outside lightning_cls (uint8 NHWC in).
 ALL_FORMATS = ("onnx", "torchscript", "pt2")
 REPORT_FILE = "quantization_report.json"
+# export.quantize's switches (conf/export/int8.yaml, openvino.yaml) -> the INT8 format each asks for
+QUANTIZE_SWITCHES = {
+    "static": "onnx_int8",
+    "dynamic": "torchscript_int8_dynamic",
+    "openvino": "openvino_int8",
+}
 
 
 @dataclass
@@ -54,9 +60,7 @@ class QuantizeConfig:
     def formats(self) -> list[str]:
         """The INT8 formats (``FORMATS`` names) these switches ask for; any other INT8 format
         is asked for by name in ``export.formats``."""
-        switches = {"static": "onnx_int8", "dynamic": "torchscript_int8_dynamic"}
-        switches["openvino"] = "openvino_int8"
-        return [name for flag, name in switches.items() if getattr(self, flag)]
+        return [name for flag, name in QUANTIZE_SWITCHES.items() if getattr(self, flag)]
 
 
 @dataclass
