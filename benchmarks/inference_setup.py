@@ -16,10 +16,11 @@ import torch
 from PIL import Image
 
 from lightning_cls.data import ImageDataModule, Split, SyntheticDataModule
-from lightning_cls.export.onnx import export_onnx, make_session, run_session
-from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
+from lightning_cls.export import export_format
+from lightning_cls.export.onnx import make_session, run_session
+from lightning_cls.export.openvino import quantize_openvino_int8
 from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
-from lightning_cls.export.torchscript import export_torchscript, load_torchscript, quiet_jit
+from lightning_cls.export.torchscript import load_torchscript, quiet_jit
 from lightning_cls.inference import InputSpec, load_torch_model
 from lightning_cls.inference.openvino import compile_model
 from lightning_cls.module import ClassificationModule
@@ -175,16 +176,16 @@ def runtimes(
 
     def fp32_files():  # the files the int8 and bf16 runtimes start from
         if not onnx.is_file():
-            export_onnx(net, meta, onnx)
+            export_format("onnx", net, meta, onnx)
         if not xml.is_file() and (only is None or any(n.startswith("ov_") for n in only)):
-            export_openvino(onnx, xml, meta, net)
+            export_format("openvino", net, meta, xml, onnx_path=onnx)
 
     builders = {
         "eager": lambda: net,
         "eager_channels_last": lambda: _channels_last(net),
         "torch_compile": lambda: torch.compile(copy.deepcopy(net), dynamic=False),
         "torchscript": lambda: _torchscript(net, meta, out),
-        "ort_fp32": lambda: _ort(export_onnx(net, meta, onnx), threads),
+        "ort_fp32": lambda: _ort(export_format("onnx", net, meta, onnx), threads),
         "ort_int8_qdq": lambda: _ort(
             quantize_onnx_static(onnx, out / "model_int8_qdq.onnx", reader()), threads
         ),
@@ -194,7 +195,9 @@ def runtimes(
             ),
             threads,
         ),
-        "ov_f32": lambda: _ov(export_openvino(onnx, xml, meta, net), threads, "f32"),
+        "ov_f32": lambda: _ov(
+            export_format("openvino", net, meta, xml, onnx_path=onnx), threads, "f32"
+        ),
         "ov_bf16": lambda: _ov(xml, threads, "bf16"),
         "ov_int8": lambda: _ov(
             quantize_openvino_int8(
@@ -228,7 +231,7 @@ def _channels_last(net):
 def _torchscript(net, meta, out: Path):
     """Traced, then frozen and optimized for inference: the usual TorchScript CPU deployment."""
     module, _ = load_torchscript(
-        export_torchscript(net, meta, out / "model_trace.torchscript", "trace"),
+        export_format("torchscript", net, meta, out / "model_trace.torchscript", mode="trace"),
         trust_artifact=True,  # written just above
     )
     with quiet_jit():

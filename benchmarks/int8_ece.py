@@ -48,7 +48,7 @@ def one_run(folder: Path) -> dict:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from lightning_cls.export.onnx import export_onnx
+    from lightning_cls.export import export_format
     from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
     from lightning_cls.inference import load_artifact, load_torch_model
     from lightning_cls.inference.tasks import create_task
@@ -63,7 +63,7 @@ def one_run(folder: Path) -> dict:
     datamodule.setup("fit")
     test, train = datamodule.splits["test"], datamodule.splits["train"]
     out = folder / "int8_ece"
-    fp32 = export_onnx(net, spec, out / "model.onnx")
+    fp32 = export_format("onnx", net, spec, out / "model.onnx")
     int8 = quantize_onnx_static(fp32, out / "model_int8.onnx", SplitCalibrationReader(train, spec))
     result = {"run": folder.name, "images": len(test), "temperature": spec.temperature}
     for name, path in (("fp32", fp32), ("int8", int8)):

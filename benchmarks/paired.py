@@ -55,7 +55,7 @@ def export_untrained_onnx(name: str, path: Path) -> tuple:
     not depend on the weights' values."""
     import torch
 
-    from lightning_cls.export.onnx import export_onnx
+    from lightning_cls.export import export_format
     from lightning_cls.inference.spec import InputSpec
     from lightning_cls.models import create_model
 
@@ -71,4 +71,4 @@ def export_untrained_onnx(name: str, path: Path) -> tuple:
         model_name=name,
         model_kwargs=kwargs,
     )
-    return net, spec, export_onnx(net, spec, path)
+    return net, spec, export_format("onnx", net, spec, path)

@@ -72,7 +72,8 @@ def quick_files(out: Path) -> Path:
     from paired import export_untrained_onnx  # sibling module
 
     from lightning_cls.data import Split
-    from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
+    from lightning_cls.export import export_format
+    from lightning_cls.export.openvino import quantize_openvino_int8
     from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
 
     split = Split(torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8), torch.zeros(16))
@@ -81,7 +82,7 @@ def quick_files(out: Path) -> Path:
         quantize_onnx_static(
             onnx, out / name, SplitCalibrationReader(split, spec, 1, 16), quant_format=fmt
         )
-    xml = export_openvino(onnx, out / "model.xml", spec, net)
+    xml = export_format("openvino", net, spec, out / "model.xml", onnx_path=onnx)
     quantize_openvino_int8(xml, out / "model_int8.xml", split, spec, 1, 16)
     return out
 

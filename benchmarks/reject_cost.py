@@ -36,14 +36,15 @@ def main(argv: list[str] | None = None) -> dict:
     from hydra.utils import instantiate
 
     from lightning_cls import config_dir
-    from lightning_cls.export.onnx import export_onnx
+    from lightning_cls.export import export_format
     from lightning_cls.inference import load_artifact, load_torch_model, predict_files
 
     summary = run("train", [f"trainer.max_epochs={args.epochs}", "reject=knn",
                             "prediction_mosaic=false", *QUIET], work / "train")  # fmt: skip
     net, spec = load_torch_model(summary["best_ckpt"])
-    with_rule = export_onnx(net, spec, work / "knn" / "model.onnx")
-    plain = export_onnx(net, replace(spec, reject=None), work / "plain" / "model.onnx")
+    with_rule = export_format("onnx", net, spec, work / "knn" / "model.onnx")
+    plain_spec = replace(spec, reject=None)
+    plain = export_format("onnx", net, plain_spec, work / "plain" / "model.onnx")
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         datamodule = instantiate(compose(config_name="train").data)
     datamodule.prepare_data()

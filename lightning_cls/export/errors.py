@@ -6,9 +6,4 @@ class ExportCheckError(RuntimeError):
 
 
 class AccuracyDropError(RuntimeError):
-    """A quantized model lost more validation accuracy than allowed; ``report`` (when one
-    file was refused) is its ``QuantizationReport``."""
-
-    def __init__(self, message: str, report: object = None):
-        super().__init__(message)
-        self.report = report
+    """A quantized model lost more validation accuracy than allowed."""

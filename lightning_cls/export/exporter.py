@@ -1,12 +1,11 @@
-"""``export_model``: every requested format (+ INT8) for one network, into one folder.
+"""``export_model``: every requested format (INT8, Triton and ``auto`` included) for one
+network, into one folder.
 
 Shared by the ``python -m lightning_cls.export`` entry point and ``ExportCallback``.
-``ExportConfig`` mirrors ``conf/export/*.yaml`` field for field. Each file format is a
-``Writer`` in ``export.writer.FORMATS``, written through the one skeleton there
-(``write_verified``: eval mode, temp name, read back through its runtime, compare, rename);
-derived formats (INT8, ``export.int8``) are Writers there too, with their own check (the
-accuracy gate); this module knows no format by name except the two steps built on written
-files (``STEPS``) and ``ALL_FORMATS``.
+``ExportConfig`` mirrors ``conf/export/*.yaml`` field for field. Every format is a ``Writer``
+registered in ``export.writer.FORMATS``; ``ExportConfig.writers`` asks each requested one for
+its writers and orders them by what they require, and ``export_model`` runs them in that order
+through ``Writer.export`` (the one skeleton of ``export.writer``). This module names no format.
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ from pathlib import Path
 from torch import nn
 
 from lightning_cls.export.errors import AccuracyDropError
-from lightning_cls.export.triton import TritonConfig, export_triton
-from lightning_cls.export.writer import FORMATS, Tolerance, Writer, write_checked
+from lightning_cls.export.triton import TritonConfig
+from lightning_cls.export.writer import FORMATS, ExportData, Writer, in_order, writers_of
 from lightning_cls.fileio import atomic_write_text
 from lightning_cls.inference.network import check_same_data
 from lightning_cls.inference.spec import META_FILE, InputSpec
@@ -30,11 +29,13 @@ log = logging.getLogger(__name__)
 # export=all. Not in it: openvino needs the `openvino` extra; auto measures every runtime
 # (slow); onnx_e2e is a second ONNX file for servers outside lightning_cls (uint8 NHWC in).
 ALL_FORMATS = ("onnx", "torchscript", "pt2")
-# Not writers: steps built on the files the writers wrote. "auto" writes and times several
-# runtimes and keeps the fastest (export.auto); "triton" wraps the onnx/onnx_e2e file in a
-# Triton model repository.
-STEPS = ("auto", "triton")
 REPORT_FILE = "quantization_report.json"
+# export.quantize's switches (conf/export/int8.yaml, openvino.yaml) -> the INT8 format each asks for
+QUANTIZE_SWITCHES = {
+    "static": "onnx_int8",
+    "dynamic": "torchscript_int8_dynamic",
+    "openvino": "openvino_int8",
+}
 
 
 @dataclass
@@ -54,7 +55,13 @@ class QuantizeConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.static or self.dynamic or self.openvino
+        return bool(self.formats)
+
+    @property
+    def formats(self) -> list[str]:
+        """The INT8 formats (``FORMATS`` names) these switches ask for; any other INT8 format
+        is asked for by name in ``export.formats``."""
+        return [name for flag, name in QUANTIZE_SWITCHES.items() if getattr(self, flag)]
 
 
 @dataclass
@@ -79,48 +86,22 @@ class ExportConfig:
         self.torchscript_modes = list(self.torchscript_modes)
         self.check_batch_sizes = [int(b) for b in self.check_batch_sizes]
         formats = list(ALL_FORMATS) if list(self.formats) == ["all"] else list(self.formats)
-        known = (*FORMATS, *STEPS)
-        unknown = sorted(set(formats) - set(known))
+        unknown = [name for name in formats if name not in FORMATS]
         if unknown:
             raise ValueError(
-                f"Unknown export format(s) {unknown}; use {', '.join(known)} or 'all'."
+                f"Unknown export format(s) {unknown}; use {', '.join(FORMATS)} or 'all'."
             )
         self.formats = formats
-        source = self.triton.source
-        if "triton" in formats and source not in formats:
-            raise ValueError(
-                f"A Triton repository serves the {source} file (export.triton.source), but "
-                f"'{source}' is not in export.formats={formats}; add it (export=triton does, "
-                "export=triton_e2e for onnx_e2e)."
-            )
-        for writer, asked_by in self.writers(Path()):
-            for needed in writer.requires:
-                if needed not in formats:
-                    raise ValueError(
-                        f"{asked_by} makes {writer.title} from the {needed} file, but "
-                        f"'{needed}' is not in export.formats={formats}; add it (e.g. "
-                        f"export={needed})."
-                    )
+        self.writers(Path("."))  # what each writer requires is here: refused before any work
 
-    def requested(self) -> dict[str, str]:
-        """Each registered format this config asks for -> what asked for it, in ``FORMATS``
-        order (the order ``export_model`` writes them): ``export.formats`` and the
-        ``export.quantize`` flags (``export.int8.QUANTIZE_FLAGS``)."""
-        from lightning_cls.export.int8 import QUANTIZE_FLAGS
-
-        asked = {name: f"'{name}' in export.formats" for name in self.formats}
-        for flag, name in QUANTIZE_FLAGS.items():
-            if getattr(self.quantize, flag):
-                asked[name] = f"export.quantize.{flag}=true"
-        return {name: asked[name] for name in FORMATS if name in asked}
-
-    def writers(self, out: Path) -> list[tuple[Writer, str]]:
-        """The writers of every requested format, into folder ``out``, with what asked."""
-        return [
-            (writer, asked_by)
-            for name, asked_by in self.requested().items()
-            for writer in FORMATS[name](self, out)
-        ]
+    def writers(self, out: Path) -> list[Writer]:
+        """Every writer this config asks for (one per result key), each after its sources."""
+        names = [*self.formats, *(n for n in self.quantize.formats if n not in self.formats)]
+        writers: dict[str, Writer] = {}
+        for name in names:
+            for writer in writers_of(name, self, out):
+                writers.setdefault(writer.key, writer)
+        return in_order(list(writers.values()), self.formats)
 
     @property
     def enabled(self) -> bool:
@@ -128,9 +109,8 @@ class ExportConfig:
 
     @property
     def needs_data(self) -> bool:
-        """A writer declares it (INT8 calibrates on the train split and is gated on the val
-        split); auto validates every runtime on the val split."""
-        return "auto" in self.formats or any(w.needs_data for w, _ in self.writers(Path()))
+        """Whether a writer needs the DataModule (INT8 calibrates, INT8 and auto validate)."""
+        return any(writer.needs_data for writer in self.writers(Path(".")))
 
     @property
     def check_kwargs(self) -> dict:
@@ -147,47 +127,28 @@ class ExportResult:
 def export_model(
     net: nn.Module, spec: InputSpec, out_dir: str | Path, config: ExportConfig, datamodule=None
 ) -> ExportResult:
-    """Export ``net`` as ``config`` says; writers that need data (INT8) calibrate and are
-    gated on ``datamodule``.
+    """Export ``net`` as ``config`` says; writers with ``needs_data`` use ``datamodule``.
 
-    Raises ``AccuracyDropError`` (after writing everything else and the report) when an int8
-    model loses more than ``config.quantize.max_acc_drop`` points and ``force`` is off.
+    Raises ``AccuracyDropError`` (after writing everything else and the INT8 report) when an
+    INT8 model loses more than ``config.quantize.max_acc_drop`` points and ``force`` is off.
     """
     out = Path(out_dir)
     writers = config.writers(out)
-    splits = _splits(writers, spec, datamodule)  # before any work: a missing DataModule
+    data = export_data(writers, spec, datamodule)
     out.mkdir(parents=True, exist_ok=True)
     result = ExportResult()
     atomic_write_text(out / META_FILE, json.dumps(spec.to_dict(), indent=2) + "\n")
     errors = []
-    tolerance = Tolerance(**config.check_kwargs)
-    for writer, _ in writers:  # in FORMATS order: ONNX before OpenVINO, fp32 before INT8
+    for writer in writers:
+        writer.bind(result.paths, data)
         try:
-            written = write_checked(writer, net, spec, out / writer.file, tolerance, splits)
-        except AccuracyDropError as err:  # the gate refused it: the others still run
+            path = writer.export(net, spec, out / writer.file, **config.check_kwargs)
+            result.paths[writer.key] = path
+        except AccuracyDropError as err:
             log.warning("%s", err)
-            result.reports.append(err.report)
             errors.append(str(err))
-            continue
-        result.paths[writer.key] = written.path
-        if written.report is not None:
-            result.reports.append(written.report)
-    if "auto" in config.formats:
-        from lightning_cls.export.auto import AutoConfig, export_auto
-
-        if datamodule is None:
-            raise ValueError(
-                "export=auto checks each runtime's accuracy on the validation split, so it "
-                "needs a DataModule; pass data=<name> (e.g. data=cifar10) on the command line."
-            )
-        auto = export_auto(
-            net, spec, out / "auto", datamodule, AutoConfig(**config.auto), config.check_kwargs
-        )
-        result.paths["auto"] = auto.path
-    if "triton" in config.formats:
-        result.paths["triton"] = export_triton(
-            result.paths[config.triton.source], out / "triton", spec, config.triton
-        ).parent
+        if getattr(writer, "report", None) is not None:
+            result.reports.append(writer.report)
     if result.reports:
         reports = [r.to_dict() for r in result.reports]
         atomic_write_text(out / REPORT_FILE, json.dumps(reports, indent=2) + "\n")
@@ -198,23 +159,22 @@ def export_model(
     return result
 
 
-def _splits(writers: list[tuple[Writer, str]], spec: InputSpec, datamodule) -> dict | None:
-    """The DataModule's splits, checked against ``spec``, if a writer needs data."""
-    needing = [writer for writer, _ in writers if writer.needs_data]
-    if not needing:
+def export_data(writers: list[Writer], spec: InputSpec, datamodule) -> ExportData | None:
+    """The splits the writers that ``needs_data`` use, checked against the model's spec."""
+    reasons = [writer.needs_data for writer in writers if writer.needs_data]
+    if not reasons:
         return None
     if datamodule is None:
-        titles = ", ".join(w.title for w in needing)
         raise ValueError(
-            f"{titles} calibrate(s) on the train split and report(s) validation accuracy, so "
-            "export needs a DataModule; pass data=<name> (e.g. data=cifar10) on the command line."
+            f"{reasons[0]}, so it needs a DataModule; pass data=<name> (e.g. data=cifar10) on "
+            "the command line."
         )
     datamodule.setup("fit")
     # Calibrating on, and reporting accuracy against, other classes would be silently wrong.
     check_same_data(
         spec.to_dict(),
         datamodule.spec,
-        "The model being quantized",
+        "The model being exported",
         data_name=f"data={getattr(datamodule, 'name', type(datamodule).__name__)}",
     )
-    return datamodule.splits
+    return ExportData(datamodule.splits["train"], datamodule.splits["val"], datamodule=datamodule)

@@ -1,216 +1,149 @@
-"""The INT8 formats: derived ``Writer``s whose check is the accuracy gate (``export=int8``,
-``export=auto``).
+"""INT8 formats: writers derived from an fp32 file, checked by the accuracy gate.
 
-Each INT8 method is a ``Writer`` registered in ``FORMATS`` like any format, with a ``source``
-format (the fp32 file it quantizes), ``needs_data`` (it calibrates on seeded batches of the
-train split and is measured on the validation split) and one ``check`` hook: instead of parity
-with eager PyTorch, the file (still under its temp name) is measured against its fp32 source
-(``quantize.compare``) and gated (``quantize.enforce_max_drop``); the skeleton
-(``writer.write_checked``) renames it only if it passes. A rejected INT8 leaves nothing at its
-final name (an older file there, made from another fp32 model, is removed too); a kill leaves
-at most a hidden temp. The ``export.quantize`` flags ask for them (``QUANTIZE_FLAGS``).
-
-onnxruntime/nncf are imported where a file is written (the ``export``/``openvino`` extras), so
-listing the formats needs neither.
+Each INT8 method is a ``Writer`` (``export.writer``) with a source (``requires``: the fp32 file
+it quantizes, by result key) and one check hook, the gate. The one skeleton writes it under a
+temp name; ``Int8Writer.check`` measures it on the validation split against its source (or
+against ``ExportData.reference_acc``: ``export=auto`` gates every runtime against eager
+PyTorch) and raises ``AccuracyDropError`` for a drop of more than ``max_acc_drop`` points
+before the rename, removing an older file at the final name too (``enforce_max_drop``); a kill
+leaves at most a hidden temp. ONNX Runtime static QDQ/QOperator and NNCF calibrate on the same
+seeded ``calibration_batches`` of the train split; torch dynamic needs no calibration.
+``export=int8`` and ``export=auto`` run these same writers.
 """
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
+import dataclasses
 from pathlib import Path
 
+from lightning_cls.export import onnx, openvino, torchscript
 from lightning_cls.export.errors import AccuracyDropError
-from lightning_cls.export.writer import Writer, register_format, write_verified
+from lightning_cls.export.exporter import QuantizeConfig
+from lightning_cls.export.quantize import (
+    SplitCalibrationReader,
+    compare,
+    enforce_max_drop,
+    quantize_onnx_static,
+    quantize_torch_dynamic,
+)
+from lightning_cls.export.torchscript import TorchScriptWriter
+from lightning_cls.export.writer import Writer
 from lightning_cls.inference.predictor import load_artifact
-
-log = logging.getLogger(__name__)
-
-# export.quantize.<flag>=true -> the INT8 format it asks for (in FORMATS, registered below)
-QUANTIZE_FLAGS = {
-    "static": "onnx_static_int8",  # ONNX Runtime static, from model.onnx
-    "dynamic": "torch_dynamic_int8",  # torch.ao dynamic (nn.Linear only), as TorchScript
-    "openvino": "openvino_nncf_int8",  # NNCF post-training, from model.xml
-}
-
-
-@dataclass
-class Gate:
-    """The accuracy gate: how many points an INT8 file may lose on the validation split."""
-
-    max_acc_drop: float = 1.0
-    force: bool = False  # keep a file that loses more (with a warning)
-    latency_runs: int = 50  # batch-1 latency timing in the report (0: not timed)
-    reference_acc: float | None = None  # the baseline (default: the fp32 source's accuracy)
-
-
-@dataclass
-class Calibration:
-    """The seeded train batches every calibrating method sees."""
-
-    batches: int = 8
-    batch_size: int = 32
 
 
 class Int8Writer(Writer):
-    """An INT8 file made from the fp32 file ``source_path``; its check is the accuracy gate.
-    Subclasses implement ``write(net, example, tmp, spec, data)``."""
+    """An INT8 file made from the fp32 file ``requires[0]`` names; ``method`` names it in the
+    report. ``quantize`` holds its options (``export.quantize.*``)."""
 
-    needs_data = True
-    features = False  # made from a file (or, dynamic, through a TorchScript writer of its own)
+    method: str = ""
+    needs_data = "INT8 quantization calibrates on the train split and reports validation accuracy"
+    features = False  # made from a written file, which has its outputs already
 
-    def __init__(
-        self,
-        source_path: str | Path,
-        gate: Gate | None = None,
-        calibration: Calibration | None = None,
-        method: str = "",
-        file: str = "",
-    ):
-        self.source_path = Path(source_path)
-        self.gate, self.calibration = gate or Gate(), calibration or Calibration()
-        self.method = method or self.method  # the report's name for it
-        self.file = file or self.file
+    def __init__(self, quantize: QuantizeConfig | None = None, file: str | None = None):
+        self.quantize = quantize or QuantizeConfig()
+        if file is not None:
+            self.file = file
+        self.source_path: Path | None = None
+        self.data = None
+        self.report = None  # the QuantizationReport of the last check
 
-    def check(self, net, run, spec, tmp, path, data, tolerance):
-        from lightning_cls.export.quantize import compare, enforce_max_drop
+    @classmethod
+    def from_config(cls, config, out):
+        return [cls(config.quantize)]
 
-        g = self.gate
-        # Our own files, just written: TorchScript is trusted here.
+    def bind(self, files, data):
+        self.source_path, self.data = Path(files[self.requires[0]]), data
+
+    def read_back(self, path):
+        predictor = load_artifact(path, trust_artifact=True)  # our own file, just written
+        return predictor, predictor.spec
+
+    def check(self, model, run, spec, path, batch_sizes, atol, rtol):
+        """The accuracy gate: ``run`` (the INT8 file) against its source on the val split."""
+        q = self.quantize
         before = load_artifact(self.source_path, trust_artifact=True)
-        after = load_artifact(tmp, trust_artifact=True)
-        report = compare(self.method, before, after, data["val"], g.latency_runs, g.reference_acc)
-        report.int8_path = str(path)
+        reference = self.data.reference_acc
+        report = compare(self.method, before, run, self.data.val, q.latency_runs, reference)
+        report.int8_path, self.report = str(path), report
         try:
-            enforce_max_drop(report, g.max_acc_drop, g.force)  # removes an older file at path
+            # Removes an older file at path (and its companions) too.
+            enforce_max_drop(report, q.max_acc_drop, q.force, self.companions)
         except AccuracyDropError as err:
             report.accepted, report.error = False, str(err)
-            raise AccuracyDropError(str(err), report) from None
-        return report
+            raise
+
+    def calibration(self, spec) -> SplitCalibrationReader:
+        q = self.quantize
+        train = self.data.train
+        return SplitCalibrationReader(train, spec, q.calibration_batches, q.calibration_batch_size)
 
 
-class OnnxStaticInt8Writer(Int8Writer):
-    """``model_int8.onnx``: ONNX Runtime static INT8 of ``model.onnx`` (QDQ or QOperator)."""
+class OnnxStaticInt8(Int8Writer):
+    """``model_int8.onnx``: ONNX Runtime static INT8 (QDQ or QOperator) of ``model.onnx``, the
+    graph's first Conv kept float unless ``export.quantize.keep_first_conv_float=false``."""
 
-    key, file, title, source, method = (
-        "onnx_int8",
-        "model_int8.onnx",
-        "ONNX Runtime static INT8",
-        "onnx",
-        "onnx_static_int8",
-    )
+    key, file, title, method = "onnx_int8", "model_int8.onnx", "ONNX INT8", "onnx_static_int8"
+    requires, uses = ("onnx",), "export.quantize.static=true quantizes the ONNX file"
+    modules = ("onnx", "onnxruntime")
+    copy_tagged = staticmethod(onnx.copy_tagged)
 
-    def __init__(
-        self,
-        source_path,
-        gate=None,
-        calibration=None,
-        method="",
-        file="",
-        per_channel: bool = True,
-        activation_type: str = "uint8",
-        quant_format: str = "qdq",
-        keep_first_conv_float: bool = True,
-    ):
-        super().__init__(source_path, gate, calibration, method, file)
-        self.per_channel, self.activation_type = per_channel, activation_type
-        self.quant_format, self.keep_first_conv_float = quant_format, keep_first_conv_float
+    @classmethod
+    def candidates(cls, config):
+        qdq = dataclasses.replace(config.quantize, format="qdq")
+        qop = dataclasses.replace(config.quantize, format="qoperator")
+        return {"ort_int8_qdq": cls(qdq), "ort_int8_qoperator": cls(qop, "model_int8_qop.onnx")}
 
-    def write(self, net, example, tmp, spec, data):
-        from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
-
-        c = self.calibration
+    def write(self, net, example, tmp, spec):
+        q = self.quantize
+        reader = self.calibration(spec)
         quantize_onnx_static(
             self.source_path,
             tmp,
-            SplitCalibrationReader(data["train"], spec, c.batches, c.batch_size),
-            self.per_channel,
-            self.activation_type,
-            self.quant_format,
-            keep_first_conv_float=self.keep_first_conv_float,
-        )
-
-
-class OpenVINOInt8Writer(Int8Writer):
-    """``model_int8.xml`` + ``.bin``: NNCF post-training INT8 of the OpenVINO IR."""
-
-    key, file, companions, title, source, method = (
-        "openvino_int8",
-        "model_int8.xml",
-        (".bin",),
-        "OpenVINO NNCF INT8",
-        "openvino",
-        "openvino_nncf_int8",
-    )
-
-    def write(self, net, example, tmp, spec, data):
-        from lightning_cls.export.openvino import quantize_openvino_int8
-
-        c = self.calibration
-        quantize_openvino_int8(self.source_path, tmp, data["train"], spec, c.batches, c.batch_size)
-
-
-class TorchDynamicInt8Writer(Int8Writer):
-    """``model_int8_dynamic.torchscript``: torch.ao dynamic INT8 (``nn.Linear`` only) of the
-    eager network, traced and parity-checked against the quantized network; gated against
-    ``model_trace.torchscript``, which its format writes first when it is not requested."""
-
-    key, file, title, source, method = (
-        "torchscript_int8_dynamic",
-        "model_int8_dynamic.torchscript",
-        "torch dynamic INT8",
-        "torchscript",
-        "torch_dynamic_int8",
-    )
-    requires = ()  # it quantizes the eager network; its fp32 trace comes with it if needed
-
-    def __init__(self, source_path, gate=None, calibration=None, method="", file="", check=None):
-        super().__init__(source_path, gate, calibration, method, file)
-        self.check_kwargs = check or {}
-
-    def write(self, net, example, tmp, spec, data):
-        from lightning_cls.export.quantize import quantize_torch_dynamic
-        from lightning_cls.export.torchscript import TorchScriptWriter
-
-        if net is None:
-            raise ValueError("torch_dynamic_int8 quantizes the eager network; pass net=.")
-        quantized = quantize_torch_dynamic(net)
-        write_verified(TorchScriptWriter("trace"), quantized, spec, tmp, **self.check_kwargs)
-
-
-def _gate(config) -> tuple[Gate, Calibration]:
-    q = config.quantize
-    gate = Gate(q.max_acc_drop, q.force, q.latency_runs)
-    return gate, Calibration(q.calibration_batches, q.calibration_batch_size)
-
-
-def onnx_static_writers(config, out: Path) -> list[Writer]:
-    q = config.quantize
-    return [
-        OnnxStaticInt8Writer(
-            out / "model.onnx",
-            *_gate(config),
-            per_channel=q.per_channel,
-            activation_type=q.activation_type,
-            quant_format=q.format,
+            reader,
+            q.per_channel,
+            q.activation_type,
+            q.format,
             keep_first_conv_float=q.keep_first_conv_float,
         )
-    ]
 
 
-def torch_dynamic_writers(config, out: Path) -> list[Writer]:
-    from lightning_cls.export.torchscript import TorchScriptWriter
+class TorchDynamicInt8(Int8Writer):
+    """``model_int8_dynamic.torchscript``: torch.ao dynamic INT8 of every ``nn.Linear``, traced;
+    gated against the traced fp32 file (written too, when export.formats has no torchscript)."""
 
-    trace = TorchScriptWriter("trace")
-    dynamic = TorchDynamicInt8Writer(out / trace.file, *_gate(config), check=config.check_kwargs)
-    asked = "torchscript" in config.formats and "trace" in config.torchscript_modes
-    return [dynamic] if asked else [trace, dynamic]
+    key, file, title = "torchscript_int8_dynamic", "model_int8_dynamic.torchscript", "INT8"
+    method = "torch_dynamic_int8"
+    requires = ("torchscript_trace",)
+    uses = "export.quantize.dynamic=true compares with the traced TorchScript file"
+    features = True  # quantizes the network itself: its features output too
+    copy_tagged = staticmethod(torchscript.copy_tagged)
+
+    @classmethod
+    def from_config(cls, config, out):
+        return [TorchScriptWriter("trace"), cls(config.quantize)]
+
+    def write(self, net, example, tmp, spec):
+        if net is None:
+            raise ValueError("torch_dynamic_int8 quantizes the eager network; pass net=.")
+        TorchScriptWriter("trace").write(quantize_torch_dynamic(net), example, tmp, spec)
 
 
-def openvino_writers(config, out: Path) -> list[Writer]:
-    return [OpenVINOInt8Writer(out / "model.xml", *_gate(config))]
+class OpenVINOInt8(Int8Writer):
+    """``model_int8.xml`` + ``.bin``: NNCF post-training INT8 of the OpenVINO IR."""
 
+    key, file, companions = "openvino_int8", "model_int8.xml", (".bin",)
+    title, method = "OpenVINO INT8", "openvino_nncf_int8"
+    requires, uses = ("openvino",), "export.quantize.openvino=true quantizes the OpenVINO IR"
+    modules = ("openvino", "nncf")
+    copy_tagged = staticmethod(openvino.copy_tagged)
 
-register_format("onnx_static_int8", onnx_static_writers)
-register_format("torch_dynamic_int8", torch_dynamic_writers)
-register_format("openvino_nncf_int8", openvino_writers)
+    @classmethod
+    def candidates(cls, config):
+        return {"ov_int8": cls(config.quantize)}
+
+    def write(self, net, example, tmp, spec):
+        q = self.quantize
+        train = self.data.train
+        openvino.quantize_openvino_int8(
+            self.source_path, tmp, train, spec, q.calibration_batches, q.calibration_batch_size
+        )

@@ -7,14 +7,14 @@ by the export skeleton (``export.writer``) in ONNX Runtime, the runtime that ser
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from lightning_cls.export.errors import ExportCheckError
-from lightning_cls.export.writer import CHECK_BATCH_SIZES, Writer, register_format, write_verified
+from lightning_cls.export.writer import Writer
+from lightning_cls.fileio import atomic_path
 from lightning_cls.inference.network import FeatureNet
 from lightning_cls.inference.runtimes import (
     FEATURES_OUTPUT,
@@ -32,36 +32,36 @@ class OnnxWriter(Writer):
     """``model.onnx``: float NCHW in, logits out, read back in ONNX Runtime."""
 
     key, file, title = "onnx", FILE, "ONNX"
+    modules = ("onnx", "onnxruntime")
 
     def __init__(self, opset: int = OPSET):
         self.opset = opset
 
+    @classmethod
+    def from_config(cls, config, out):
+        return [cls(config.opset)]
+
+    @classmethod
+    def candidates(cls, config):
+        return {"ort_fp32": cls(config.opset)}
+
     def write(self, net, example, tmp, spec):
         write_onnx(net, example, tmp, spec, self.opset, INPUT_NAME, OUTPUT_NAME)
 
-
-def writers(config, out: Path) -> list[Writer]:
-    return [OnnxWriter(config.opset)]
-
-
-register_format("onnx", writers)
+    def copy_tagged(self, src, dst, key, text):
+        return copy_tagged(src, dst, key, text)
 
 
-def export_onnx(
-    net: nn.Module,
-    spec: InputSpec,
-    path: str | Path,
-    opset: int = OPSET,
-    check_batch_sizes: Sequence[int] = CHECK_BATCH_SIZES,
-    atol: float = 1e-4,
-    rtol: float = 1e-3,
-) -> Path:
-    """Export ``net`` (in eval mode) to one ``.onnx`` file and verify it in ONNX Runtime.
+def copy_tagged(src: Path, dst: Path, key: str, text: str) -> Path:
+    """``src`` copied to ``dst`` with ``text`` under ``key`` in its ``metadata_props``."""
+    import onnx
 
-    The file is written and checked under a temp name and only then renamed to ``path``, so
-    a failed check leaves an earlier export at ``path`` untouched.
-    """
-    return write_verified(OnnxWriter(opset), net, spec, path, check_batch_sizes, atol, rtol)
+    model = onnx.load(str(src))
+    entry = model.metadata_props.add()
+    entry.key, entry.value = key, text
+    with atomic_path(dst) as tmp:
+        onnx.save_model(model, str(tmp), save_as_external_data=False)
+    return dst
 
 
 def write_onnx(

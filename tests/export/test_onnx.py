@@ -6,13 +6,13 @@ import onnx
 import pytest
 import torch
 
+from lightning_cls.export import export_format
 from lightning_cls.export import writer as writer_module
 from lightning_cls.export.checks import example_batch
 from lightning_cls.export.errors import ExportCheckError
 from lightning_cls.export.onnx import (
     INPUT_NAME,
     OPSET,
-    export_onnx,
     make_session,
     read_metadata,
     run_session,
@@ -33,7 +33,9 @@ class _ExportsDifferently(torch.nn.Module):
 
 
 def test_onnx_parity_at_two_batch_sizes(trained, tmp_path):
-    path = export_onnx(trained.net, trained.spec, tmp_path / "m.onnx", check_batch_sizes=(1, 7))
+    path = export_format(
+        "onnx", trained.net, trained.spec, tmp_path / "m.onnx", check_batch_sizes=(1, 7)
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # no external-data side file
     model = onnx.load(str(path))
     assert {o.domain: o.version for o in model.opset_import}[""] == OPSET
@@ -49,7 +51,9 @@ def test_onnx_parity_at_two_batch_sizes(trained, tmp_path):
 
 
 def test_onnx_metadata_round_trip(trained, tmp_path):
-    path = export_onnx(trained.net, trained.spec, tmp_path / "m.onnx", check_batch_sizes=())
+    path = export_format(
+        "onnx", trained.net, trained.spec, tmp_path / "m.onnx", check_batch_sizes=()
+    )
     meta = read_metadata(path)
     assert meta == trained.spec
     assert meta.classes == ("class_0", "class_1", "class_2", "class_3")
@@ -62,12 +66,14 @@ def test_parity_check_fails_loudly_when_the_file_computes_something_else(trained
     with pytest.raises(
         ExportCheckError, match=r"ONNX m\.onnx at batch 1: outputs differ from eager PyTorch"
     ):
-        export_onnx(_ExportsDifferently(trained.net), trained.spec, tmp_path / "m.onnx")
+        export_format("onnx", _ExportsDifferently(trained.net), trained.spec, tmp_path / "m.onnx")
     assert list(tmp_path.iterdir()) == []  # checked under a temp name, which is gone
 
 
 def test_failed_parity_check_keeps_the_previous_file(trained, tmp_path, monkeypatch):
-    path = export_onnx(trained.net, trained.spec, tmp_path / "m.onnx", check_batch_sizes=())
+    path = export_format(
+        "onnx", trained.net, trained.spec, tmp_path / "m.onnx", check_batch_sizes=()
+    )
     before = path.read_bytes()
     seen = []
 
@@ -77,7 +83,7 @@ def test_failed_parity_check_keeps_the_previous_file(trained, tmp_path, monkeypa
 
     monkeypatch.setattr(writer_module, "check_outputs_close", fail)
     with pytest.raises(ExportCheckError, match=r"ONNX m\.onnx at batch 1: outputs differ"):
-        export_onnx(trained.net, trained.spec, path, check_batch_sizes=(1,))
+        export_format("onnx", trained.net, trained.spec, path, check_batch_sizes=(1,))
     assert seen == ["ONNX m.onnx at batch 1"]  # the final name, not the temp file's
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # no temp file left behind

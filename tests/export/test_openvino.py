@@ -13,17 +13,23 @@ pytest.importorskip("openvino")
 pytest.importorskip("nncf")
 
 from helpers import TRAINED_OVERRIDES as SYNTHETIC  # the `trained` fixture's data
+from lightning_cls.export import export_format
 from lightning_cls.export.__main__ import export
 from lightning_cls.export.checks import example_batch
-from lightning_cls.export.onnx import export_onnx
-from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
+from lightning_cls.export.openvino import quantize_openvino_int8
 from lightning_cls.inference import load_artifact
 from lightning_cls.inference.openvino import OpenVINORuntime, compile_model
 
 
 @pytest.fixture(scope="module")
 def onnx_file(trained, tmp_path_factory):
-    return export_onnx(trained.net, trained.spec, tmp_path_factory.mktemp("ov") / "model.onnx")
+    path = tmp_path_factory.mktemp("ov") / "model.onnx"
+    return export_format("onnx", trained.net, trained.spec, path)
+
+
+def _openvino(onnx_path, xml_path, spec, net=None, precision="f32"):
+    """The IR converted from ``onnx_path`` (checked against ``net`` when given)."""
+    return export_format("openvino", net, spec, xml_path, onnx_path=onnx_path, precision=precision)
 
 
 @pytest.mark.slow
@@ -50,12 +56,12 @@ def test_cli_openvino_exports_ir_and_int8_that_predict_like_eager(trained, helpe
 def test_bf16_precision_is_recorded_and_used(trained, onnx_file, tmp_path):
     import openvino as ov
 
-    xml = export_openvino(onnx_file, tmp_path / "model.xml", trained.spec, precision="bf16")
+    xml = _openvino(onnx_file, tmp_path / "model.xml", trained.spec, precision="bf16")
     runtime = OpenVINORuntime(xml)
     assert runtime.precision == "bf16"
     hint = runtime.compiled.get_property("INFERENCE_PRECISION_HINT")
     assert hint in (ov.Type.bf16, ov.Type.f32)  # f32 on CPUs without bf16: OpenVINO falls back
-    f32 = OpenVINORuntime(export_openvino(onnx_file, tmp_path / "f32.xml", trained.spec))
+    f32 = OpenVINORuntime(_openvino(onnx_file, tmp_path / "f32.xml", trained.spec))
     assert f32.compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.f32
 
 
@@ -65,16 +71,16 @@ def test_parity_check_catches_a_different_network(trained, helpers, onnx_file, t
     onnx = onnx_file
     other = helpers.make_module(trained.data).net.eval()  # untrained: other outputs
     with pytest.raises(ExportCheckError, match="OpenVINO model.xml at batch 1"):
-        export_openvino(onnx, tmp_path / "model.xml", trained.spec, other)
+        _openvino(onnx, tmp_path / "model.xml", trained.spec, other)
     assert not (tmp_path / "model.xml").exists()
 
 
 def test_bad_inputs_name_the_fix(trained, onnx_file, tmp_path):
     with pytest.raises(FileNotFoundError, match="export ONNX first"):
-        export_openvino(tmp_path / "missing.onnx", tmp_path / "m.xml", trained.spec)
+        _openvino(tmp_path / "missing.onnx", tmp_path / "m.xml", trained.spec)
     with pytest.raises(ValueError, match="Unknown OpenVINO precision 'fp16'"):
         compile_model(None, precision="fp16")
-    xml = export_openvino(onnx_file, tmp_path / "model.xml", trained.spec)
+    xml = _openvino(onnx_file, tmp_path / "model.xml", trained.spec)
     train = trained.data.splits["train"]
     with pytest.raises(ValueError, match="Unknown NNCF preset 'fast'"):
         quantize_openvino_int8(xml, tmp_path / "q.xml", train, trained.spec, preset="fast")

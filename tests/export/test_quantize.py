@@ -30,6 +30,7 @@ def test_static_int8_keeps_accuracy_within_threshold(trained, tmp_path):
     assert report.size_after < report.size_before
     int8 = load_artifact(result.paths["onnx_int8"])
     assert int8.spec == trained.spec  # metadata survives quantization
+    assert _conv_weight_dequantized(result.paths["onnx_int8"]) == [False, True]  # stem float
     val = trained.data.splits["val"]
     assert int8.accuracy(val.images, val.labels) == pytest.approx(report.acc_after)
     saved = json.loads((tmp_path / "quantization_report.json").read_text())
@@ -133,12 +134,23 @@ def _conv_weight_dequantized(path) -> list[bool]:
 def test_static_int8_keeps_the_first_conv_float(trained, tmp_path, keep):
     """keep_first_conv_float (default on) leaves the stem's weight float; off (the negative
     control) it is int8 like every later Conv."""
-    from lightning_cls.export.onnx import export_onnx
+    from lightning_cls.export import export_format
     from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
 
-    fp32 = export_onnx(trained.net, trained.spec, tmp_path / "model.onnx")
+    fp32 = export_format("onnx", trained.net, trained.spec, tmp_path / "model.onnx")
     reader = SplitCalibrationReader(trained.data.splits["train"], trained.spec, 1, 16)
     int8 = quantize_onnx_static(fp32, tmp_path / "q.onnx", reader, keep_first_conv_float=keep)
     weights = _conv_weight_dequantized(int8)
     assert len(weights) == 2, weights  # the tiny net's two convolutions
     assert weights == [not keep, True]
+
+
+def test_export_passes_keep_first_conv_float_to_the_static_writer(trained, tmp_path):
+    """export.quantize.keep_first_conv_float=false reaches quantize_onnx_static (whose own
+    default is on): the stem is int8 too."""
+    quantize = QuantizeConfig(
+        static=True, calibration_batches=1, latency_runs=0, keep_first_conv_float=False
+    )
+    config = ExportConfig(formats=["onnx"], quantize=quantize)
+    result = export_model(trained.net, trained.spec, tmp_path, config, datamodule=trained.data)
+    assert _conv_weight_dequantized(result.paths["onnx_int8"]) == [True, True]

@@ -6,18 +6,18 @@ import pytest
 import torch
 from torch import nn
 
+from lightning_cls.export import export_format
 from lightning_cls.export import writer as writer_module
 from lightning_cls.export.checks import example_batch
 from lightning_cls.export.errors import ExportCheckError
 from lightning_cls.export.exporter import ExportConfig, export_model
-from lightning_cls.export.pt2 import export_pt2
-from lightning_cls.export.torchscript import export_torchscript, load_torchscript, quiet_jit
+from lightning_cls.export.torchscript import load_torchscript, quiet_jit
 from lightning_cls.inference.runtimes import Pt2Runtime
 from lightning_cls.models import create_model
 
 
 def test_torchscript_trace_reloads_with_same_outputs(trained, tmp_path):
-    path = export_torchscript(trained.net, trained.spec, tmp_path / "m.torchscript", "trace")
+    path = export_format("torchscript", trained.net, trained.spec, tmp_path / "m.torchscript")
     module, meta = load_torchscript(path, trust_artifact=True)
     assert meta == trained.spec
     x = example_batch(meta, 5, seed=3)
@@ -27,7 +27,9 @@ def test_torchscript_trace_reloads_with_same_outputs(trained, tmp_path):
 
 def test_torchscript_script_reloads_with_same_outputs(trained, tmp_path):
     net = create_model("mlp", num_classes=4, in_channels=3, image_size=16, hidden=8).eval()
-    path = export_torchscript(net, trained.spec, tmp_path / "m.torchscript", "script")
+    path = export_format(
+        "torchscript", net, trained.spec, tmp_path / "m.torchscript", mode="script"
+    )
     module, meta = load_torchscript(path, trust_artifact=True)
     assert meta == trained.spec
     assert "forward" in module.code  # compiled from source, not a recorded trace
@@ -45,18 +47,28 @@ class _ImportInForward(nn.Module):
 
 def test_script_failure_names_the_fix(trained, tmp_path):
     with pytest.raises(ValueError, match=r"(?s)cannot compile _ImportInForward.*Use mode='trace'"):
-        export_torchscript(_ImportInForward(), trained.spec, tmp_path / "m.torchscript", "script")
+        export_format(
+            "torchscript",
+            _ImportInForward(),
+            trained.spec,
+            tmp_path / "m.torchscript",
+            mode="script",
+        )
 
 
 def test_torchscript_rejects_unknown_mode(trained, tmp_path):
     with pytest.raises(
         ValueError, match="Unknown TorchScript mode 'jit'; use one of trace, script"
     ):
-        export_torchscript(trained.net, trained.spec, tmp_path / "m.torchscript", "jit")
+        export_format(
+            "torchscript", trained.net, trained.spec, tmp_path / "m.torchscript", mode="jit"
+        )
 
 
 def test_pt2_reloads_with_a_different_batch_size(trained, tmp_path):
-    path = export_pt2(trained.net, trained.spec, tmp_path / "m.pt2")  # exported at batch 2
+    path = export_format(
+        "pt2", trained.net, trained.spec, tmp_path / "m.pt2"
+    )  # exported at batch 2
     runtime = Pt2Runtime(path, trust_artifact=True)
     module, meta = runtime.module, runtime.spec
     assert meta == trained.spec
@@ -72,7 +84,7 @@ def test_pt2_training_mode_is_restored(trained, tmp_path):
     net = trained.module.net
     net.train()
     try:
-        export_pt2(net, trained.spec, tmp_path / "m.pt2")
+        export_format("pt2", net, trained.spec, tmp_path / "m.pt2")
         assert net.training
     finally:
         net.eval()
@@ -86,8 +98,8 @@ def _fail_check(*args, **kwargs):
 def test_failed_check_keeps_the_previous_file(trained, tmp_path, monkeypatch, suffix):
     def export(path):
         if suffix == ".pt2":
-            return export_pt2(trained.net, trained.spec, path, (1,))
-        return export_torchscript(trained.net, trained.spec, path, "trace", (1,))
+            return export_format("pt2", trained.net, trained.spec, path, (1,))
+        return export_format("torchscript", trained.net, trained.spec, path, (1,), mode="trace")
 
     path = export(tmp_path / f"m{suffix}")
     before = path.read_bytes()

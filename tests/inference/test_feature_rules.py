@@ -223,25 +223,18 @@ def _answers(path, files, **options) -> dict:
 def test_every_export_carries_the_features_and_answers_like_the_checkpoint(
     trained, folder, tmp_path, fmt
 ):
-    from lightning_cls.export.writer import write_verified
+    from lightning_cls.export import export_format
 
     ckpt = _checkpoint(trained, tmp_path / "m.ckpt")
     expected = _answers(ckpt, folder)
     assert sum(u for u, _, _ in expected.values()) >= 20  # noise and stripes: unknown
     if fmt == "openvino":
         pytest.importorskip("openvino")
-        from lightning_cls.export.onnx import export_onnx
-        from lightning_cls.export.openvino import OpenVINOWriter
-
-        onnx = export_onnx(trained.net, trained.spec, tmp_path / "model.onnx")
-        path = write_verified(OpenVINOWriter(onnx), None, trained.spec, tmp_path / "model.xml")
+        onnx = export_format("onnx", trained.net, trained.spec, tmp_path / "model.onnx")
+        path = export_format("openvino", None, trained.spec, tmp_path / "model.xml", onnx_path=onnx)
     else:
-        from lightning_cls.export.onnx import OnnxWriter
-        from lightning_cls.export.pt2 import Pt2Writer
-        from lightning_cls.export.torchscript import TorchScriptWriter
-
-        writer = {"onnx": OnnxWriter(), "torchscript": TorchScriptWriter(), "pt2": Pt2Writer()}[fmt]
-        path = write_verified(writer, trained.net, trained.spec, tmp_path / writer.file)
+        file = {"onnx": "model.onnx", "torchscript": "model.torchscript", "pt2": "model.pt2"}[fmt]
+        path = export_format(fmt, trained.net, trained.spec, tmp_path / file)
     predictor = load_artifact(path, trust_artifact=True)
     assert predictor.runtime.gives_features
     got = _answers(path, folder, trust_artifact=True)
@@ -254,21 +247,21 @@ def test_every_export_carries_the_features_and_answers_like_the_checkpoint(
 def test_onnx_writes_features_as_a_second_named_output(trained, tmp_path):
     import onnxruntime as ort
 
-    from lightning_cls.export.onnx import export_onnx
+    from lightning_cls.export import export_format
 
-    path = export_onnx(trained.net, trained.spec, tmp_path / "model.onnx")
+    path = export_format("onnx", trained.net, trained.spec, tmp_path / "model.onnx")
     outputs = [o.name for o in ort.InferenceSession(str(path)).get_outputs()]
     assert outputs == ["logits", "features"]
     plain = InputSpec.from_dict({**trained.spec.to_dict(), "reject": None})
-    path = export_onnx(trained.net, plain, tmp_path / "plain.onnx")  # no rule: as before
+    path = export_format("onnx", trained.net, plain, tmp_path / "plain.onnx")  # no rule: as before
     assert [o.name for o in ort.InferenceSession(str(path)).get_outputs()] == ["logits"]
 
 
 def test_a_file_without_features_is_refused_for_a_feature_rule(trained, tmp_path):
-    from lightning_cls.export.onnx import export_onnx
+    from lightning_cls.export import export_format
 
     plain = InputSpec.from_dict({**trained.spec.to_dict(), "reject": None})
-    path = export_onnx(trained.net, plain, tmp_path / "plain.onnx")
+    path = export_format("onnx", trained.net, plain, tmp_path / "plain.onnx")
     with pytest.raises(ValueError, match=r"plain.onnx has no features output.*reject=knn"):
         load_artifact(path, spec={"reject": trained.spec.reject})
 
@@ -288,9 +281,9 @@ def test_the_predictions_csv_names_the_rule(trained, folder, tmp_path):
 
 def test_the_server_answers_the_knn_rule_like_predict(trained, tmp_path):
 
-    from lightning_cls.export.onnx import export_onnx
+    from lightning_cls.export import export_format
 
-    path = export_onnx(trained.net, trained.spec, tmp_path / "model.onnx")
+    path = export_format("onnx", trained.net, trained.spec, tmp_path / "model.onnx")
     predictor = load_artifact(path)
     images = [trained.noise[0], trained.stripes[0], trained.test.images[0]]
     answers = ask_server(path, images)

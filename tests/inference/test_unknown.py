@@ -71,9 +71,10 @@ def test_a_different_family_is_rejected_at_95_percent_kept(rejecting):
 
 @pytest.fixture(scope="module")
 def onnx_file(rejecting, tmp_path_factory):
-    from lightning_cls.export.onnx import export_onnx
+    from lightning_cls.export import export_format
 
-    return export_onnx(rejecting.net, rejecting.spec, tmp_path_factory.mktemp("onnx") / "m.onnx")
+    path = tmp_path_factory.mktemp("onnx") / "m.onnx"
+    return export_format("onnx", rejecting.net, rejecting.spec, path)
 
 
 def _png(image: torch.Tensor, path) -> None:
