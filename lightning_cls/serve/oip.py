@@ -1,0 +1,204 @@
+"""The Open Inference Protocol v2 (KServe v2, Triton's HTTP/REST API) beside ``/predict``.
+
+``OpenInference`` answers every ``/v2`` path of one ``ServeApp``, whatever runtime it serves:
+
+- ``GET /v2/health/live``, ``/v2/health/ready`` (503 while draining), ``GET /v2`` (server
+  metadata: name, version, extensions);
+- ``GET /v2/models/{name}[/versions/{version}]``: the inputs, outputs and, in
+  ``parameters``, the class labels and the input description (mean, std, size, task);
+  ``.../ready``;
+- ``POST /v2/models/{name}[/versions/{version}]/infer``, admitted like ``/predict``
+  (``ServeApp.admit``: queue slot 503, ``serve.timeout`` 504, body limits), with one input:
+  ``input``, FP32 (-1, C, H, W), the model's own normalized input -> ``logits`` and
+  ``probabilities`` (the artifact's TTA and temperature applied, as ``Predictor.tta_logits``
+  and the task give them), batched with other such requests; or ``image``, BYTES (-1,),
+  encoded images -> ``predictions``, each the JSON object ``/predict`` answers for that image
+  (labels, probabilities, and the model's rejection verdict and prediction set where it has
+  them), through the pixel budget, the off-loop decode and the batcher as ``/predict``.
+
+JSON and Triton's binary-data extension both ways (``oip_tensors.py``), and Triton's
+classification extension (an output's ``parameters.classification: k`` -> the top-k
+``"value:index:label"`` strings). Errors are ``{"error": "..."}``: 404 for an unknown model or
+version, 400 naming the input, shape or datatype at fault, and admission's own statuses.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+
+from lightning_cls import __version__
+from lightning_cls.serve.inputs import Reject
+from lightning_cls.serve.oip_tensors import (
+    TensorSpec,
+    classification,
+    encode_response,
+    header_length,
+    parse_request,
+)
+from lightning_cls.serve.responses import dumps, send
+
+V2_PREFIX = "/v2"
+EXTENSIONS = ["binary_tensor_data", "classification"]
+MODEL_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?(/ready|/infer)?")
+TENSOR_INPUT, IMAGE_INPUT = "input", "image"
+BINARY = "application/octet-stream"
+
+
+class OpenInference:
+    def __init__(self, app, kind: str, info: dict):
+        self.app, self.spec = app, app.spec
+        self.name = info.get("name") or self.spec.model_name or "model"
+        self.version = info.get("version") or "1"
+        self.kind = kind
+        spec, k = self.spec, self.spec.num_classes
+        self.inputs = {
+            TENSOR_INPUT: TensorSpec(TENSOR_INPUT, "FP32", (-1, *spec.input_shape)),
+            IMAGE_INPUT: TensorSpec(IMAGE_INPUT, "BYTES", (-1,)),
+        }
+        self.outputs = {  # what each input answers
+            TENSOR_INPUT: [
+                TensorSpec("logits", "FP32", (-1, k)),
+                TensorSpec("probabilities", "FP32", (-1, k)),
+            ],
+            IMAGE_INPUT: [TensorSpec("predictions", "BYTES", (-1,))],
+        }
+        self.metadata = dumps(
+            {
+                "name": self.name,
+                "versions": [self.version],
+                "platform": f"lightning_cls_{kind}",
+                "inputs": [s.metadata() for s in self.inputs.values()],
+                "outputs": [s.metadata() for o in self.outputs.values() for s in o],
+                "parameters": {
+                    "classes": list(spec.classes),
+                    "task": spec.task,
+                    "image_size": spec.image_size,
+                    "num_channels": spec.num_channels,
+                    "mean": list(spec.mean),
+                    "std": list(spec.std),
+                },
+            }
+        )
+
+    async def __call__(self, scope, receive, send_message) -> None:
+        path, method = scope["path"].rstrip("/"), scope["method"]
+        if path == V2_PREFIX and method == "GET":
+            body = {"name": "lightning_cls", "version": __version__, "extensions": EXTENSIONS}
+            return await send(send_message, 200, dumps(body))
+        if path == "/v2/health/live" and method == "GET":
+            return await send(send_message, 200, b'{"live":true}')
+        if path == "/v2/health/ready" and method == "GET":
+            return await self._ready(send_message, b'{"ready":true}')
+        match = MODEL_PATH.fullmatch(path)
+        if match is None:
+            return await _error(send_message, 404, f"no Open Inference Protocol endpoint {path}")
+        name, version, action = match.groups()
+        if name != self.name or version not in (None, self.version):
+            which = f"'{name}'" + (f" version '{version}'" if version else "")
+            served = f"'{self.name}' (version '{self.version}')"
+            return await _error(
+                send_message, 404, f"unknown model {which}; this server serves {served}"
+            )
+        want = "POST" if action == "/infer" else "GET"
+        if method != want:
+            return await _error(send_message, 405, f"{path} takes {want}, not {method}")
+        if action == "/infer":
+            return await self.infer(scope, receive, send_message)
+        if action == "/ready":
+            ready = dumps({"name": self.name, "ready": True})
+            return await self._ready(send_message, ready)
+        return await send(send_message, 200, self.metadata)
+
+    async def _ready(self, send_message, body: bytes) -> None:
+        if self.app.draining:
+            return await _error(send_message, 503, "draining: the server is shutting down")
+        await send(send_message, 200, body)
+
+    async def infer(self, scope, receive, send_message) -> None:
+        """One ``infer`` request, admitted like ``/predict`` and counted in its metrics."""
+        start, status = time.perf_counter(), 500
+        try:
+            headers = dict(scope["headers"])
+            length = header_length(headers.get(b"inference-header-content-length"))
+
+            async def work(kind, raw, deadline):
+                return await self._answer(raw, length, deadline)
+
+            body, json_length = await self.app.admit(scope, receive, work, content=_any)
+        except Reject as err:
+            status = err.status
+            await _error(send_message, err.status, err.detail, err.headers)
+        else:
+            if json_length is None:
+                await send(send_message, 200, body)
+            else:
+                extra = {"inference-header-content-length": str(json_length)}
+                await send(send_message, 200, body, extra, BINARY)
+            status = 200
+        finally:
+            self.app.metrics.observe_request(status, time.perf_counter() - start)
+
+    async def _answer(self, raw: bytes, json_length: int | None, deadline: float):
+        config = self.app.config
+        request = parse_request(raw, json_length, self.inputs, config.max_images_per_request)
+        offered = {s.name: s for s in self.outputs[request.input]}
+        for name in request.outputs:
+            if name not in offered:
+                raise Reject(
+                    400,
+                    f"unknown output {name!r} for input '{request.input}'; it "
+                    f"answers {', '.join(offered)}",
+                )
+        if request.input == TENSOR_INPUT:
+            logits, _ = await self.app.batcher.logits(request.data, deadline)
+            values = {
+                "logits": lambda: logits,
+                "probabilities": lambda: self.spec.decision.probabilities(logits),
+            }
+        else:
+            top_k = request.parameters.get("top_k", config.top_k)
+            if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+                raise Reject(400, f'parameters "top_k" must be an integer >= 1, got {top_k!r}')
+            images = await self.app.decode(request.data, deadline)  # (N, C, H, W) uint8
+            answer = await self.app.batcher.predict(images, top_k, deadline)
+            predictions, _ = self.app.predictions(answer)
+            values = {"predictions": lambda: [dumps(p) for p in predictions]}
+        head = {"model_name": self.name, "model_version": self.version}
+        if request.id is not None:
+            head["id"] = request.id
+        binary_default = request.parameters.get("binary_data_output") is True
+        outputs = []
+        for name in request.outputs or offered:
+            asked = request.outputs.get(name, {})
+            binary = asked.get("binary_data", binary_default) is True
+            outputs.append(self._output(offered[name], values[name](), asked, binary))
+        return encode_response(head, outputs)
+
+    def _output(self, spec: TensorSpec, data, asked: dict, binary: bool) -> tuple:
+        """One output as (name, datatype, shape, data, binary); its classification, if asked."""
+        k = asked.get("classification")
+        if k is None:
+            shape = [len(data), *spec.shape[1:]]
+            return spec.name, spec.datatype, shape, data, binary
+        if spec.datatype != "FP32" or not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise Reject(
+                400,
+                f"output '{spec.name}': classification={k!r}; ask an integer "
+                ">= 1 of logits or probabilities",
+            )
+        k = min(k, self.spec.num_classes)
+        strings = classification(np.asarray(data), k, list(self.spec.classes))
+        return spec.name, "BYTES", [len(data), k], strings, binary
+
+
+def _any(content_type: str) -> str:
+    """Any Content-Type: the body is the protocol's JSON, or JSON and binary tensors
+    (``Inference-Header-Content-Length`` says which), whatever the header calls it."""
+    return "oip"
+
+
+async def _error(send_message, status: int, detail: str, headers=None) -> None:
+    await send(send_message, status, dumps({"error": detail}), headers)
