@@ -46,8 +46,9 @@ from lightning_cls.serve.responses import send as _send
 
 log = logging.getLogger(__name__)
 EXPLAIN_PATH = "/explain"
-# An admitted request's work: (content kind, body, deadline) -> the JSON answer.
-Work = Callable[[str, bytes, float], Awaitable[bytes]]
+# An admitted request's work: (content kind, body, deadline) -> its answer (the JSON body;
+# for the Open Inference Protocol, the body and the length of its JSON part).
+Work = Callable[[str, bytes, float], Awaitable[Any]]
 
 
 class ServeApp:
