@@ -1,9 +1,10 @@
 """Serving: ``python -m lightning_cls.serve artifact=...`` — batched HTTP inference on one CPU.
 
 ``ServeConfig`` (``config.py``) holds every option; ``ServeApp`` (``app.py``) is the ASGI app
-(``/predict``, ``/``, ``/health``, ``/info``, ``/metrics``); ``inputs.py`` checks and decodes
-request bodies; ``Batcher`` (``batcher.py``) batches on the event loop and runs the model in
-one thread; ``serve`` (``server.py``) runs it on uvicorn in one or ``workers`` processes, with
+(``/predict``, ``/``, ``/health``, ``/info``, ``/metrics``), and ``oip.py`` the Open Inference
+Protocol v2 under ``/v2`` (``oip_tensors.py``: its tensors; ``responses.py``: the JSON answers
+both send); ``inputs.py`` checks and decodes request bodies; ``Batcher`` (``batcher.py``)
+batches on the event loop and runs the model in one thread; ``serve`` (``server.py``) runs it on uvicorn in one or ``workers`` processes, with
 a SIGTERM drain. Needs the ``serve`` extra. No Hydra or Lightning below the entry point.
 """
 

@@ -2,19 +2,18 @@
 
 ``POST /predict`` and ``POST /explain`` (the heat map of one image, where the served model
 supports it, ``serve/heatmaps.py``) are plain ASGI functions (no framework routing, no
-per-request validation models) behind one admission, ``_admit``: read the body under a
+per-request validation models) behind one admission, ``admit``: read the body under a
 deadline, take a queue slot (503 when full), answer within ``serve.timeout`` (504), the pixel
 budget checked from the headers and big images decoded off the event loop. ``/predict`` then
 awaits the ``Batcher``; ``/explain`` draws in its own thread, one image at a time. Both send
-pre-serialised JSON. Paths under ``/v2`` speak the Open Inference Protocol (``serve/oip.py``),
-its infer through the same admission. Everything else (``GET /``, ``/health``, ``/info``,
+pre-serialised JSON. ``/v2/...`` is the Open Inference Protocol (``serve/oip.py``), its
+``infer`` admitted the same way. Everything else (``GET /``, ``/health``, ``/info``,
 ``/metrics``) goes to a small Starlette app.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -40,23 +39,16 @@ from lightning_cls.serve.inputs import (
     too_large,
 )
 from lightning_cls.serve.metrics import ServeMetrics
-from lightning_cls.serve.oip import PREFIX as OIP_PREFIX
-from lightning_cls.serve.oip import OpenInference
+from lightning_cls.serve.oip import V2_PREFIX, OpenInference
 from lightning_cls.serve.page import PAGE_HTML
-
-try:
-    from orjson import dumps
-except ImportError:  # pragma: no cover - orjson is in the serve extra
-
-    def dumps(obj: Any) -> bytes:
-        return json.dumps(obj, separators=(",", ":")).encode()
-
+from lightning_cls.serve.responses import dumps
+from lightning_cls.serve.responses import send as _send
 
 log = logging.getLogger(__name__)
-JSON_HEADERS = [(b"content-type", b"application/json")]
 EXPLAIN_PATH = "/explain"
-# An admitted request's work: (content kind, body, deadline) -> the JSON answer.
-Work = Callable[[str, bytes, float], Awaitable[bytes]]
+# An admitted request's work: (content kind, body, deadline) -> its answer (the JSON body;
+# for the Open Inference Protocol, the body and the length of its JSON part).
+Work = Callable[[str, bytes, float], Awaitable[Any]]
 
 
 class ServeApp:
@@ -79,6 +71,7 @@ class ServeApp:
         self.explainer = ThreadPoolExecutor(1, thread_name_prefix="lightning_cls-explain")
         self.info = {"model": {**info, "spec": self.spec.to_dict(), "config": config.public()}}
         self.info["model"]["explain"] = self.heatmaps.describe()
+        self.v2 = OpenInference(self, predictor.kind, info)  # the /v2/... endpoints
         self.routes = Starlette(
             routes=[
                 Route("/", self.page),
@@ -87,7 +80,6 @@ class ServeApp:
                 Route("/metrics", self.prometheus),
             ]
         )
-        self.oip = OpenInference(self)  # every path under /v2 (serve/oip.py)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -96,8 +88,8 @@ class ServeApp:
             if scope["path"] == EXPLAIN_PATH:
                 return await self.explain(scope, receive, send)
         path = scope.get("path", "")
-        if scope["type"] == "http" and (path == OIP_PREFIX or path.startswith(OIP_PREFIX + "/")):
-            return await self.oip(scope, receive, send)
+        if scope["type"] == "http" and (path == V2_PREFIX or path.startswith(V2_PREFIX + "/")):
+            return await self.v2(scope, receive, send)
         return await self.routes(scope, receive, send)
 
     # --- POST /predict and POST /explain: one admission ---------------------------------
@@ -116,21 +108,23 @@ class ServeApp:
         await self._respond(scope, receive, send, self._explained)
 
     async def _respond(self, scope, receive, send, work: Work) -> int:
-        """Answer with ``work``'s body once admitted (``_admit``), or with the ``Reject``;
+        """Answer with ``work``'s body once admitted (``admit``), or with the ``Reject``;
         returns the status sent."""
         try:
-            body = await self._admit(scope, receive, work)
+            body = await self.admit(scope, receive, work)
         except Reject as err:
             await _send(send, err.status, dumps({"detail": err.detail}), err.headers)
             return err.status
         await _send(send, 200, body)
         return 200
 
-    async def _admit(self, scope, receive, work: Work) -> bytes:
-        """The admission of every POST endpoint: Content-Type (415) and Content-Length (413)
-        from the headers, the body within ``serve.body_timeout_s`` (408), then a queue slot
-        (503 with Retry-After while ``serve.max_queue`` requests are in flight, or draining)
-        and ``work(kind, body, deadline)`` within ``serve.timeout`` of admission (504)."""
+    async def admit(self, scope, receive, work: Work, content=content_kind) -> Any:
+        """The admission of every POST endpoint (``/predict``, ``/explain``, the Open
+        Inference Protocol's ``infer``): Content-Type (``content``: the header -> the kind
+        ``work`` is given, or a 415 ``Reject``) and Content-Length (413) from the headers, the
+        body within ``serve.body_timeout_s`` (408), then a queue slot (503 with Retry-After
+        while ``serve.max_queue`` requests are in flight, or draining) and
+        ``work(kind, body, deadline)`` within ``serve.timeout`` of admission (504)."""
         config = self.config
         content_type, declared = b"", b""
         for name, value in scope["headers"]:
@@ -138,7 +132,7 @@ class ServeApp:
                 content_type = value
             elif name == b"content-length":
                 declared = value
-        kind = content_kind(content_type.decode("latin-1"))
+        kind = content(content_type.decode("latin-1"))
         if declared.isdigit() and int(declared) > config.max_body_bytes:
             raise too_large(int(declared), config.max_body_bytes)
         raw = await self._read_body(receive)
@@ -172,17 +166,10 @@ class ServeApp:
             encoded, top_k = [raw], config.top_k
         else:
             encoded, top_k = parse_json(raw, config.max_images_per_request, config.top_k)
-        images = await self._decoded(encoded, deadline)
-        answer = await self.batcher.predict(images, top_k, deadline)
-        probs, indices, verdicts, sets, batch_images = answer
-        classes = self.classes
-        predictions = [
-            {"labels": [classes[i] for i in idx], "probs": p} for p, idx in zip(probs, indices)
-        ]
-        for prediction, verdict in zip(predictions, verdicts or ()):  # the rejection rule's
-            prediction["unknown"], prediction["score"] = verdict
-        for prediction, members in zip(predictions, sets or ()):  # the conformal rule's
-            prediction["set"] = [classes[i] for i in members]
+        images = await self.decode(encoded, deadline)
+        predictions, batch_images = self.predictions(
+            await self.batcher.predict(images, top_k, deadline)
+        )
         return (
             b'{"predictions":'
             + dumps(predictions)
@@ -193,18 +180,32 @@ class ServeApp:
             + b"}"
         )
 
+    def predictions(self, answer: tuple) -> tuple[list[dict], int]:
+        """The batcher's answer -> (one ``/predict`` prediction per image, images in the
+        largest model call that served them)."""
+        probs, indices, verdicts, sets, batch_images = answer
+        classes = self.classes
+        predictions = [
+            {"labels": [classes[i] for i in idx], "probs": p} for p, idx in zip(probs, indices)
+        ]
+        for prediction, verdict in zip(predictions, verdicts or ()):  # the rejection rule's
+            prediction["unknown"], prediction["score"] = verdict
+        for prediction, members in zip(predictions, sets or ()):  # the conformal rule's
+            prediction["set"] = [classes[i] for i in members]
+        return predictions, batch_images
+
     async def _explained(self, kind: str, raw: bytes, deadline: float) -> bytes:
         """An admitted ``/explain`` body (one image, raw or as ``{"image": base64}``) -> the
         heat map's JSON, drawn in the explainer's own thread before ``deadline``. At the
         deadline a queued explanation is dropped unrun; a running one finishes (one image at
         the model's input size) while its request is answered 504."""
         encoded = [raw] if kind == "image" else parse_json(raw, 1, self.config.top_k)[0]
-        image = (await self._decoded(encoded, deadline))[0]  # (C, H, W) uint8
+        image = (await self.decode(encoded, deadline))[0]  # (C, H, W) uint8
         loop = asyncio.get_running_loop()
         drawing = loop.run_in_executor(self.explainer, self.heatmaps.explain, image)
         return dumps(await asyncio.wait_for(drawing, max(0.0, deadline - time.monotonic())))
 
-    async def _decoded(self, encoded: list[bytes], deadline: float) -> np.ndarray:
+    async def decode(self, encoded: list[bytes], deadline: float) -> np.ndarray:
         """Encoded images -> uint8 (N, C, H, W) before ``deadline``: the pixel budget from the
         headers first (413), a small image decoded inline, bigger ones in a decode thread."""
         config = self.config
@@ -263,10 +264,3 @@ class ServeApp:
         self.batcher.close()
         self.decoder.shutdown(wait=False, cancel_futures=True)
         self.explainer.shutdown(wait=False, cancel_futures=True)
-
-
-async def _send(send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-    raw = [*JSON_HEADERS, (b"content-length", str(len(body)).encode())]
-    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})

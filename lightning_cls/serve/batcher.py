@@ -6,7 +6,9 @@ running, whatever is waiting goes into the next call at once (no wait unless
 grow with the load and exactly one batch is in flight. The call runs in a single thread (ONNX
 Runtime, OpenVINO and PyTorch release the GIL), leaving the event loop free for HTTP.
 ``max_batch_size`` counts images: requests are taken whole while they fit, and a request
-longer than ``max_batch_size`` is split into several model calls. Each request's labels are
+longer than ``max_batch_size`` is split into several model calls. The Open Inference
+Protocol's float tensors (``logits``: already normalized, the model's own input) queue here
+too and run in calls of their own, in turn with the images'. Each request's labels are
 what the model's task decides (``spec.decision``, in the model thread): its ``top_k`` classes,
 or for a multi-label model every label whose probability reaches its threshold, and with a
 rejection rule (``spec.reject``) whether each image is ``unknown``, and with a conformal rule
@@ -49,7 +51,8 @@ class Batcher:
         )
         self.task = predictor.spec.decision
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="lightning_cls-model")
-        self._waiting: deque = deque()  # (images (N, C, H, W) uint8, top_k, future)
+        # (images (N, C, H, W) uint8, top_k, future); top_k None: normalized float32 input
+        self._waiting: deque = deque()
         self._busy = False
         self._timer: asyncio.TimerHandle | None = None
 
@@ -62,11 +65,21 @@ class Batcher:
         images in the largest model call that served it); ``Expired`` after
         ``timeout`` seconds, or at ``deadline`` (``time.monotonic()``: the server's clock runs
         from admission, decoding included)."""
+        return await self._queued(images, top_k, deadline)
+
+    async def logits(self, x: np.ndarray, deadline: float | None = None) -> tuple[np.ndarray, int]:
+        """Normalized float32 (N, C, H, W), the model's own input -> (logits (N, K) with the
+        artifact's TTA, images in the largest model call that served it); batched with other
+        such requests (never with images: those are normalized in the model thread)."""
+        return await self._queued(x, None, deadline)
+
+    async def _queued(self, x: np.ndarray, top_k: int | None, deadline: float | None):
+        """Queue ``x`` (``top_k`` None: a normalized tensor) and await its answer."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         delay = self.timeout if deadline is None else deadline - time.monotonic()
         expiry = loop.call_later(max(0.0, delay), _expire, future)
-        self._waiting.append((images, top_k, future))
+        self._waiting.append((x, top_k, future))
         self._start(loop)
         try:
             return await future
@@ -76,30 +89,38 @@ class Batcher:
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._busy or not self._waiting:
             return
-        if self.batch_timeout and self._timer is None:
-            queued = sum(len(item[0]) for item in self._waiting)
-            if queued < self.max_batch_size:  # wait a little for more, once
+        if self.batch_timeout and sum(len(item[0]) for item in self._waiting) < self.max_batch_size:
+            # Wait a little for more, once per batch: a request arriving in the window joins
+            # it (it does not cut the wait short); a full batch goes at once.
+            if self._timer is None:
                 self._timer = loop.call_later(self.batch_timeout, self._fire, loop)
-                return
+            return
         self._fire(loop)
 
     def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer = None
-        batch, images = [], 0
-        while self._waiting and (
-            not batch or images + len(self._waiting[0][0]) <= self.max_batch_size
-        ):
-            item = self._waiting.popleft()
+        if self._timer is not None:  # a full batch before the window ended
+            self._timer.cancel()
+            self._timer = None
+        batch, images, tensors = [], 0, None  # tensors: whether this call runs float input
+        while self._waiting:
+            item = self._waiting[0]
             if item[2].done():  # expired (504 already sent) or the client went away
+                self._waiting.popleft()
                 continue
-            batch.append(item)
+            if batch and (
+                (item[1] is None) != tensors or images + len(item[0]) > self.max_batch_size
+            ):
+                break
+            batch.append(self._waiting.popleft())
             images += len(item[0])
+            tensors = item[1] is None
         if not batch:
             return
         self._busy = True
         pixels = batch[0][0] if len(batch) == 1 else np.concatenate([item[0] for item in batch])
         requests = [(len(item[0]), item[1]) for item in batch]  # (images, top_k) each
-        call = loop.run_in_executor(self.thread, self._run, pixels, requests)
+        run = self._run_tensors if tensors else self._run
+        call = loop.run_in_executor(self.thread, run, pixels, requests)
         call.add_done_callback(lambda done: self._finish(loop, batch, done))
 
     def _run(self, pixels: np.ndarray, requests: list[tuple[int, int]]) -> list[tuple]:
@@ -124,6 +145,17 @@ class Batcher:
             answers.append((values, indices, judged, members))
             start += n
         return answers
+
+    def _run_tensors(self, x: np.ndarray, requests: list[tuple[int, None]]) -> list[tuple]:
+        """In the model thread: normalized float32 input -> per request (its logits,)."""
+        chunks = []
+        for start in range(0, len(x), self.max_batch_size):
+            part = x[start : start + self.max_batch_size]  # (n, C, H, W) float32
+            chunks.append(self.predictor.tta_logits(part))  # (n, K)
+            self.metrics.batch_size.observe(len(part))
+        logits = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+        bounds = np.cumsum([0] + [n for n, _ in requests])
+        return [(logits[a:b],) for a, b in zip(bounds[:-1], bounds[1:])]
 
     def _finish(self, loop, batch: list, done: asyncio.Future) -> None:
         self._busy = False

@@ -98,9 +98,7 @@ def parse_json(raw: bytes, max_images: int, default_top_k: int) -> tuple[list[by
     items = [body["image"]] if "image" in body else body["images"]
     if not isinstance(items, list) or not 1 <= len(items) <= max_images:
         raise Reject(422, f'"images" must be a list of 1 to {max_images} base64 strings')
-    top_k = body.get("top_k", default_top_k)
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-        raise Reject(422, f'"top_k" must be an integer >= 1, got {top_k!r}')
+    top_k = checked_top_k(body.get("top_k", default_top_k), '"top_k"', 422)
     encoded = []
     for i, item in enumerate(items):
         if not isinstance(item, str):
@@ -110,6 +108,13 @@ def parse_json(raw: bytes, max_images: int, default_top_k: int) -> tuple[list[by
         except (binascii.Error, ValueError) as err:
             raise Reject(400, f"image {i} is not valid base64 ({err})") from err
     return encoded, top_k
+
+
+def checked_top_k(top_k, field: str, status: int) -> int:
+    """A request's ``top_k``: an integer >= 1, else ``Reject(status)`` naming ``field``."""
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise Reject(status, f"{field} must be an integer >= 1, got {top_k!r}")
+    return top_k
 
 
 def _max_depth(raw: bytes) -> int:

@@ -1,17 +1,18 @@
-"""The Open Inference Protocol v2 (serve/oip.py) through the official ``tritonclient.http``
-client against a real server, and every runtime's tensors through an in-process app."""
+"""The Open Inference Protocol v2 (serve/oip.py) on an in-process ``ServeApp``, every runtime:
+metadata, FP32 tensors equal to the in-process predictor, images as BYTES equal to /predict,
+the binary-data and classification extensions, and each error's status and message."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import re
+import struct
 
 import httpx
 import numpy as np
 import pytest
-import torch
-from server_process import ServerProcess
 
 from helpers import png_bytes
 from lightning_cls.inference import load_artifact
@@ -19,212 +20,261 @@ from lightning_cls.serve.app import ServeApp
 from lightning_cls.serve.config import ServeConfig
 from lightning_cls.serve.metrics import ServeMetrics
 
-httpclient = pytest.importorskip("tritonclient.http", exc_type=ImportError)
-from tritonclient.utils import InferenceServerException  # noqa: E402 (after the skip)
-
-N_IMAGES, PER_CALL = 128, 64
+KINDS = ["onnx", "torchscript", "pt2", "ckpt", "openvino"]
 
 
 @pytest.fixture(scope="module")
-def oip_server(artifacts, tmp_path_factory):
-    proc = ServerProcess(
-        artifacts.paths["onnx"], tmp_path_factory.mktemp("oip_run"), "serve.max_batch_size=64"
-    )
-    yield proc
-    proc.stop()
+def openvino_ir(artifacts, tmp_path_factory):
+    pytest.importorskip("openvino")
+    from lightning_cls.export.exporter import ExportConfig, export_model
+
+    out = tmp_path_factory.mktemp("oip_openvino")
+    config = ExportConfig(formats=["onnx", "openvino"])
+    return export_model(artifacts.module.net, artifacts.spec, out, config).paths["openvino"]
 
 
-@pytest.fixture(scope="module")
-def client(oip_server):
-    with httpclient.InferenceServerClient(oip_server.url.removeprefix("http://")) as client:
-        yield client
+def _path(artifacts, kind, request):
+    if kind == "openvino":
+        return request.getfixturevalue("openvino_ir")
+    return artifacts.paths[kind]
 
 
-@pytest.fixture(scope="module")
-def images(artifacts) -> torch.Tensor:
-    """128 uint8 (3, 12, 12) images: the 16 validation images, then seeded noise."""
-    noise = torch.randint(
-        0,
-        256,
-        (N_IMAGES - 16, 3, 12, 12),
-        dtype=torch.uint8,
-        generator=torch.Generator().manual_seed(0),
-    )
-    return torch.cat([artifacts.images, noise])
-
-
-@pytest.fixture(scope="module")
-def predicted(oip_server, images) -> list[dict]:
-    """``/predict``'s answer for each image (JSON batches of 64)."""
-    answers = []
-    for start in range(0, N_IMAGES, PER_CALL):
-        b64 = [base64.b64encode(png_bytes(i)).decode() for i in images[start : start + PER_CALL]]
-        reply = httpx.post(oip_server.url + "/predict", json={"images": b64}, timeout=60)
-        assert reply.status_code == 200, reply.text
-        answers += reply.json()["predictions"]
-    return answers
-
-
-@pytest.fixture(scope="module")
-def name(oip_server) -> str:
-    """The served model's name, as ``/info`` says."""
-    return httpx.get(oip_server.url + "/info").json()["model"]["name"]
-
-
-def test_health_and_metadata(client, name, artifacts):
-    assert client.is_server_live() and client.is_server_ready()
-    server = client.get_server_metadata()
-    assert server["name"] == "lightning_cls" and "binary_tensor_data" in server["extensions"]
-    assert client.is_model_ready(name)
-    meta = client.get_model_metadata(name)
-    assert meta["inputs"][0] == {"name": "input", "datatype": "FP32", "shape": [-1, 3, 12, 12]}
-    assert meta["inputs"][1] == {"name": "image", "datatype": "BYTES", "shape": [-1]}
-    assert [o["name"] for o in meta["outputs"]] == [
-        "logits",
-        "probabilities",
-        "label",
-        "prediction",
-    ]
-    assert meta["outputs"][0]["shape"] == [-1, len(artifacts.spec.classes)]
-    assert meta["parameters"]["classes"] == list(artifacts.spec.classes)
-    assert not client.is_model_ready("nope")  # 404 -> not ready
-
-
-def _infer(client, name, array: np.ndarray, binary: bool, outputs: tuple[str, ...]):
-    kind = "FP32" if array.dtype == np.float32 else "BYTES"
-    given = httpclient.InferInput("input" if kind == "FP32" else "image", list(array.shape), kind)
-    given.set_data_from_numpy(array, binary_data=binary)
-    asked = [httpclient.InferRequestedOutput(o, binary_data=binary) for o in outputs]
-    return client.infer(name, [given], outputs=asked)
-
-
-def test_tensors_answer_as_the_in_process_runtime_and_top1_as_predict(
-    client, name, artifacts, images, predicted
-):
-    predictor = load_artifact(artifacts.paths["onnx"])
-    x = predictor.spec.preprocess(images.numpy())  # normalized float32 (128, 3, 12, 12)
-    logits = []
-    for start, binary in zip(range(0, N_IMAGES, PER_CALL), (True, False)):  # both encodings
-        part = np.ascontiguousarray(x[start : start + PER_CALL], np.float32)
-        result = _infer(client, name, part, binary, ("logits", "probabilities"))
-        logits.append(result.as_numpy("logits"))
-        expected = predictor.tta_logits(part)
-        np.testing.assert_allclose(logits[-1], expected, atol=1e-5)
-        probs = predictor.task.probabilities(expected)
-        np.testing.assert_allclose(result.as_numpy("probabilities"), probs, atol=1e-6)
-    top1 = [artifacts.spec.classes[i] for i in np.concatenate(logits).argmax(1)]
-    assert top1 == [p["labels"][0] for p in predicted]
-    assert len(set(top1)) > 1  # the images do not all look alike to the model
-
-
-def test_encoded_images_answer_like_predict(client, name, images, predicted):
-    encoded = [png_bytes(i) for i in images]
-    binary = _infer(
-        client, name, np.array(encoded[:PER_CALL], dtype=object), True, ("label", "prediction")
-    )
-    b64 = np.array([base64.b64encode(e).decode() for e in encoded[PER_CALL:]], dtype=object)
-    as_json = _infer(client, name, b64, False, ("label", "prediction"))
-    # BYTES come back as bytes from the binary extension, as str from JSON
-    labels = [*(b.decode() for b in binary.as_numpy("label")), *as_json.as_numpy("label")]
-    answers = [*binary.as_numpy("prediction"), *as_json.as_numpy("prediction")]
-    assert labels == [p["labels"][0] for p in predicted]
-    for answer, expected in zip(answers, predicted):
-        got = json.loads(answer)
-        assert got["labels"] == expected["labels"]
-        np.testing.assert_allclose(got["probs"], expected["probs"], atol=1e-6)
-
-
-def test_an_unknown_model_is_404_and_a_bad_shape_or_datatype_400(client, name, oip_server):
-    x = np.zeros((2, 3, 8, 8), np.float32)
-    with pytest.raises(InferenceServerException, match="unknown model 'nope'") as err:
-        _infer(client, "nope", x, True, ("logits",))
-    assert err.value.status() == "404"
-    with pytest.raises(
-        InferenceServerException, match=r"shape \[2, 3, 8, 8\].*\[-1, 3, 12, 12\]"
-    ) as err:
-        _infer(client, name, x, True, ("logits",))
-    assert err.value.status() == "400"
-    doubles = {
-        "inputs": [
-            {"name": "input", "datatype": "FP64", "shape": [1, 3, 12, 12], "data": [0.0] * 432}
-        ]
-    }
-    reply = httpx.post(f"{oip_server.url}/v2/models/{name}/infer", json=doubles)
-    assert reply.status_code == 400
-    assert reply.json() == {"error": "input 'input' has datatype 'FP64'; this model takes FP32"}
-    reply = httpx.post(
-        f"{oip_server.url}/v2/models/{name}/infer",
-        json={"inputs": [{"name": "pixels", "datatype": "FP32", "shape": [1], "data": [0.0]}]},
-    )
-    assert reply.status_code == 400 and "unknown input 'pixels'" in reply.json()["error"]
-
-
-@pytest.mark.parametrize("kind", ["ckpt", "weights", "torchscript", "pt2"])
-def test_every_runtime_answers_tensors_as_in_process(artifacts, kind):
-    path = artifacts.paths[kind]
-    config = ServeConfig(artifact=str(path), trust_artifact=True)
+def _app(path, **overrides) -> tuple[ServeApp, object]:
+    config = ServeConfig(artifact=str(path), trust_artifact=True, **overrides)
     predictor = load_artifact(path, trust_artifact=True)
-    app = ServeApp(config, predictor, ServeMetrics(), {"name": "tiny", "version": "7"})
-    x = predictor.spec.preprocess(artifacts.images.numpy()[:4])  # (4, 3, 12, 12) float32
-    body = {
-        "inputs": [
-            {
-                "name": "input",
-                "datatype": "FP32",
-                "shape": list(x.shape),
-                "data": x.reshape(-1).tolist(),
-            }
-        ]
-    }
+    info = {"name": "tiny", "version": "abc123"}
+    return ServeApp(config, predictor, ServeMetrics(), info), predictor
 
-    async def ask():
+
+def _ask(app, calls: list[tuple]) -> list[httpx.Response]:
+    """(method, path, kwargs) each, in order, against ``app``; the app closed after."""
+
+    async def run():
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            meta = await client.get("/v2/models/tiny/versions/7")
-            return meta, await client.post("/v2/models/tiny/versions/7/infer", json=body)
+            return [await client.request(m, p, **kw) for m, p, kw in calls]
 
     try:
-        meta, reply = asyncio.run(ask())
+        return asyncio.run(run())
     finally:
         app.close()
-    assert meta.json()["platform"] == f"lightning_cls_{predictor.kind}"
-    assert reply.status_code == 200, reply.text
-    (logits, _) = reply.json()["outputs"]
-    assert logits["name"] == "logits" and logits["shape"] == [4, 3]
-    expected = predictor.tta_logits(x)
-    np.testing.assert_allclose(np.reshape(logits["data"], (4, 3)), expected, atol=1e-5)
 
 
-def test_infer_goes_through_the_admission_and_errors_keep_the_protocol_shape(artifacts):
-    path = artifacts.paths["onnx"]
-    config = ServeConfig(artifact=str(path), max_body_bytes=2000)
-    app = ServeApp(config, load_artifact(path), ServeMetrics(), {"name": "tiny"})
-    big = {
+def _tensor_request(x: np.ndarray, **extra) -> dict:
+    tensor = {"name": "input", "shape": list(x.shape), "datatype": "FP32", "data": x.tolist()}
+    return {"inputs": [tensor], **extra}
+
+
+def _image_request(images) -> dict:
+    data = [base64.b64encode(png_bytes(image)).decode() for image in images]
+    return {"inputs": [{"name": "image", "shape": [len(data)], "datatype": "BYTES", "data": data}]}
+
+
+def _outputs(response: httpx.Response) -> dict:
+    assert response.status_code == 200, response.text
+    return {o["name"]: o for o in response.json()["outputs"]}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_runtime_answers_metadata_tensors_and_images_like_in_process(artifacts, kind, request):
+    app, predictor = _app(_path(artifacts, kind, request))
+    spec = predictor.spec
+    images = artifacts.images[:4].numpy()  # uint8 (4, 3, 12, 12)
+    x = np.ascontiguousarray(spec.preprocess(images), np.float32)  # the model's own input
+    png = {"content": png_bytes(artifacts.images[0]), "headers": {"content-type": "image/png"}}
+    meta, ready, infer, by_image, predict = _ask(
+        app,
+        [
+            ("GET", "/v2/models/tiny", {}),
+            ("GET", "/v2/models/tiny/versions/abc123/ready", {}),
+            ("POST", "/v2/models/tiny/infer", {"json": _tensor_request(x, id="r1")}),
+            ("POST", "/v2/models/tiny/infer", {"json": _image_request(artifacts.images[:1])}),
+            ("POST", "/predict", png),
+        ],
+    )
+    metadata = meta.json()
+    assert metadata["inputs"][0] == {"name": "input", "datatype": "FP32", "shape": [-1, 3, 12, 12]}
+    assert metadata["parameters"]["classes"] == list(spec.classes)
+    assert metadata["versions"] == ["abc123"] and ready.json() == {"name": "tiny", "ready": True}
+    outputs = _outputs(infer)
+    assert infer.json()["id"] == "r1" and outputs["logits"]["shape"] == [4, spec.num_classes]
+    logits = np.array(outputs["logits"]["data"], np.float32).reshape(4, -1)
+    np.testing.assert_allclose(logits, predictor.tta_logits(x), rtol=0, atol=1e-5)
+    probs = np.array(outputs["probabilities"]["data"]).reshape(4, -1)
+    np.testing.assert_allclose(probs, predictor.predict_images(images), atol=1e-5)
+    answered = _outputs(by_image)
+    prediction = json.loads(answered["prediction"]["data"][0])
+    assert prediction == predict.json()["predictions"][0]
+    assert answered["label"]["data"] == [prediction["labels"][0]]
+
+
+def test_binary_tensors_and_classification_as_triton_sends_and_reads_them(artifacts):
+    app, predictor = _app(artifacts.paths["onnx"])
+    x = np.random.default_rng(0).standard_normal((3, 3, 12, 12), dtype=np.float32)
+    head = {
         "inputs": [
-            {"name": "input", "datatype": "FP32", "shape": [2, 3, 12, 12], "data": [0.5] * 864}
-        ]
-    }  # over max_body_bytes
-    small = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 1], "data": [0.0]}]}
+            {"name": "input", "shape": [3, 3, 12, 12], "datatype": "FP32",
+             "parameters": {"binary_data_size": x.nbytes}},
+        ],
+        "outputs": [
+            {"name": "logits", "parameters": {"binary_data": True}},
+            {"name": "probabilities", "parameters": {"classification": 2}},
+        ],
+    }  # fmt: skip
+    text = json.dumps(head).encode()
+    headers = {"inference-header-content-length": str(len(text))}
+    (answer,) = _ask(
+        app,
+        [("POST", "/v2/models/tiny/infer", {"content": text + x.tobytes(), "headers": headers})],
+    )
+    assert answer.status_code == 200, answer.text
+    length = int(answer.headers["inference-header-content-length"])
+    outputs = {o["name"]: o for o in json.loads(answer.content[:length])["outputs"]}
+    logits = np.frombuffer(answer.content[length:], "<f4").reshape(3, -1)
+    assert outputs["logits"]["parameters"]["binary_data_size"] == logits.nbytes
+    np.testing.assert_allclose(logits, predictor.tta_logits(x), atol=1e-5)
+    top = outputs["probabilities"]
+    assert top["datatype"] == "BYTES" and top["shape"] == [3, 2]
+    best = np.argmax(logits, axis=1)
+    classes = predictor.spec.classes
+    assert [s.split(":")[1:] for s in top["data"][::2]] == [[str(i), classes[i]] for i in best]
 
-    async def ask():
+
+def _binary_images(images) -> tuple[bytes, dict]:
+    blob = b"".join(struct.pack("<I", len(b)) + b for b in map(png_bytes, images))
+    head = {"inputs": [{"name": "image", "shape": [len(images)], "datatype": "BYTES",
+                        "parameters": {"binary_data_size": len(blob)}}],
+            "parameters": {"binary_data_output": True}}  # fmt: skip
+    text = json.dumps(head).encode()
+    return text + blob, {"inference-header-content-length": str(len(text))}
+
+
+BAD = [
+    ("GET", "/v2/models/other", {}, 404, r"unknown model 'other'; this server serves 'tiny'"),
+    ("GET", "/v2/models/tiny/versions/9/ready", {}, 404, "unknown model 'tiny' version '9'"),
+    ("GET", "/v2/models/tiny/infer", {}, 405, "takes POST, not GET"),
+    ("GET", "/v2/nothing", {}, 404, "no Open Inference Protocol endpoint"),
+    ("POST", "/v2/models/tiny/infer", {"content": b"{"}, 400, "request JSON is not valid"),
+    ("POST", "/v2/models/tiny/infer", {"content": b"{}", "headers": {"content-encoding": "gzip"}},
+     400, "compressed request bodies are not supported"),
+    ("POST", "/v2/models/tiny/infer", {"json": {"inputs": [{"name": "pixels"}]}}, 400,
+     r"unknown input 'pixels'; this model takes 'input' \(FP32\) or 'image' \(BYTES\)"),
+    ("POST", "/v2/models/tiny/infer",
+     {"json": {"inputs": [{"name": "input", "shape": [1, 3, 8, 8], "datatype": "FP32",
+                           "data": [0.0] * 192}]}},
+     400, r"input 'input' has shape \[1, 3, 8, 8\]; this model takes \[-1, 3, 12, 12\]"),
+    ("POST", "/v2/models/tiny/infer",
+     {"json": {"inputs": [{"name": "input", "shape": [1, 3, 12, 12], "datatype": "FP64",
+                           "data": [0.0] * 432}]}},
+     400, "input 'input' has datatype 'FP64'; this model takes FP32"),
+    ("POST", "/v2/models/tiny/infer",
+     {"json": {"inputs": [{"name": "input", "shape": [1, 3, 12, 12], "datatype": "FP32",
+                           "data": [0.0] * 400}]}},
+     400, r"400 numbers for shape \[1, 3, 12, 12\], which holds 432"),
+    ("POST", "/v2/models/tiny/infer",
+     {"json": {**_image_request([]), "outputs": [{"name": "logits"}]}}, 400,
+     "holds a batch of 0"),
+    ("POST", "/v2/models/tiny/infer",
+     {"json": {"inputs": [{"name": "image", "shape": [1], "datatype": "BYTES", "data": ["!"]}]}},
+     400, "input 'image': an element is not base64"),
+]  # fmt: skip
+
+
+def test_each_bad_request_gets_its_status_and_a_protocol_error_naming_the_field(artifacts):
+    app, _ = _app(artifacts.paths["onnx"])
+    image = _image_request(artifacts.images[:1])
+    extra = [
+        ("POST", "/v2/models/tiny/infer", {"json": {**image, "outputs": [{"name": "logits"}]}},
+         400, "unknown output 'logits' for input 'image'; it answers label, prediction"),
+        ("POST", "/v2/models/tiny/infer", {"json": {**image, "parameters": {"top_k": 0}}},
+         400, 'parameters "top_k" must be an integer >= 1, got 0'),
+    ]  # fmt: skip
+    cases = BAD + extra
+    answers = _ask(app, [(m, p, kw) for m, p, kw, _, _ in cases])
+    for (_, path, _, status, message), answer in zip(cases, answers):
+        assert answer.status_code == status, (path, answer.text)
+        assert set(answer.json()) == {"error"}
+        assert re.search(message, answer.json()["error"]), answer.json()
+        if status == 405:
+            assert answer.headers["allow"] == "POST"
+
+
+def test_infer_goes_through_admission_queue_pixels_and_draining(artifacts):
+    """The body limit's and the pixel budget's 413 before decoding, the queue's 503 (with
+    Retry-After), and draining's 503 on ready come back in the protocol's error shape; a good
+    binary image request is answered after them (negative control)."""
+    app, _ = _app(artifacts.paths["onnx"], max_queue=1, max_pixels=100, max_body_bytes=2000)
+    body, headers = _binary_images(artifacts.images[:1])  # 12 x 12 = 144 pixels > 100
+    tensor = _tensor_request(np.full((1, 3, 12, 12), 0.123, np.float32))  # > 2000 bytes
+    small = ServeApp(
+        ServeConfig(artifact=str(artifacts.paths["onnx"])),
+        app.batcher.predictor,
+        ServeMetrics(),
+        {"name": "tiny"},
+    )
+
+    async def run():
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            replies = [
-                await client.post("/v2/models/tiny/infer", json=big),
-                await client.get("/v2/models/tiny/infer"),
-            ]
-            app.draining = True
-            replies += [
-                await client.get("/v2/health/ready"),
-                await client.post("/v2/models/tiny/infer", json=small),
-            ]
-            return replies
+            infer = lambda: client.post("/v2/models/tiny/infer", content=body, headers=headers)  # noqa: E731
+            too_big = await infer()
+            too_long = await client.post("/v2/models/tiny/infer", json=tensor)
+            app.in_flight = 1  # the one queue slot taken
+            full = await infer()
+            app.in_flight, app.draining = 0, True
+            draining = await client.get("/v2/health/ready")
+            live = await client.get("/v2/health/live")
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=small), base_url="http://t"
+        ) as client:
+            good = await client.post("/v2/models/tiny/infer", content=body, headers=headers)
+        return too_big, too_long, full, draining, live, good
 
     try:
-        too_big, wrong_method, not_ready, draining = asyncio.run(ask())
+        too_big, too_long, full, draining, live, good = asyncio.run(run())
     finally:
         app.close()
-    assert too_big.status_code == 413 and "max_body_bytes=2000" in too_big.json()["error"]
-    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
-    assert not_ready.status_code == 503 and "draining" in not_ready.json()["error"]
-    assert draining.status_code == 503 and draining.headers["retry-after"] == "1"
+        small.close()
+    assert too_big.status_code == 413 and "max_pixels=100" in too_big.json()["error"]
+    assert too_long.status_code == 413 and "max_body_bytes=2000" in too_long.json()["error"]
+    assert full.status_code == 503 and full.headers["retry-after"] == "1"
+    assert "queue full" in full.json()["error"]
+    assert draining.status_code == 503 and live.status_code == 200
+    assert good.status_code == 200
+    length = int(good.headers["inference-header-content-length"])
+    label, prediction = json.loads(good.content[:length])["outputs"]
+    tail = good.content[length:]
+    assert len(tail) == sum(o["parameters"]["binary_data_size"] for o in (label, prediction))
+    cut = label["parameters"]["binary_data_size"]  # BYTES: each a length, then the bytes
+    (size,) = struct.unpack_from("<I", tail, cut)
+    assert size == len(tail) - cut - 4
+    answer = json.loads(tail[cut + 4 :])  # one prediction, as /predict's
+    assert tail[4:cut].decode() == answer["labels"][0]
+
+
+def test_tensor_requests_are_batched_together_and_counted_in_metrics(artifacts):
+    """Four one-image tensor requests in flight at once: one model call of 4 (the batcher's
+    50 ms window; a request arriving in it used to cut it short), each answer its own rows;
+    /metrics counts them as 200s."""
+    app, predictor = _app(artifacts.paths["onnx"], batch_timeout=0.05, max_batch_size=8)
+    x = predictor.spec.preprocess(artifacts.images[:4].numpy()).astype(np.float32)
+
+    async def run():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            asks = [
+                client.post("/v2/models/tiny/infer", json=_tensor_request(row[None])) for row in x
+            ]
+            return await asyncio.gather(*asks)
+
+    try:
+        replies = asyncio.run(run())
+    finally:
+        app.close()
+    logits = np.concatenate(
+        [np.reshape(_outputs(r)["logits"]["data"], (1, -1)) for r in replies]
+    ).astype(np.float32)
+    np.testing.assert_allclose(logits, predictor.tta_logits(x), atol=1e-5)
+    calls = app.metrics.batch_size
+    assert (sum(calls.counts), calls.sum.value) == (1, 4.0)  # one call of 4, not 4 of 1
+    assert app.metrics.status_count(200) == 4

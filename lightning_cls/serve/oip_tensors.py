@@ -1,0 +1,238 @@
+"""Open Inference Protocol v2 tensors: a request body -> checked arrays, arrays -> an answer.
+
+A request is JSON (``{"inputs": [{"name", "shape", "datatype", "data"}], "outputs": [...],
+"parameters": {...}}``), or, with the binary-data extension (Triton's
+``binary_tensor_data``), that JSON followed by raw tensor bytes: the
+``Inference-Header-Content-Length`` header gives the JSON's length, each input's
+``parameters.binary_data_size`` its share of the rest, in the order of ``inputs``. FP32 data
+is little-endian float32; BYTES elements are each a 4-byte little-endian length and the bytes.
+In JSON, a BYTES element is a string: here base64 (an encoded image, as ``/predict``'s JSON
+takes it). Every check names the field and the fix and is a 400 ``Reject``, before any work.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lightning_cls.serve.inputs import Reject
+from lightning_cls.serve.responses import dumps
+
+try:
+    from orjson import JSONDecodeError
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - orjson is in the serve extra
+    from json import JSONDecodeError
+    from json import loads as _loads
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output the model offers: name, datatype, shape (-1: any size)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+    def metadata(self) -> dict:
+        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
+
+
+@dataclass
+class Request:
+    """A checked request: its one input's name and data (float32 array or encoded bytes),
+    the outputs asked for ({name: their parameters}; empty: all), request parameters, id."""
+
+    input: str
+    data: Any
+    outputs: dict[str, dict] = field(default_factory=dict)
+    parameters: dict = field(default_factory=dict)
+    id: str | None = None
+
+
+def header_length(value: bytes | None) -> int | None:
+    """``Inference-Header-Content-Length`` -> the JSON's length in bytes (None: all JSON)."""
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise Reject(
+            400,
+            f"Inference-Header-Content-Length={value.decode('latin-1')!r} is not "
+            "a byte count; send the length of the JSON part, or leave it out",
+        )
+    return int(value)
+
+
+def parse_request(
+    raw: bytes, json_length: int | None, inputs: dict[str, TensorSpec], max_batch: int
+) -> Request:
+    """A request body -> ``Request`` with exactly one of ``inputs``, checked against it."""
+    if json_length is not None and json_length > len(raw):
+        raise Reject(
+            400,
+            f"Inference-Header-Content-Length={json_length} is longer than the "
+            f"{len(raw)}-byte body",
+        )
+    head = raw if json_length is None else raw[:json_length]
+    try:
+        body = _loads(head)
+    except (JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise Reject(400, f"request JSON is not valid ({err})") from err
+    if not isinstance(body, dict) or not isinstance(body.get("inputs"), list):
+        raise Reject(400, 'request JSON must be an object with an "inputs" list')
+    known = " or ".join(f"'{s.name}' ({s.datatype})" for s in inputs.values())
+    if len(body["inputs"]) != 1 or not isinstance(body["inputs"][0], dict):
+        raise Reject(400, f"send exactly one input, {known}; got {len(body['inputs'])}")
+    tensor = body["inputs"][0]
+    name = tensor.get("name")
+    if name not in inputs:
+        raise Reject(400, f"unknown input {name!r}; this model takes {known}")
+    spec = inputs[name]
+    shape = _checked_shape(tensor, spec, max_batch)
+    size = (tensor.get("parameters") or {}).get("binary_data_size")
+    if size is not None:
+        rest = len(raw) - (json_length or len(raw))
+        if json_length is None or not isinstance(size, int) or not 0 <= size <= rest:
+            raise Reject(
+                400,
+                f"input '{name}': binary_data_size={size!r} but {rest} bytes "
+                "follow the JSON (Inference-Header-Content-Length gives its length)",
+            )
+        data = _from_binary(raw[json_length : json_length + size], spec, shape)
+    elif "data" in tensor:
+        data = _from_json(tensor["data"], spec, shape)
+    else:
+        raise Reject(400, f"input '{name}' has neither \"data\" nor binary_data_size")
+    outputs = body.get("outputs") or []
+    if not isinstance(outputs, list) or not all(
+        isinstance(o, dict) and isinstance(o.get("name"), str) for o in outputs
+    ):
+        raise Reject(400, '"outputs" must be a list of {"name": ...} objects')
+    parameters = body.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise Reject(400, '"parameters" must be an object')
+    asked = {o["name"]: o.get("parameters") or {} for o in outputs}
+    return Request(name, data, asked, parameters, body.get("id"))
+
+
+def _checked_shape(tensor: dict, spec: TensorSpec, max_batch: int) -> tuple[int, ...]:
+    name, shape, datatype = spec.name, tensor.get("shape"), tensor.get("datatype")
+    if datatype != spec.datatype:
+        raise Reject(
+            400, f"input '{name}' has datatype {datatype!r}; this model takes {spec.datatype}"
+        )
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) for d in shape
+    ):
+        raise Reject(400, f"input '{name}' has shape {shape!r}; send a list of integers")
+    fits = len(shape) == len(spec.shape) and all(
+        want in (-1, got) for want, got in zip(spec.shape, shape)
+    )
+    if not fits:
+        raise Reject(
+            400,
+            f"input '{name}' has shape {shape}; this model takes "
+            f"{list(spec.shape)} (-1: the batch, any size)",
+        )
+    if not 1 <= shape[0] <= max_batch:
+        raise Reject(
+            400,
+            f"input '{name}' holds a batch of {shape[0]}; send 1 to {max_batch} "
+            "(serve.max_images_per_request)",
+        )
+    return tuple(shape)
+
+
+def _from_binary(chunk: bytes, spec: TensorSpec, shape: tuple[int, ...]):
+    count = math.prod(shape)
+    if spec.datatype == "BYTES":
+        items, offset = [], 0
+        while offset + 4 <= len(chunk) and len(items) < count:
+            (length,) = struct.unpack_from("<I", chunk, offset)
+            items.append(chunk[offset + 4 : offset + 4 + length])
+            offset += 4 + length
+        if len(items) != count or offset != len(chunk):
+            raise Reject(
+                400,
+                f"input '{spec.name}': its {len(chunk)} binary bytes do not hold "
+                f"{count} length-prefixed BYTES elements of shape {list(shape)}",
+            )
+        return items
+    if len(chunk) != count * 4:
+        raise Reject(
+            400,
+            f"input '{spec.name}': {len(chunk)} binary bytes for shape "
+            f"{list(shape)}; FP32 needs {count * 4}",
+        )
+    return np.frombuffer(chunk, "<f4").reshape(shape).astype(np.float32)
+
+
+def _from_json(data: Any, spec: TensorSpec, shape: tuple[int, ...]):
+    count = math.prod(shape)
+    if spec.datatype == "BYTES":
+        items = _flat(data)
+        if len(items) != count or not all(isinstance(i, str) for i in items):
+            raise Reject(
+                400, f"input '{spec.name}' needs {count} base64 strings for shape {list(shape)}"
+            )
+        try:
+            return [base64.b64decode(i, validate=True) for i in items]
+        except (binascii.Error, ValueError) as err:
+            raise Reject(400, f"input '{spec.name}': an element is not base64 ({err})") from err
+    try:
+        array = np.asarray(data, dtype=np.float32)
+    except (ValueError, TypeError) as err:
+        raise Reject(
+            400, f"input '{spec.name}': data is not a (nested) list of numbers ({err})"
+        ) from err
+    if array.size != count:
+        raise Reject(
+            400,
+            f"input '{spec.name}': {array.size} numbers for shape "
+            f"{list(shape)}, which holds {count}",
+        )
+    return array.reshape(shape)
+
+
+def _flat(data: Any) -> list:
+    if not isinstance(data, list):
+        return [data]
+    return [item for part in data for item in _flat(part)]
+
+
+def classification(values: np.ndarray, k: int, labels: list[str]) -> list[bytes]:
+    """Triton's classification extension: per row the ``k`` largest values as
+    ``"value:index:label"``, largest first; (N, K) -> N * k strings, row by row."""
+    order = np.argsort(-values, axis=1, kind="stable")[:, :k]  # (N, k)
+    return [f"{row[i]:f}:{i}:{labels[i]}".encode() for row, idx in zip(values, order) for i in idx]
+
+
+def encode_response(head: dict, outputs: list[tuple[str, str, list[int], Any, bool]]):
+    """``head`` (model_name, model_version, id) and (name, datatype, shape, data, binary)
+    per output -> (body, JSON length or None when no output is binary)."""
+    described, blobs = [], []
+    for name, datatype, shape, data, binary in outputs:
+        entry = {"name": name, "datatype": datatype, "shape": shape}
+        if binary:
+            blob = (
+                b"".join(struct.pack("<I", len(b)) + b for b in data)
+                if datatype == "BYTES"
+                else np.ascontiguousarray(data, "<f4").tobytes()
+            )
+            entry["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        elif datatype == "BYTES":
+            entry["data"] = [b.decode() for b in data]
+        else:
+            entry["data"] = np.asarray(data, np.float32).reshape(-1).tolist()
+        described.append(entry)
+    text = dumps({**head, "outputs": described})
+    if not blobs:
+        return text, None
+    return text + b"".join(blobs), len(text)
