@@ -1,4 +1,6 @@
-"""``Registry``: name → builder, the one mechanism behind models, datasets and callbacks.
+"""``Registry``: name → builder, the one mechanism behind every plug-in kind: models, datasets,
+callbacks, tasks, export formats (``export.writer.FORMATS``) and runtimes
+(``inference.runtimes.RUNTIMES``, keyed by file suffix).
 
 What may be registered, for every kind alike: a *builder*, i.e. any callable that takes keyword
 options and returns the object — a function or a class (a class is its own builder). The
@@ -15,6 +17,11 @@ A package that does not want to be imported by hand declares an entry point in i
     tinynet = "my_package:build_tinynet"    # a builder: registered under the entry-point name
     extras = "my_package.models"            # a module: imported, it registers its own names
 
+A *lazy entry* names its builder as ``"package.module:attribute"`` instead
+(``FORMATS.register("onnx", "lightning_cls.export.onnx:OnnxWriter")``): the name is known at
+once, the module is imported on the first ``get`` of that name, so listing names or importing
+the registry never pays for torch or onnx.
+
 Entry points are read once, on the first lookup. A name registered twice (by two packages, or
 by a package and a built-in) is an error; an unknown name lists the known ones and the closest.
 This module imports neither torch nor Lightning: it is the base layer.
@@ -24,8 +31,9 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import importlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any
@@ -35,11 +43,30 @@ log = logging.getLogger(__name__)
 Builder = Callable[..., Any]
 
 
+class Lazy(str):
+    """A builder named by ``"package.module:attribute"``, imported on first use."""
+
+    def load(self) -> Builder:
+        module, _, attribute = self.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in attribute.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def names(self, builder: object) -> bool:
+        """Whether ``builder`` is the object this entry names (without importing it)."""
+        return (
+            self == f"{getattr(builder, '__module__', '')}:{getattr(builder, '__qualname__', '')}"
+        )
+
+
 class Registry:
     """Builders of one kind by name, filled by ``register`` and by an entry-point group.
 
     ``returns`` (optional) is the type every built object must have; a builder that returns
-    something else is reported with a ``TypeError`` naming it.
+    something else is reported with a ``TypeError`` naming it. Read like a mapping too
+    (``registry[name]``, ``in``, iteration and ``items()`` in registration order, ``pop``),
+    so a table such as ``RUNTIMES`` keeps its dict verbs.
     """
 
     def __init__(self, kind: str, group: str, returns: type | tuple[type, ...] | None = None):
@@ -48,13 +75,23 @@ class Registry:
         self._entry_points_read = False
         self._clashes: list[str] = []
 
-    def register(self, name: str | Builder | None = None) -> Callable[[Builder], Builder]:
+    def register(self, name: str | Builder | None = None, target: str | None = None):
         """Decorator: register a builder under ``name`` (default: its ``__name__``).
 
         Use as ``@registry.register``, ``@registry.register("name")`` or
-        ``registry.register("name")(SomeClass)``. Registering the same object again is a
-        no-op; another object under a taken name is a ``ValueError``.
+        ``registry.register("name")(SomeClass)``; ``registry.register("name", "pkg.mod:attr")``
+        adds a lazy entry (imported on first use). Registering the same object again (or the
+        object a lazy entry names) is a no-op; another object under a taken name is a
+        ``ValueError``.
         """
+        if target is not None:
+            if not isinstance(name, str) or ":" not in target:
+                raise ValueError(
+                    f"A lazy {self.kind} entry is register('name', 'package.module:attribute'); "
+                    f"got {name!r}, {target!r}."
+                )
+            self._add(name, Lazy(target))
+            return None
 
         def decorator(builder: Builder) -> Builder:
             key = builder.__name__ if name is None or callable(name) else name
@@ -66,13 +103,17 @@ class Registry:
     def _add(self, key: str, builder: Builder) -> None:
         if not isinstance(key, str) or not key:
             raise ValueError(f"A {self.kind} name must be a non-empty string, got {key!r}.")
-        if not callable(builder):
+        if not callable(builder) and not isinstance(builder, Lazy):
             raise TypeError(
                 f"{self.kind.capitalize()} '{key}': register a builder function or a class, "
                 f"not a {type(builder).__name__} ({builder!r})."
             )
         known = self._builders.get(key)
-        if known is not None and known is not builder:
+        if isinstance(known, Lazy) and known.names(builder):
+            known = builder  # the module a lazy entry names registers itself as it loads
+        if isinstance(builder, Lazy) and known is not None and builder.names(known):
+            return  # a lazy entry for what is already registered
+        if known is not None and known is not builder and known != builder:
             raise ValueError(
                 f"{self.kind.capitalize()} name '{key}' is already registered by "
                 f"{_origin(known)}; {_origin(builder)} must choose another name."
@@ -133,7 +174,40 @@ class Registry:
         """The builder registered as ``name``; ``ValueError`` naming the closest known name."""
         if name not in self:
             raise self.unknown(name)
-        return self._builders[name]
+        builder = self._builders[name]
+        if isinstance(builder, Lazy):
+            builder = self._builders[name] = builder.load()
+        return builder
+
+    # Mapping verbs, in registration order (a lazy entry is imported when read).
+    def __getitem__(self, name: str) -> Builder:
+        if name not in self:
+            raise KeyError(name)
+        return self.get(name)
+
+    def __setitem__(self, name: str, builder: Builder) -> None:
+        self._add(name, builder)
+
+    def __delitem__(self, name: str) -> None:
+        del self._builders[name]
+
+    def __iter__(self) -> Iterator[str]:
+        self.load_entry_points()
+        return iter(list(self._builders))
+
+    def __len__(self) -> int:
+        self.load_entry_points()
+        return len(self._builders)
+
+    def items(self) -> list[tuple[str, Builder]]:
+        return [(name, self.get(name)) for name in self]
+
+    def pop(self, name: str, *default: Any) -> Any:
+        """Remove ``name`` (a test's temporary entry); its builder, or ``default``."""
+        return self._builders.pop(name, *default)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}: {', '.join(self._builders)})"
 
     def create(self, name: str, **kwargs: Any) -> Any:
         """Build the object registered as ``name`` with ``kwargs``."""
@@ -159,6 +233,8 @@ class Registry:
 
 
 def _origin(obj: object) -> str:
+    if isinstance(obj, Lazy):
+        return str(obj)
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
 
 

@@ -1,4 +1,4 @@
-"""The one Registry behind models, datasets and callbacks: names, errors, entry points."""
+"""The one Registry behind every plug-in kind: names, errors, entry points, lazy entries."""
 
 from __future__ import annotations
 
@@ -132,3 +132,35 @@ def test_entry_point_clashing_with_a_registered_name_is_an_error_at_every_lookup
         ):
             registry.names()
     assert registry._builders["from_module"] is dict  # the other entry points were still read
+
+
+def test_a_lazy_entry_is_listed_at_once_and_imported_on_first_use(tmp_path, monkeypatch):
+    (tmp_path / "lazy_widget_pkg.py").write_text("def build(size=1):\n    return [size]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = fresh()
+    registry.register("lazy", "lazy_widget_pkg:build")
+    try:
+        assert "lazy_widget_pkg" not in sys.modules and list(registry) == ["lazy"]
+        assert registry.create("lazy", size=2) == [2]  # imported here
+        import lazy_widget_pkg
+
+        registry.register("lazy")(lazy_widget_pkg.build)  # the module registering itself: fine
+        assert registry["lazy"] is lazy_widget_pkg.build
+        with pytest.raises(ValueError, match=r"'lazy' is already registered by lazy_widget_pkg"):
+            registry.register("lazy")(dict)
+        with pytest.raises(ValueError, match=r"register\('name', 'package\.module:attribute'\)"):
+            registry.register("other", "no_colon")
+        assert registry.pop("lazy") is lazy_widget_pkg.build and "lazy" not in registry
+    finally:
+        sys.modules.pop("lazy_widget_pkg", None)
+
+
+def test_formats_and_runtimes_are_registries_of_the_same_kind():
+    from lightning_cls.export.writer import FORMATS
+    from lightning_cls.inference.runtimes import RUNTIMES
+
+    assert isinstance(FORMATS, Registry) and isinstance(RUNTIMES, Registry)
+    with pytest.raises(ValueError, match=r"Unknown export format 'onxx'\. Did you mean 'onnx'\?"):
+        FORMATS.get("onxx")
+    with pytest.raises(KeyError):
+        RUNTIMES[".nope"]

@@ -6,10 +6,12 @@ them to INT8 and verify each file against the eager network.
 Hydra nor Lightning, and imports onnx/onnxruntime/openvino (the ``export``/``openvino``
 extras) only where they are used. Running an artifact is ``lightning_cls.inference``.
 
-Each file format is a ``Writer`` registered in ``FORMATS`` (``export.writer``); a new format is
-one module with a ``Writer`` and a ``register_format`` call, read back by the runtime that
-``inference.runtimes.RUNTIMES`` has for its suffix. The built-in formats register on the first
-use of ``FORMATS``.
+Every format (INT8 methods, the Triton and ``auto`` steps included) is a ``Writer`` registered
+in ``FORMATS`` (``export.writer``); a new format is one module with a ``Writer`` class and one
+registration (``register_format("name", MyWriter)``, or a lazy line in ``FORMATS``' table),
+read back by the runtime that ``inference.runtimes.RUNTIMES`` has for its suffix.
+``export_format(name, net, spec, path, **options)`` writes one format; ``export_model`` all
+that an ``ExportConfig`` asks for. The built-in formats are imported on first use.
 
 The public names below are imported on first use (PEP 562): the exporter and the writers
 import torch, which ``python -m lightning_cls.export --help`` never needs (tests/test_layers.py).
@@ -29,7 +31,14 @@ if TYPE_CHECKING:
         QuantizeConfig,
         export_model,
     )
-    from lightning_cls.export.writer import FORMATS, Writer, register_format, write_verified
+    from lightning_cls.export.writer import (
+        FORMATS,
+        ExportData,
+        Writer,
+        export_format,
+        register_format,
+        write_verified,
+    )
 
 # public name -> the module of this package that defines it
 _LAZY = {
@@ -38,6 +47,8 @@ _LAZY = {
     "QuantizeConfig": "exporter",
     "export_model": "exporter",
     "FORMATS": "writer",
+    "ExportData": "writer",
+    "export_format": "writer",
     "Writer": "writer",
     "register_format": "writer",
     "write_verified": "writer",
@@ -58,9 +69,11 @@ __all__ = [
     "AccuracyDropError",
     "ExportCheckError",
     "ExportConfig",
+    "ExportData",
     "ExportResult",
     "QuantizeConfig",
     "Writer",
+    "export_format",
     "export_model",
     "register_format",
     "write_verified",

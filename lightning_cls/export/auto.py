@@ -1,22 +1,23 @@
 """``export=auto``: export every runtime available here, time them on this machine, and keep
 the fastest one that passes the accuracy gate.
 
-Candidates: TorchScript (traced, the PyTorch reference), ONNX Runtime fp32 and static INT8
-(QDQ and QOperator), and, when ``openvino``/``nncf`` are installed, OpenVINO f32, bf16 (on
-CPUs that support it) and NNCF INT8. Each candidate's validation accuracy is compared with
-eager PyTorch's; one that drops more than ``max_acc_drop`` points is not eligible. The INT8
-candidates come from ``export=int8``'s own path (``export.int8.quantize_gated``): one that
-fails the gate is never written. Speed is
+Candidates: every registered format's ``Writer.candidates`` (``export.writer.FORMATS``) whose
+packages are installed here (``Writer.available``): TorchScript (traced, the PyTorch
+reference), ONNX Runtime fp32 and static INT8 (QDQ and QOperator), and, when
+``openvino``/``nncf`` are installed, OpenVINO f32, bf16 (on CPUs that support it) and NNCF
+INT8. Each candidate's validation accuracy is compared with eager PyTorch's; one that drops
+more than ``max_acc_drop`` points is not eligible. The INT8 candidates are ``export=int8``'s
+own writers, gated against eager PyTorch: one that fails the gate is never written. Speed is
 measured in interleaved rounds (order rotated each round), each a window of ``window_s``
 seconds at ``batch_size``; the score is the median img/s over rounds. The winner is copied to
-``model_auto<suffix>`` with every measurement in its metadata (ONNX ``metadata_props`` /
-OpenVINO ``rt_info`` key ``auto_selection``; TorchScript extra file ``auto_selection.json``)
-and in ``auto_selection.json`` beside it.
+``model_auto<suffix>`` by its writer's ``copy_tagged``, with every measurement in the file's own
+metadata (ONNX ``metadata_props`` / OpenVINO ``rt_info`` key ``auto_selection``; TorchScript
+extra file ``auto_selection.json``) and in ``auto_selection.json`` beside it.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
 import json
 import logging
 import statistics
@@ -28,9 +29,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lightning_cls.export import int8
+from lightning_cls.export.errors import AccuracyDropError
+from lightning_cls.export.exporter import ExportConfig, QuantizeConfig
 from lightning_cls.export.quantize import QuantizationReport, accuracy_drop_points
-from lightning_cls.fileio import atomic_path, atomic_write_text
+from lightning_cls.export.writer import FORMATS, ExportData, Writer
+from lightning_cls.fileio import atomic_write_text
 from lightning_cls.inference.network import check_same_data
 from lightning_cls.inference.predictor import Predictor
 from lightning_cls.inference.spec import InputSpec
@@ -68,65 +71,64 @@ class AutoResult:
     measurements: dict = field(default_factory=dict)  # candidate -> {val_acc, img_s, ...}
 
 
-def openvino_available() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in ("openvino", "nncf"))
+class AutoStep(Writer):
+    """``export=auto`` in the pipeline: a step that writes its own folder of candidates."""
+
+    key, file, title = "auto", "auto", "export=auto"
+    needs_data = "export=auto checks each runtime's accuracy on the validation split"
+
+    def __init__(self, config: ExportConfig | None = None):
+        self.config, self.data = config, None
+
+    @classmethod
+    def from_config(cls, config, out):
+        return [cls(config)]
+
+    def bind(self, files, data):
+        self.data = data
+
+    def export(self, net, spec, path, **check):
+        cfg = AutoConfig(**(self.config.auto if self.config else {}))
+        return export_auto(net, spec, path, self.data.datamodule, cfg, check, self.config).path
+
+
+def candidates(config: ExportConfig) -> dict[str, Writer]:
+    """Every registered format's ``export=auto`` candidates, where it can run here."""
+    found: dict[str, Writer] = {}
+    for name in FORMATS:
+        writer = FORMATS.get(name)
+        offered = writer.candidates(config) if hasattr(writer, "candidates") else {}
+        if offered and not writer.available():
+            log.info("export=auto: %s skipped (needs %s).", name, ", ".join(writer.modules))
+            continue
+        found.update(offered)
+    return found
 
 
 def export_candidates(
-    net: nn.Module, spec: InputSpec, out: Path, check_kwargs: dict
-) -> dict[str, Path]:
-    """Write every fp32 candidate into ``out``; name -> path (ONNX is always first)."""
-    from lightning_cls.export.onnx import export_onnx
-    from lightning_cls.export.torchscript import export_torchscript
-
-    onnx = export_onnx(net, spec, out / "model.onnx", **check_kwargs)
-    paths = {
-        "torchscript": export_torchscript(
-            net, spec, out / "model_trace.torchscript", "trace", **check_kwargs
-        ),
-        "ort_fp32": onnx,
-    }
-    if not openvino_available():
-        log.info("openvino/nncf not installed: OpenVINO candidates skipped (extra 'openvino').")
-        return paths
-    from lightning_cls.export.openvino import export_openvino
-
-    paths["ov_f32"] = export_openvino(onnx, out / "model.xml", spec, net, **check_kwargs)
-    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
-        paths["ov_bf16"] = export_openvino(onnx, out / "model_bf16.xml", spec, precision="bf16")
-    return paths
-
-
-# INT8 candidate -> (method, fp32 candidate it quantizes, ONNX layout, file)
-INT8_CANDIDATES = {
-    "ort_int8_qdq": ("onnx_static_int8", "ort_fp32", "qdq", "model_int8.onnx"),
-    "ort_int8_qoperator": ("onnx_static_int8", "ort_fp32", "qoperator", "model_int8_qop.onnx"),
-    "ov_int8": ("openvino_nncf_int8", "ov_f32", "qdq", "model_int8.xml"),
-}
-
-
-def int8_candidates(
-    paths: dict[str, Path], spec: InputSpec, out: Path, train, val, cfg: AutoConfig, eager_acc
-) -> dict[str, QuantizationReport]:
-    """Each INT8 candidate through ``export=int8``'s own path (calibrate, measure, gate against
-    eager PyTorch); one that fails the gate is reported and never written."""
-    reports = {}
-    for name, (method, source, quant_format, file) in INT8_CANDIDATES.items():
-        if source not in paths:
-            continue
-        write = int8.int8_writer(
-            method,
-            paths[source],
-            spec,
-            train,
-            calibration_batches=cfg.calibration_batches,
-            calibration_batch_size=cfg.calibration_batch_size,
-            quant_format=quant_format,
-        )
-        reports[name] = int8.quantize_gated(
-            name, paths[source], out / file, write, val, cfg.max_acc_drop, False, 0, eager_acc
-        )
-    return reports
+    net: nn.Module,
+    spec: InputSpec,
+    out: Path,
+    writers: dict[str, Writer],
+    data: ExportData,
+    check_kwargs: dict,
+) -> tuple[dict[str, Path], dict[str, QuantizationReport]]:
+    """Write each candidate (its sources first) into ``out``: name -> path of those written,
+    and name -> report of each INT8 one (a rejected one is reported and never written)."""
+    files: dict[str, Path] = {}  # by result key: the sources of the derived candidates
+    paths, reports = {}, {}
+    for name, writer in writers.items():
+        if not set(writer.requires) <= set(files):
+            continue  # its source is not here (e.g. no OpenVINO)
+        writer.bind(files, data)
+        try:
+            paths[name] = writer.export(net, spec, out / writer.file, **check_kwargs)
+            files.setdefault(writer.key, paths[name])
+        except AccuracyDropError as err:
+            log.warning("%s", err)
+        if getattr(writer, "report", None) is not None:
+            reports[name] = writer.report
+    return paths, reports
 
 
 def _load(path: Path, threads: int | None) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -191,8 +193,10 @@ def export_auto(
     datamodule,
     cfg: AutoConfig,
     check_kwargs: dict | None = None,
+    config: ExportConfig | None = None,
 ) -> AutoResult:
-    """Export every candidate into ``out_dir``, measure them, and keep the winner."""
+    """Export every candidate into ``out_dir``, measure them, and keep the winner
+    (``config``: the other export options, e.g. the ONNX opset)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     datamodule.setup("fit")
@@ -203,9 +207,15 @@ def export_auto(
     net = net.eval()
     eager = Predictor(net, spec)
     eager_acc = eager.accuracy(val.images, val.labels)
-    paths = export_candidates(net, spec, out, check_kwargs or {})
-    reports = int8_candidates(paths, spec, out, train, val, cfg, eager_acc)
-    paths.update({n: Path(r.int8_path) for n, r in reports.items() if r.accepted})
+    gate = QuantizeConfig(
+        calibration_batches=cfg.calibration_batches,
+        calibration_batch_size=cfg.calibration_batch_size,
+        max_acc_drop=cfg.max_acc_drop,
+        latency_runs=0,
+    )
+    writers = candidates(dataclasses.replace(config or ExportConfig(), quantize=gate))
+    data = ExportData(train, val, reference_acc=eager_acc, datamodule=datamodule)
+    paths, reports = export_candidates(net, spec, out, writers, data, check_kwargs or {})
     fns = {name: _load(path, threads) for name, path in paths.items()}
     results = measure(fns, spec, val, cfg)
     for name, report in reports.items():
@@ -222,40 +232,10 @@ def export_auto(
         "max_acc_drop": cfg.max_acc_drop,
         "candidates": results,
     }
-    path = write_winner(paths[winner], selection)
+    path = paths[winner].with_name(f"model_auto{paths[winner].suffix}")
+    writers[winner].copy_tagged(paths[winner], path, SELECTION_KEY, json.dumps(selection))
     atomic_write_text(out / SELECTION_FILE, json.dumps(selection, indent=2) + "\n")
     log.info(
         "export=auto: %s wins (%.0f img/s) -> %s", winner, results[winner]["img_s_median"], path
     )
     return AutoResult(winner, path, results)
-
-
-def write_winner(src: Path, selection: dict) -> Path:
-    """Copy ``src`` to ``model_auto<suffix>`` with ``selection`` in the file's own metadata."""
-    dst = src.with_name(f"model_auto{src.suffix}")
-    text = json.dumps(selection)
-    if src.suffix == ".onnx":
-        import onnx
-
-        model = onnx.load(str(src))
-        entry = model.metadata_props.add()
-        entry.key, entry.value = SELECTION_KEY, text
-        with atomic_path(dst) as tmp:
-            onnx.save_model(model, str(tmp), save_as_external_data=False)
-    elif src.suffix == ".xml":
-        import openvino as ov
-
-        from lightning_cls.export.openvino import _save
-
-        model = ov.Core().read_model(str(src))
-        model.set_rt_info(text, ["lightning_cls", SELECTION_KEY])
-        _save(model, dst)  # .xml and .bin land together
-    else:  # TorchScript: add an extra file next to meta.json
-        from lightning_cls.inference.spec import META_FILE
-
-        extra = {META_FILE: ""}
-        module = torch.jit.load(str(src), _extra_files=extra)
-        extra[SELECTION_FILE] = text
-        with atomic_path(dst) as tmp:
-            torch.jit.save(module, str(tmp), _extra_files=extra)
-    return dst

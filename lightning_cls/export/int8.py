@@ -1,118 +1,142 @@
-"""The one INT8 path of ``export=int8`` and ``export=auto``: calibrate, measure, gate, keep.
+"""INT8 formats: writers derived from an fp32 file, checked by the accuracy gate.
 
-``int8_writer`` makes the file (ONNX Runtime static QDQ/QOperator and NNCF calibrate on the
-same seeded ``calibration_batches`` of the train split; torch dynamic needs no calibration).
-``quantize_gated`` writes it under a temp name, measures it on the validation split against
-its fp32 file (``compare``), applies the accuracy gate (``enforce_max_drop``), and only then
-renames it to its final name. A rejected INT8 leaves nothing at that name (an older file
-there, made from another fp32 model, is removed too); a kill leaves at most a hidden temp.
+Each INT8 method is a ``Writer`` (``export.writer``) with a source (``requires``: the fp32 file
+it quantizes, by result key) and one check hook, the gate. The one skeleton writes it under a
+temp name; ``Int8Writer.check`` measures it on the validation split against its source (or
+against ``ExportData.reference_acc``: ``export=auto`` gates every runtime against eager
+PyTorch) and raises ``AccuracyDropError`` for a drop of more than ``max_acc_drop`` points
+before the rename, removing an older file at the final name too (``enforce_max_drop``); a kill
+leaves at most a hidden temp. ONNX Runtime static QDQ/QOperator and NNCF calibrate on the same
+seeded ``calibration_batches`` of the train split; torch dynamic needs no calibration.
+``export=int8`` and ``export=auto`` run these same writers.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
+import dataclasses
 from pathlib import Path
 
-from torch import nn
-
+from lightning_cls.export import onnx, openvino, torchscript
 from lightning_cls.export.errors import AccuracyDropError
+from lightning_cls.export.exporter import QuantizeConfig
 from lightning_cls.export.quantize import (
-    QuantizationReport,
     SplitCalibrationReader,
     compare,
     enforce_max_drop,
     quantize_onnx_static,
     quantize_torch_dynamic,
 )
-from lightning_cls.fileio import atomic_paths
+from lightning_cls.export.torchscript import TorchScriptWriter
+from lightning_cls.export.writer import Writer
 from lightning_cls.inference.predictor import load_artifact
-from lightning_cls.inference.spec import InputSpec, Split
-
-log = logging.getLogger(__name__)
-
-# method -> the file ``export=int8`` writes it to, next to its fp32 source
-METHODS = {
-    "onnx_static_int8": "model_int8.onnx",  # ONNX Runtime static (fp32: model.onnx)
-    "torch_dynamic_int8": "model_int8_dynamic.torchscript",  # torch.ao dynamic, nn.Linear only
-    "openvino_nncf_int8": "model_int8.xml",  # NNCF post-training (fp32: model.xml)
-}
 
 
-def int8_writer(
-    method: str,
-    fp32_path: Path,
-    spec: InputSpec,
-    train: Split | None = None,
-    net: nn.Module | None = None,
-    calibration_batches: int = 8,
-    calibration_batch_size: int = 32,
-    per_channel: bool = True,
-    activation_type: str = "uint8",
-    quant_format: str = "qdq",
-    check_kwargs: dict | None = None,
-) -> Callable[[Path], Path]:
-    """A function that writes ``method``'s INT8 model of ``fp32_path`` at the path it is given."""
-    if method not in METHODS:
-        raise ValueError(f"Unknown INT8 method '{method}'; use one of {', '.join(METHODS)}.")
-    if method == "torch_dynamic_int8":
-        from lightning_cls.export.torchscript import export_torchscript
+class Int8Writer(Writer):
+    """An INT8 file made from the fp32 file ``requires[0]`` names; ``method`` names it in the
+    report. ``quantize`` holds its options (``export.quantize.*``)."""
 
+    method: str = ""
+    needs_data = "INT8 quantization calibrates on the train split and reports validation accuracy"
+    features = False  # made from a written file, which has its outputs already
+
+    def __init__(self, quantize: QuantizeConfig | None = None, file: str | None = None):
+        self.quantize = quantize or QuantizeConfig()
+        if file is not None:
+            self.file = file
+        self.source_path: Path | None = None
+        self.data = None
+        self.report = None  # the QuantizationReport of the last check
+
+    @classmethod
+    def from_config(cls, config, out):
+        return [cls(config.quantize)]
+
+    def bind(self, files, data):
+        self.source_path, self.data = Path(files[self.requires[0]]), data
+
+    def read_back(self, path):
+        predictor = load_artifact(path, trust_artifact=True)  # our own file, just written
+        return predictor, predictor.spec
+
+    def check(self, model, run, spec, path, batch_sizes, atol, rtol):
+        """The accuracy gate: ``run`` (the INT8 file) against its source on the val split."""
+        q = self.quantize
+        before = load_artifact(self.source_path, trust_artifact=True)
+        reference = self.data.reference_acc
+        report = compare(self.method, before, run, self.data.val, q.latency_runs, reference)
+        report.int8_path, self.report = str(path), report
+        try:
+            # Removes an older file at path (and its companions) too.
+            enforce_max_drop(report, q.max_acc_drop, q.force, self.companions)
+        except AccuracyDropError as err:
+            report.accepted, report.error = False, str(err)
+            raise
+
+    def calibration(self, spec) -> SplitCalibrationReader:
+        q = self.quantize
+        train = self.data.train
+        return SplitCalibrationReader(train, spec, q.calibration_batches, q.calibration_batch_size)
+
+
+class OnnxStaticInt8(Int8Writer):
+    """``model_int8.onnx``: ONNX Runtime static INT8 (QDQ or QOperator) of ``model.onnx``."""
+
+    key, file, title, method = "onnx_int8", "model_int8.onnx", "ONNX INT8", "onnx_static_int8"
+    requires, uses = ("onnx",), "export.quantize.static=true quantizes the ONNX file"
+    modules = ("onnx", "onnxruntime")
+    copy_tagged = staticmethod(onnx.copy_tagged)
+
+    @classmethod
+    def candidates(cls, config):
+        qdq = dataclasses.replace(config.quantize, format="qdq")
+        qop = dataclasses.replace(config.quantize, format="qoperator")
+        return {"ort_int8_qdq": cls(qdq), "ort_int8_qoperator": cls(qop, "model_int8_qop.onnx")}
+
+    def write(self, net, example, tmp, spec):
+        q = self.quantize
+        reader = self.calibration(spec)
+        quantize_onnx_static(
+            self.source_path, tmp, reader, q.per_channel, q.activation_type, q.format
+        )
+
+
+class TorchDynamicInt8(Int8Writer):
+    """``model_int8_dynamic.torchscript``: torch.ao dynamic INT8 of every ``nn.Linear``, traced;
+    gated against the traced fp32 file (written too, when export.formats has no torchscript)."""
+
+    key, file, title = "torchscript_int8_dynamic", "model_int8_dynamic.torchscript", "INT8"
+    method = "torch_dynamic_int8"
+    requires = ("torchscript_trace",)
+    uses = "export.quantize.dynamic=true compares with the traced TorchScript file"
+    features = True  # quantizes the network itself: its features output too
+    copy_tagged = staticmethod(torchscript.copy_tagged)
+
+    @classmethod
+    def from_config(cls, config, out):
+        return [TorchScriptWriter("trace"), cls(config.quantize)]
+
+    def write(self, net, example, tmp, spec):
         if net is None:
             raise ValueError("torch_dynamic_int8 quantizes the eager network; pass net=.")
-        return lambda dst: export_torchscript(
-            quantize_torch_dynamic(net), spec, dst, "trace", **(check_kwargs or {})
+        TorchScriptWriter("trace").write(quantize_torch_dynamic(net), example, tmp, spec)
+
+
+class OpenVINOInt8(Int8Writer):
+    """``model_int8.xml`` + ``.bin``: NNCF post-training INT8 of the OpenVINO IR."""
+
+    key, file, companions = "openvino_int8", "model_int8.xml", (".bin",)
+    title, method = "OpenVINO INT8", "openvino_nncf_int8"
+    requires, uses = ("openvino",), "export.quantize.openvino=true quantizes the OpenVINO IR"
+    modules = ("openvino", "nncf")
+    copy_tagged = staticmethod(openvino.copy_tagged)
+
+    @classmethod
+    def candidates(cls, config):
+        return {"ov_int8": cls(config.quantize)}
+
+    def write(self, net, example, tmp, spec):
+        q = self.quantize
+        train = self.data.train
+        openvino.quantize_openvino_int8(
+            self.source_path, tmp, train, spec, q.calibration_batches, q.calibration_batch_size
         )
-    if train is None:
-        raise ValueError(f"{method} calibrates on the train split; pass train=.")
-    if method == "openvino_nncf_int8":
-        from lightning_cls.export.openvino import quantize_openvino_int8
-
-        return lambda dst: quantize_openvino_int8(
-            fp32_path, dst, train, spec, calibration_batches, calibration_batch_size
-        )
-    return lambda dst: quantize_onnx_static(
-        fp32_path,
-        dst,
-        SplitCalibrationReader(train, spec, calibration_batches, calibration_batch_size),
-        per_channel,
-        activation_type,
-        quant_format,
-    )
-
-
-def quantize_gated(
-    method: str,
-    fp32_path: str | Path,
-    int8_path: str | Path,
-    write: Callable[[Path], Path],
-    val: Split,
-    max_acc_drop: float = 1.0,
-    force: bool = False,
-    latency_runs: int = 50,
-    reference_acc: float | None = None,
-) -> QuantizationReport:
-    """Write (``write``), measure and gate one INT8 model; keep it at ``int8_path`` only if it
-    passes (or ``force``). ``report.accepted``/``report.error`` say what happened.
-
-    ``reference_acc``: the baseline accuracy (default: the fp32 file's own on ``val``).
-    """
-    int8_path = Path(int8_path)
-    files = (
-        [int8_path.with_suffix(".bin"), int8_path] if int8_path.suffix == ".xml" else [int8_path]
-    )
-    try:
-        with atomic_paths(*files) as temps:
-            write(temps[-1])
-            # Our own files, just written: TorchScript is trusted here.
-            before = load_artifact(fp32_path, trust_artifact=True)
-            after = load_artifact(temps[-1], trust_artifact=True)
-            report = compare(method, before, after, val, latency_runs, reference_acc)
-            report.int8_path = str(int8_path)
-            enforce_max_drop(report, max_acc_drop, force)  # removes an older int8_path too
-    except AccuracyDropError as err:
-        report.accepted, report.error = False, str(err)
-        log.warning("%s", err)
-        return report
-    log.info("Kept %s", int8_path)
-    return report

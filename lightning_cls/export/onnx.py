@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from lightning_cls.export.errors import ExportCheckError
-from lightning_cls.export.writer import CHECK_BATCH_SIZES, Writer, register_format, write_verified
+from lightning_cls.export.writer import CHECK_BATCH_SIZES, Writer, export_format
+from lightning_cls.fileio import atomic_path
 from lightning_cls.inference.network import FeatureNet
 from lightning_cls.inference.runtimes import (
     FEATURES_OUTPUT,
@@ -32,19 +33,36 @@ class OnnxWriter(Writer):
     """``model.onnx``: float NCHW in, logits out, read back in ONNX Runtime."""
 
     key, file, title = "onnx", FILE, "ONNX"
+    modules = ("onnx", "onnxruntime")
 
     def __init__(self, opset: int = OPSET):
         self.opset = opset
 
+    @classmethod
+    def from_config(cls, config, out):
+        return [cls(config.opset)]
+
+    @classmethod
+    def candidates(cls, config):
+        return {"ort_fp32": cls(config.opset)}
+
     def write(self, net, example, tmp, spec):
         write_onnx(net, example, tmp, spec, self.opset, INPUT_NAME, OUTPUT_NAME)
 
+    def copy_tagged(self, src, dst, key, text):
+        return copy_tagged(src, dst, key, text)
 
-def writers(config, out: Path) -> list[Writer]:
-    return [OnnxWriter(config.opset)]
 
+def copy_tagged(src: Path, dst: Path, key: str, text: str) -> Path:
+    """``src`` copied to ``dst`` with ``text`` under ``key`` in its ``metadata_props``."""
+    import onnx
 
-register_format("onnx", writers)
+    model = onnx.load(str(src))
+    entry = model.metadata_props.add()
+    entry.key, entry.value = key, text
+    with atomic_path(dst) as tmp:
+        onnx.save_model(model, str(tmp), save_as_external_data=False)
+    return dst
 
 
 def export_onnx(
@@ -56,12 +74,10 @@ def export_onnx(
     atol: float = 1e-4,
     rtol: float = 1e-3,
 ) -> Path:
-    """Export ``net`` (in eval mode) to one ``.onnx`` file and verify it in ONNX Runtime.
-
-    The file is written and checked under a temp name and only then renamed to ``path``, so
-    a failed check leaves an earlier export at ``path`` untouched.
-    """
-    return write_verified(OnnxWriter(opset), net, spec, path, check_batch_sizes, atol, rtol)
+    """``export_format("onnx", ...)``: ``net`` as one ``.onnx`` file, verified in ONNX Runtime
+    (a shorthand the benchmarks and tests use)."""
+    kw = {"check_batch_sizes": check_batch_sizes, "atol": atol, "rtol": rtol}
+    return export_format("onnx", net, spec, path, opset=opset, **kw)
 
 
 def write_onnx(

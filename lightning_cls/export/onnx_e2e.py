@@ -21,14 +21,12 @@ name only if the check holds.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from lightning_cls.export.onnx import OPSET, read_metadata, write_onnx
-from lightning_cls.export.writer import CHECK_BATCH_SIZES, Writer, register_format, write_verified
+from lightning_cls.export.writer import Writer
 from lightning_cls.inference.predictor import Predictor, probabilities, tta
 from lightning_cls.inference.runtimes import make_session
 from lightning_cls.inference.spec import InputSpec, normalize_constants
@@ -81,9 +79,14 @@ class OnnxE2EWriter(Writer):
     """``model_e2e.onnx``: ``EndToEnd(net)`` in ONNX; uint8 NHWC in, probabilities out."""
 
     key, file, title = "onnx_e2e", FILE, "ONNX"
+    modules = ("onnx", "onnxruntime")
 
     def __init__(self, opset: int = OPSET):
         self.opset = opset
+
+    @classmethod
+    def from_config(cls, config, out):
+        return [cls(config.opset)]
 
     def write(self, net, example, tmp, spec):
         module = EndToEnd(net, spec).eval()
@@ -108,24 +111,3 @@ class OnnxE2EWriter(Writer):
             return torch.from_numpy(probs)
 
         return run, read_metadata(path)
-
-
-def writers(config, out: Path) -> list[Writer]:
-    return [OnnxE2EWriter(config.opset)]
-
-
-register_format("onnx_e2e", writers)
-
-
-def export_onnx_e2e(
-    net: nn.Module,
-    spec: InputSpec,
-    path: str | Path,
-    opset: int = OPSET,
-    check_batch_sizes: Sequence[int] = CHECK_BATCH_SIZES,
-    atol: float = 1e-4,
-    rtol: float = 1e-3,
-) -> Path:
-    """Export ``net`` (eval mode) wrapped in ``EndToEnd`` to one self-contained ``.onnx`` file
-    with a dynamic batch axis, and verify it in ONNX Runtime against eager PyTorch."""
-    return write_verified(OnnxE2EWriter(opset), net, spec, path, check_batch_sizes, atol, rtol)

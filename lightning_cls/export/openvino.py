@@ -17,8 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lightning_cls.export.onnx import FILE as ONNX_FILE
-from lightning_cls.export.writer import Writer, register_format, write_verified
+from lightning_cls.export.writer import Writer, export_format
 from lightning_cls.fileio import atomic_paths
 from lightning_cls.inference.openvino import (
     PRECISIONS,
@@ -57,21 +56,47 @@ def _set_props(model, props: dict[str, str]) -> None:
 
 
 class OpenVINOWriter(Writer):
-    """``model.xml`` + ``model.bin``, converted from the verified ONNX file ``onnx_path``."""
+    """``model.xml`` + ``model.bin``, converted from the verified ONNX file (``onnx_path``, or
+    the ``onnx`` file of this export)."""
 
     key, file, companions, title = "openvino", "model.xml", (".bin",), "OpenVINO"
+    requires, uses = ("onnx",), "OpenVINO converts the ONNX file"
+    modules = ("onnx", "openvino")
 
-    def __init__(self, onnx_path: str | Path, precision: str = "f32"):
+    def __init__(self, onnx_path: str | Path | None = None, precision: str = "f32"):
         if precision not in PRECISIONS:
             raise ValueError(f"Unknown OpenVINO precision '{precision}'; use one of {PRECISIONS}.")
-        self.onnx_path, self.precision = Path(onnx_path), precision
+        self.onnx_path = Path(onnx_path) if onnx_path is not None else None
+        self.precision = precision
+        if onnx_path is not None:
+            self.requires = ()  # given its source: no ONNX file of this export needed
+
+    @classmethod
+    def from_config(cls, config, out):
+        return [cls(precision=config.openvino_precision)]
+
+    @classmethod
+    def candidates(cls, config):
+        found = {"ov_f32": cls()}
+        if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
+            found["ov_bf16"] = cls(precision="bf16")
+            found["ov_bf16"].file = "model_bf16.xml"
+        return found
+
+    def bind(self, files, data):
+        if self.onnx_path is None and "onnx" in files:
+            self.onnx_path = Path(files["onnx"])
+
+    def copy_tagged(self, src, dst, key, text):
+        return copy_tagged(src, dst, key, text)
 
     def write(self, net, example, tmp, spec):
         import openvino as ov
 
-        if not self.onnx_path.is_file():
+        if self.onnx_path is None or not self.onnx_path.is_file():
             raise FileNotFoundError(
-                f"OpenVINO converts the ONNX export, and {self.onnx_path} does not exist; "
+                f"OpenVINO converts the ONNX export, and {self.onnx_path or 'model.onnx'} does not "
+                "exist; "
                 "export ONNX first."
             )
         model = ov.convert_model(str(self.onnx_path))
@@ -93,11 +118,13 @@ class OpenVINOWriter(Writer):
         return run, runtime.spec
 
 
-def writers(config, out: Path) -> list[Writer]:
-    return [OpenVINOWriter(out / ONNX_FILE, config.openvino_precision)]
+def copy_tagged(src: Path, dst: Path, key: str, text: str) -> Path:
+    """``src`` (+ ``.bin``) copied to ``dst`` with ``text`` under ``key`` in its ``rt_info``."""
+    import openvino as ov
 
-
-register_format("openvino", writers)
+    model = ov.Core().read_model(str(src))
+    model.set_rt_info(text, [RT_SECTION, key])
+    return _save(model, dst)  # .xml and .bin land together
 
 
 def export_openvino(
@@ -116,8 +143,10 @@ def export_openvino(
     where the CPU supports it); the parity check always runs in f32, where it must be exact.
     Without ``net`` only the spec read back is checked.
     """
-    writer = OpenVINOWriter(onnx_path, precision)
-    return write_verified(writer, net, spec, xml_path, check_batch_sizes, atol, rtol)
+    kw = {"check_batch_sizes": check_batch_sizes, "atol": atol, "rtol": rtol}
+    return export_format(
+        "openvino", net, spec, xml_path, onnx_path=onnx_path, precision=precision, **kw
+    )
 
 
 def quantize_openvino_int8(

@@ -6,14 +6,10 @@ brings it back without the model's Python code. ``meta.json`` travels inside as 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-
 import torch
-from torch import nn
 
-from lightning_cls.export.writer import Writer, register_format, write_verified
-from lightning_cls.inference.spec import META_FILE, InputSpec
+from lightning_cls.export.writer import Writer
+from lightning_cls.inference.spec import META_FILE
 
 
 class Pt2Writer(Writer):
@@ -26,22 +22,3 @@ class Pt2Writer(Writer):
         batch = torch.export.Dim("batch", min=1)
         program = torch.export.export(net, (example,), dynamic_shapes=({0: batch},))
         torch.export.save(program, str(tmp), extra_files={META_FILE: spec.to_json()})
-
-
-def writers(config, out: Path) -> list[Writer]:
-    return [Pt2Writer()]
-
-
-register_format("pt2", writers)
-
-
-def export_pt2(
-    net: nn.Module,
-    spec: InputSpec,
-    path: str | Path,
-    check_batch_sizes: Sequence[int] = (1, 7),
-    atol: float = 1e-5,
-    rtol: float = 1e-4,
-) -> Path:
-    """Save ``net`` as a ``.pt2`` program, reload it and compare with eager at other batch sizes."""
-    return write_verified(Pt2Writer(), net, spec, path, check_batch_sizes, atol, rtol)

@@ -8,7 +8,7 @@
 
 A report compares validation accuracy, file size and batch-1 latency before and after;
 ``enforce_max_drop`` refuses (deletes) an artifact that loses more than the allowed points.
-``lightning_cls.export.int8.quantize_gated`` strings these together for ``export=int8`` and
+``lightning_cls.export.int8.Int8Writer.check`` strings these together for ``export=int8`` and
 ``export=auto`` alike.
 """
 
@@ -263,9 +263,13 @@ def drop_message(report: QuantizationReport, max_drop_points: float) -> str | No
 
 
 def enforce_max_drop(
-    report: QuantizationReport, max_drop_points: float, force: bool = False
+    report: QuantizationReport,
+    max_drop_points: float,
+    force: bool = False,
+    companions: tuple[str, ...] = (),
 ) -> None:
-    """Raise ``AccuracyDropError`` (and delete the int8 file) if accuracy fell too far.
+    """Raise ``AccuracyDropError`` (and delete the int8 file and its ``companions``, the
+    writer's: OpenVINO's ``.bin``) if accuracy fell too far.
 
     With ``force`` the file is kept and the drop is only logged as a warning.
     """
@@ -277,8 +281,8 @@ def enforce_max_drop(
         return
     path = Path(report.int8_path)
     path.unlink(missing_ok=True)
-    if path.suffix == ".xml":  # OpenVINO's weights file goes with it
-        path.with_suffix(".bin").unlink(missing_ok=True)
+    for suffix in companions:
+        path.with_suffix(suffix).unlink(missing_ok=True)
     raise AccuracyDropError(
         f"{message} Deleted {report.int8_path}. Calibrate on more batches "
         "(export.quantize.calibration_batches), raise export.quantize.max_acc_drop, or set "

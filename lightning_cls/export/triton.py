@@ -20,6 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from lightning_cls.export.writer import Writer
 from lightning_cls.fileio import atomic_path
 from lightning_cls.inference.spec import InputSpec, props_to_dict
 
@@ -64,6 +65,32 @@ class TritonConfig:
                 f"export.triton.max_queue_delay_us={self.max_queue_delay_us} must be >= 0 "
                 "(0: no wait)."
             )
+
+
+class TritonStep(Writer):
+    """``export=triton``: a post-step, not a file of its own: the repository around the
+    ``source`` file this export wrote (``export.triton.source``)."""
+
+    key, file, title = "triton", "triton", "Triton repository"
+    modules = ("onnx",)
+
+    def __init__(self, config: TritonConfig | None = None):
+        self.config = config or TritonConfig()
+        self.requires = (self.config.source,)
+        self.uses = (
+            f"A Triton repository serves the {self.config.source} file (export.triton.source)"
+        )
+        self.files = {}
+
+    @classmethod
+    def from_config(cls, config, out):
+        return [cls(config.triton)]
+
+    def bind(self, files, data):
+        self.files = files
+
+    def export(self, net, spec, path, **check):
+        return export_triton(self.files[self.config.source], path, spec, self.config).parent
 
 
 def export_triton(

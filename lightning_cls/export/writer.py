@@ -1,27 +1,40 @@
-"""One shape for every export format: a ``Writer`` writes its file, ``write_verified`` does the rest.
+"""One pipeline for every export: registered ``Writer``s, each through one skeleton.
 
-A format is a ``Writer`` (``file``, ``title``, ``write``) registered in ``FORMATS`` with
-``register_format``, as a runtime is registered in ``inference.runtimes.RUNTIMES``. The
-skeleton is here once, for every format:
+A format is a ``Writer`` class registered in ``FORMATS`` (the one ``lightning_cls.registry.Registry``;
+the built-ins as lazy entries below, plug-ins through the ``lightning_cls.export_formats``
+entry-point group), as a runtime is registered in ``inference.runtimes.RUNTIMES``. A writer
+declares what the pipeline needs to know before anything is written: ``requires`` (the files,
+by result key, it is made from: OpenVINO and INT8 name their source), ``needs_data`` (why it
+needs the DataModule's splits, or ``""``), ``modules`` (the packages it and its runtime need:
+``export=auto`` skips it where one is missing) and ``from_config`` (the writers an
+``ExportConfig`` asks of it). ``export_model`` orders the requested writers by ``requires``
+and runs each through ``Writer.export``, by default the skeleton here, once for every format:
 
 1. the network in eval mode (its mode restored in ``finally``);
 2. ``writer.write`` writes under a hidden temp name in the target's folder (the suffix kept,
    so the runtime registry recognises it; companions such as OpenVINO's ``.bin`` beside it);
 3. the temp file is read back through the runtime that will serve it (``writer.read_back``,
-   by default ``RUNTIMES[suffix]``): it must carry the spec and reproduce eager PyTorch at each
-   check batch size, else ``ExportCheckError`` (outputs) or ``ValueError`` (spec);
+   by default ``RUNTIMES[suffix]``): it must carry the spec (else ``ValueError``) and pass
+   ``writer.check``: parity with eager PyTorch at each check batch size for an fp32 file
+   (``ExportCheckError``), the accuracy gate against its source for INT8
+   (``export.int8.Int8Writer``: ``AccuracyDropError``);
 4. only then is it renamed over the final name (``lightning_cls.fileio``); on any failure the
    temp files are removed and an earlier file at the final name is left as it was.
+
+A step built on written files rather than on a file of its own (``triton``, ``auto``)
+overrides ``export``. ``export_format(name, net, spec, path, **options)`` runs one format.
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import logging
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -29,8 +42,9 @@ from torch import nn
 from lightning_cls.export.checks import check_outputs_close, example_batch
 from lightning_cls.fileio import atomic_path, atomic_paths
 from lightning_cls.inference.network import with_features
-from lightning_cls.inference.runtimes import FEATURES_OUTPUT, open_runtime
-from lightning_cls.inference.spec import InputSpec
+from lightning_cls.inference.runtimes import FEATURES_OUTPUT, RUNTIMES, open_runtime
+from lightning_cls.inference.spec import InputSpec, Split
+from lightning_cls.registry import Registry
 
 if TYPE_CHECKING:
     from lightning_cls.export.exporter import ExportConfig
@@ -52,6 +66,50 @@ class Writer:
     # rejection rule scores them (``reject=knn|mahalanobis``): ``write`` then receives a
     # ``network.FeatureNet`` answering ``(logits, features)``.
     features: bool = True
+    # What the pipeline checks and orders by before anything is written:
+    requires: tuple[str, ...] = ()  # result keys of the files it is made from ("onnx")
+    uses: str = ""  # the refusal when one is missing: "OpenVINO converts the ONNX file"
+    needs_data: str = ""  # why it needs the DataModule ("" : it does not)
+    modules: tuple[str, ...] = ()  # packages it and its runtime import (auto skips it without)
+
+    @classmethod
+    def from_config(cls, config: ExportConfig, out: Path) -> list[Writer]:
+        """The writers ``config`` asks of this format (TorchScript: one per mode)."""
+        return [cls()]
+
+    @classmethod
+    def candidates(cls, config: ExportConfig) -> dict[str, Writer]:
+        """``export=auto``'s candidates of this format, by name (``{}``: not a candidate)."""
+        return {}
+
+    @classmethod
+    def available(cls) -> bool:
+        """Whether this machine can write and run it: its packages and its runtime are here."""
+        suffix_served = not cls.file or Path(cls.file).suffix in RUNTIMES
+        return suffix_served and all(importlib.util.find_spec(m) for m in cls.modules)
+
+    def bind(self, files: Mapping[str, Path], data: ExportData | None) -> None:
+        """Before ``export``: the files written so far (by result key) and the data."""
+
+    def export(self, net: nn.Module | None, spec: InputSpec, path: Path, **check: Any) -> Path:
+        """Write the file at ``path`` through the skeleton (a step overrides this)."""
+        return write_verified(self, net, spec, path, **check)
+
+    def check(self, model, run, spec: InputSpec, path: Path, batch_sizes, atol, rtol) -> None:
+        """The file read back (``run``) against eager ``model``: parity at each batch size
+        (``model=None``, a file converted from another verified file: the spec alone)."""
+        if model is not None:
+            what = f"{self.title} {path.name}"  # the final name, not the temp one
+            compare(self, model, run, spec, batch_sizes, atol, rtol, what)
+
+    def copy_tagged(self, src: Path, dst: Path, key: str, text: str) -> Path:
+        """Copy the file at ``src`` (companions too) to ``dst`` with ``text`` under ``key`` in the
+        file's own metadata (``export=auto``'s winner); this default copies it untagged."""
+        pairs = [(src.with_suffix(s), dst.with_suffix(s)) for s in self.companions] + [(src, dst)]
+        with _temp_files([d for _, d in pairs]) as temps:
+            for (source, _), tmp in zip(pairs, temps):
+                shutil.copyfile(source, tmp)
+        return dst
 
     def write(self, net: nn.Module | None, example: torch.Tensor, tmp: Path, spec: InputSpec):
         """Write the file at ``tmp`` (and its companions beside it, same stem)."""
@@ -75,62 +133,91 @@ class Writer:
         return runtime, runtime.spec
 
 
-# format name -> writers(config, out): the Writers an ExportConfig asks of it, into folder out
-WriterFactory = Callable[["ExportConfig", Path], list[Writer]]
-# The built-in formats' modules, in the order export_model writes them (OpenVINO converts the
-# ONNX file); each registers its writers when imported.
-BUILTIN_FORMATS = ("onnx", "onnx_e2e", "torchscript", "pt2", "openvino")
+@dataclass
+class ExportData:
+    """What a writer with ``needs_data`` gets: the train split (calibration), the validation
+    split (the accuracy gate), the baseline accuracy (None: the source file's own) and the
+    DataModule they come from (``export=auto`` measures on it)."""
+
+    train: Split
+    val: Split
+    reference_acc: float | None = None
+    datamodule: Any = None
 
 
-class FormatRegistry(MutableMapping):
-    """``FORMATS``: format name -> ``WriterFactory``. The built-in formats are imported on the
-    first read (they import torch, onnx, ...), not when ``lightning_cls.export`` is, so
-    ``python -m lightning_cls.export --help`` stays light (tests/test_layers.py). Reads list
-    the built-ins first, in ``BUILTIN_FORMATS`` order (ONNX before OpenVINO, which converts
-    it), then the others in registration order. Registering never imports anything: a
-    built-in module registers itself while it is imported, whichever is imported first."""
-
-    def __init__(self, builtins: Sequence[str]):
-        self._writers: dict[str, WriterFactory] = {}
-        self._builtins, self._loaded = tuple(builtins), False
-
-    def _load(self) -> dict[str, WriterFactory]:
-        if not self._loaded:
-            for module in self._builtins:
-                importlib.import_module(f"lightning_cls.export.{module}")
-            order = [*(n for n in self._builtins if n in self._writers), *self._writers]
-            self._writers = {name: self._writers[name] for name in order}
-            self._loaded = True
-        return self._writers
-
-    def __getitem__(self, name: str) -> WriterFactory:
-        return self._load()[name]
-
-    def __setitem__(self, name: str, writers: WriterFactory) -> None:
-        """Register (``register_format`` refuses a taken name); imports no built-in."""
-        if self._writers.get(name, writers) is not writers:
-            raise ValueError(f"Export format '{name}' is already registered; pick another name.")
-        self._writers[name] = writers
-
-    def __delitem__(self, name: str) -> None:
-        del self._load()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._load())
-
-    def __len__(self) -> int:
-        return len(self._load())
-
-    def __repr__(self) -> str:
-        return f"FormatRegistry({list(self)})"
+FORMATS = Registry("export format", "lightning_cls.export_formats", returns=Writer)
+# The built-in formats, imported on first use (they import torch, onnx, ...), so
+# ``python -m lightning_cls.export --help`` stays light (tests/test_layers.py). A new one is a
+# line here (or ``register_format(name, WriterClass)`` where the class is defined).
+for _name, _target in {
+    "onnx": "onnx:OnnxWriter",
+    "onnx_e2e": "onnx_e2e:OnnxE2EWriter",
+    "torchscript": "torchscript:TorchScriptWriter",
+    "pt2": "pt2:Pt2Writer",
+    "openvino": "openvino:OpenVINOWriter",
+    "onnx_int8": "int8:OnnxStaticInt8",
+    "torchscript_int8_dynamic": "int8:TorchDynamicInt8",
+    "openvino_int8": "int8:OpenVINOInt8",
+    "triton": "triton:TritonStep",
+    "auto": "auto:AutoStep",
+}.items():
+    FORMATS.register(_name, f"lightning_cls.export.{_target}")
 
 
-FORMATS = FormatRegistry(BUILTIN_FORMATS)
+def register_format(name: str, writer: type[Writer] | str) -> None:
+    """Make ``export.formats=[name]`` write ``writer`` (a ``Writer`` class, or its lazy
+    ``"package.module:Class"``); a taken name is an error."""
+    if isinstance(writer, str):
+        FORMATS.register(name, writer)
+    else:
+        FORMATS.register(name)(writer)
 
 
-def register_format(name: str, writers: WriterFactory) -> None:
-    """Make ``export.formats=[name]`` write ``writers(config, out)``; a taken name is an error."""
-    FORMATS[name] = writers
+def writers_of(name: str, config: ExportConfig, out: Path) -> list[Writer]:
+    """The writers ``config`` asks of format ``name``."""
+    builder = FORMATS.get(name)
+    writers = builder.from_config(config, out) if hasattr(builder, "from_config") else [builder()]
+    return list(writers)
+
+
+def in_order(writers: list[Writer], formats: Sequence[str]) -> list[Writer]:
+    """``writers`` with each after the files it ``requires``; ``ValueError`` naming a missing one."""
+    done: list[Writer] = []
+    todo = list(writers)
+    while todo:
+        keys = {w.key for w in done}
+        ready = next((w for w in todo if set(w.requires) <= keys), None)
+        if ready is None:
+            writer = todo[0]
+            missing = next(r for r in writer.requires if r not in {w.key for w in writers})
+            raise ValueError(
+                f"{writer.uses or writer.title}, but '{missing}' is not in export.formats="
+                f"{list(formats)}; add it (e.g. export={missing})."
+            )
+        done.append(ready)
+        todo.remove(ready)
+    return done
+
+
+def export_format(
+    name: str,
+    net: nn.Module | None,
+    spec: InputSpec,
+    path: str | Path,
+    check_batch_sizes: Sequence[int] = CHECK_BATCH_SIZES,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    files: Mapping[str, Path] | None = None,
+    data: ExportData | None = None,
+    **options: Any,
+) -> Path:
+    """Write format ``name`` (``FORMATS``) of ``net`` at ``path`` through its check; return
+    ``path``. ``options`` go to the writer (``mode="script"``, ``opset=17``,
+    ``onnx_path=...``); ``files`` are its sources by result key; ``data`` for INT8."""
+    writer = FORMATS.create(name, **options)
+    writer.bind(files or {}, data)
+    kw = {"check_batch_sizes": check_batch_sizes, "atol": atol, "rtol": rtol}
+    return writer.export(net, spec, Path(path), **kw)
 
 
 def write_verified(
@@ -144,7 +231,8 @@ def write_verified(
 ) -> Path:
     """Write ``writer``'s file at ``path`` through the skeleton above; return ``path``.
 
-    With ``net=None`` (a file converted from another verified file) only the spec is checked.
+    With ``net=None`` (a file converted from another verified file) only the spec is checked
+    (and whatever ``writer.check`` checks without a network: INT8's accuracy gate).
     """
     path = Path(path)
     files = [path.with_suffix(suffix) for suffix in writer.companions] + [path]
@@ -163,9 +251,7 @@ def write_verified(
                     f"The input spec did not survive the round trip: {stored} != "
                     f"{writer.stored_spec(spec)}."
                 )
-            if net is not None:
-                what = f"{writer.title} {path.name}"  # the final name, not the temp one
-                compare(writer, model, run, spec, check_batch_sizes, atol, rtol, what)
+            writer.check(model, run, spec, path, check_batch_sizes, atol, rtol)
     finally:
         if net is not None:
             net.train(was_training)

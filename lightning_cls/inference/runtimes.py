@@ -1,11 +1,15 @@
-"""Runtimes: one small class per artifact format, chosen by file suffix from ``RUNTIMES``.
+"""Runtimes: one small class per artifact format, chosen by file suffix from ``RUNTIMES``
+(the one ``lightning_cls.registry.Registry``, keyed by suffix; plug-ins: the
+``lightning_cls.runtimes`` entry-point group).
 
 A runtime loads one file, resolves its ``InputSpec`` (stored in the file, or beside it, with
 caller overrides on top) and maps a normalized float batch (B, C, H, W) to logits (B, classes).
 
 Adding a runtime (e.g. OpenVINO for ``.xml``) is one subclass of ``Runtime`` that sets
 ``kind``, loads in ``__init__`` (setting ``self.spec``) and implements ``__call__``, plus one
-line: ``RUNTIMES[".xml"] = OpenVINORuntime`` (or ``register_runtime(".xml", OpenVINORuntime)``).
+line: ``register_runtime(".xml", OpenVINORuntime)``, or a lazy entry that imports its module
+only when such a file is opened: ``RUNTIMES.register(".xml",
+"lightning_cls.inference.openvino:OpenVINORuntime")`` (below).
 ``Predictor`` and the server pick it up from the suffix; nothing else changes.
 
 Trust: a runtime whose loading can run code from the file (``runs_code = True``: ``.pt2``,
@@ -35,6 +39,7 @@ from lightning_cls.inference.artifact_checks import (
 )
 from lightning_cls.inference.feature_rules import OUTPUT_NAME as FEATURES_OUTPUT
 from lightning_cls.inference.spec import META_FILE, InputSpec, merge_spec, props_to_dict
+from lightning_cls.registry import Registry
 
 if TYPE_CHECKING:
     import torch
@@ -299,21 +304,25 @@ def make_session(path: str | Path, threads: int | None = None, spinning: bool | 
 
 
 # suffix -> runtime class. ``.pt``/``.pth`` are weights unless the archive holds TorchScript code.
-RUNTIMES: dict[str, type[Runtime]] = {
+RUNTIMES = Registry("runtime", "lightning_cls.runtimes")
+for _suffix, _runtime in {
     ".ckpt": TorchRuntime,
     ".pt": TorchRuntime,
     ".pth": TorchRuntime,
     ".torchscript": TorchScriptRuntime,
     ".pt2": Pt2Runtime,
     ".onnx": OnnxRuntime,
-}
+}.items():
+    RUNTIMES.register(_suffix)(_runtime)
+# OpenVINO IR (export=openvino): its module is imported when a .xml is opened.
+RUNTIMES.register(".xml", "lightning_cls.inference.openvino:OpenVINORuntime")
 
 
 def register_runtime(suffix: str, runtime: type[Runtime]) -> None:
     """Serve files ending in ``suffix`` (".xml") with ``runtime``; a taken suffix is an error."""
     if suffix in RUNTIMES and RUNTIMES[suffix] is not runtime:
         raise ValueError(f"Suffix {suffix} is already served by {RUNTIMES[suffix].__name__}.")
-    RUNTIMES[suffix] = runtime
+    RUNTIMES.register(suffix)(runtime)
 
 
 def runtime_for(path: Path) -> type[Runtime]:
@@ -324,12 +333,12 @@ def runtime_for(path: Path) -> type[Runtime]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Model artifact not found: {path}; check the path.")
-    runtime = RUNTIMES.get(path.suffix)
-    if runtime is None:
+    if path.suffix not in RUNTIMES:
         raise ValueError(
             f"Cannot tell what kind of model {path.name} is from its suffix '{path.suffix}'; "
             f"use one of {', '.join(sorted(RUNTIMES))}."
         )
+    runtime = RUNTIMES[path.suffix]
     # A TorchScript archive holds compiled code; a state_dict archive holds only data.
     if path.suffix in (".pt", ".pth") and holds_torchscript(path):
         return TorchScriptRuntime

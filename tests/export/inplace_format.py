@@ -67,10 +67,10 @@ class InPlaceWriter(Writer):
 
 def register() -> None:
     """Register the runtime and the format (``unregister`` takes them out again)."""
-    if RUNTIMES.get(".inplace") is None:
+    if ".inplace" not in RUNTIMES:
         register_runtime(".inplace", InPlaceRuntime)
     if "inplace" not in FORMATS:
-        register_format("inplace", lambda config, out: [InPlaceWriter()])
+        register_format("inplace", InPlaceWriter)
 
 
 def unregister() -> None:

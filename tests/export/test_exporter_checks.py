@@ -14,7 +14,7 @@ def test_int8_calibration_on_other_classes_is_refused(trained, tmp_path):
     other = make_data(LEARNABLE, num_classes=5)
     with pytest.raises(
         ValueError,
-        match=r"The model being quantized was trained on other data: "
+        match=r"The model being exported was trained on other data: "
         r"classes differ \(4 classes vs 5 in data=.*only in data=.*\[class_4\]",
     ):
         export_model(trained.net, trained.spec, tmp_path, config, other)

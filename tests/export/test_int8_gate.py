@@ -1,5 +1,6 @@
-"""One INT8 path (``export.int8.quantize_gated``) for ``export=int8`` and ``export=auto``:
-the file is measured under a temp name, gated, and only then given its final name."""
+"""One INT8 path (the ``export.int8`` writers through the one skeleton, gated by
+``Int8Writer.check``) for ``export=int8`` and ``export=auto``: the file is measured under a
+temp name, gated, and only then given its final name."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import json
 
 import pytest
 
-from lightning_cls.export import int8
 from lightning_cls.export.auto import AutoConfig, export_auto
 from lightning_cls.export.exporter import ExportConfig, QuantizeConfig, export_model
+from lightning_cls.export.int8 import Int8Writer
 from lightning_cls.export.quantize import AccuracyDropError
 from lightning_cls.fileio import is_temp_file
 from lightning_cls.inference.predictor import Predictor
@@ -72,13 +73,13 @@ def test_a_rejected_int8_leaves_nothing_at_its_final_name(trained, tmp_path):
 @pytest.mark.slow
 def test_export_int8_and_auto_go_through_the_same_gated_path(trained, tmp_path, monkeypatch):
     calls = []
-    real = int8.quantize_gated
+    real = Int8Writer.check
 
-    def recording(method, *args, **kwargs):
-        calls.append(method)
-        return real(method, *args, **kwargs)
+    def recording(self, *args, **kwargs):
+        calls.append(self.method)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(int8, "quantize_gated", recording)
+    monkeypatch.setattr(Int8Writer, "check", recording)
     config = ExportConfig(
         formats=["onnx"],
         quantize=QuantizeConfig(static=True, calibration_batches=2, latency_runs=0),
@@ -88,5 +89,7 @@ def test_export_int8_and_auto_go_through_the_same_gated_path(trained, tmp_path, 
     cfg = AutoConfig(rounds=1, window_s=0.01, calibration_batches=2, threads=1, max_acc_drop=100)
     result = export_auto(trained.net, trained.spec, tmp_path / "auto", trained.data, cfg)
     int8_candidates = [n for n in result.measurements if "int8" in n]
-    assert calls[1:] == int8_candidates and {"ort_int8_qdq", "ort_int8_qoperator"} <= set(calls)
+    assert len(calls[1:]) == len(int8_candidates)
+    assert {"ort_int8_qdq", "ort_int8_qoperator"} <= set(int8_candidates)
+    assert calls[1:3] == ["onnx_static_int8", "onnx_static_int8"]
     assert not any(is_temp_file(n) for n in _names(tmp_path / "auto"))

@@ -30,12 +30,12 @@ def test_onnx_export_carries_the_task_and_threshold_and_matches_the_checkpoint(
 
 
 def test_end_to_end_onnx_ends_in_a_sigmoid(multilabel_run, tmp_path):
-    from lightning_cls.export.onnx_e2e import export_onnx_e2e
+    from lightning_cls.export import export_format
     from lightning_cls.inference import load_torch_model
 
     net, spec = load_torch_model(multilabel_run["best_ckpt"])
     # the export checks the file against Predictor (sigmoid) at several batch sizes
-    path = export_onnx_e2e(net, spec, tmp_path / "e2e.onnx")
+    path = export_format("onnx_e2e", net, spec, tmp_path / "e2e.onnx")
     with pytest.raises(ValueError, match="end-to-end"):  # raw pixels in: not a Predictor input
         load_artifact(path)
 

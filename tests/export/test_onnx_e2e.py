@@ -9,6 +9,7 @@ import onnx
 import pytest
 import torch
 
+from lightning_cls.export import export_format
 from lightning_cls.export.errors import ExportCheckError
 from lightning_cls.export.exporter import ExportConfig, export_model
 from lightning_cls.export.onnx import read_metadata
@@ -18,7 +19,6 @@ from lightning_cls.export.onnx_e2e import (
     OnnxE2EWriter,
     e2e_spec,
     example_images,
-    export_onnx_e2e,
 )
 from lightning_cls.inference import load_artifact
 from lightning_cls.inference.runtimes import make_session
@@ -76,7 +76,9 @@ def test_e2e_graph_takes_uint8_nhwc_and_matches_normalising_by_hand(trained, tmp
 
 def test_e2e_graph_applies_the_specs_tta_like_the_predictor(trained, tmp_path):
     spec = dataclasses.replace(trained.spec, tta_flip=True, tta_translate=1)
-    path = export_onnx_e2e(trained.net, spec, tmp_path / "e2e.onnx", check_batch_sizes=(1, 7))
+    path = export_format(
+        "onnx_e2e", trained.net, spec, tmp_path / "e2e.onnx", check_batch_sizes=(1, 7)
+    )
     images = example_images(spec, 6, seed=3)
     (probs,) = make_session(path).run(None, {INPUT_NAME: images.numpy()})
     nchw = images.permute(0, 3, 1, 2).contiguous()
@@ -100,7 +102,9 @@ class _ForgetsTheLayout(OnnxE2EWriter):
 def test_e2e_check_fails_loudly_and_leaves_no_file(trained, tmp_path):
     from lightning_cls.export.writer import write_verified
 
-    path = export_onnx_e2e(trained.net, trained.spec, tmp_path / "e2e.onnx", check_batch_sizes=())
+    path = export_format(
+        "onnx_e2e", trained.net, trained.spec, tmp_path / "e2e.onnx", check_batch_sizes=()
+    )
     before = path.read_bytes()
     # The file read back must carry e2e_spec (layout NHWC), not the plain spec.
     with pytest.raises(ValueError, match=r"input spec did not survive the round trip.*NHWC"):
@@ -109,7 +113,8 @@ def test_e2e_check_fails_loudly_and_leaves_no_file(trained, tmp_path):
     # A graph that differs from eager fails the export and keeps the final name free (the
     # file was written and checked under a temp name).
     with pytest.raises(ExportCheckError, match=r"ONNX bad\.onnx at batch 2"):
-        export_onnx_e2e(
+        export_format(
+            "onnx_e2e",
             _ExportsDifferently(trained.net),
             trained.spec,
             tmp_path / "bad.onnx",

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
+from lightning_cls.export import export_format
 from lightning_cls.export import writer as writer_module
 from lightning_cls.export.checks import example_batch
 from lightning_cls.export.errors import ExportCheckError
 from lightning_cls.export.exporter import ExportConfig, export_model
-from lightning_cls.export.pt2 import export_pt2
 from lightning_cls.export.torchscript import export_torchscript, load_torchscript, quiet_jit
 from lightning_cls.inference.runtimes import Pt2Runtime
 from lightning_cls.models import create_model
@@ -56,7 +56,9 @@ def test_torchscript_rejects_unknown_mode(trained, tmp_path):
 
 
 def test_pt2_reloads_with_a_different_batch_size(trained, tmp_path):
-    path = export_pt2(trained.net, trained.spec, tmp_path / "m.pt2")  # exported at batch 2
+    path = export_format(
+        "pt2", trained.net, trained.spec, tmp_path / "m.pt2"
+    )  # exported at batch 2
     runtime = Pt2Runtime(path, trust_artifact=True)
     module, meta = runtime.module, runtime.spec
     assert meta == trained.spec
@@ -72,7 +74,7 @@ def test_pt2_training_mode_is_restored(trained, tmp_path):
     net = trained.module.net
     net.train()
     try:
-        export_pt2(net, trained.spec, tmp_path / "m.pt2")
+        export_format("pt2", net, trained.spec, tmp_path / "m.pt2")
         assert net.training
     finally:
         net.eval()
@@ -86,7 +88,7 @@ def _fail_check(*args, **kwargs):
 def test_failed_check_keeps_the_previous_file(trained, tmp_path, monkeypatch, suffix):
     def export(path):
         if suffix == ".pt2":
-            return export_pt2(trained.net, trained.spec, path, (1,))
+            return export_format("pt2", trained.net, trained.spec, path, (1,))
         return export_torchscript(trained.net, trained.spec, path, "trace", (1,))
 
     path = export(tmp_path / f"m{suffix}")
