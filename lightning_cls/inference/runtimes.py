@@ -316,6 +316,8 @@ for _suffix, _runtime in {
     RUNTIMES.register(_suffix)(_runtime)
 # OpenVINO IR (export=openvino): its module is imported when a .xml is opened.
 RUNTIMES.register(".xml", "lightning_cls.inference.openvino:OpenVINORuntime")
+# On-device formats (export=executorch, ...): each module is imported when such a file is opened.
+RUNTIMES.register(".pte", "lightning_cls.inference.executorch:ExecuTorchRuntime")
 
 
 def register_runtime(suffix: str, runtime: type[Runtime]) -> None:
