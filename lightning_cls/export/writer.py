@@ -159,6 +159,7 @@ for _name, _target in {
     "torchscript_int8_dynamic": "int8:TorchDynamicInt8",
     "openvino_int8": "int8:OpenVINOInt8",
     "executorch": "executorch:ExecuTorchWriter",
+    "litert": "litert:LiteRTWriter",
     "triton": "triton:TritonStep",
     "auto": "auto:AutoStep",
 }.items():

@@ -318,6 +318,7 @@ for _suffix, _runtime in {
 RUNTIMES.register(".xml", "lightning_cls.inference.openvino:OpenVINORuntime")
 # On-device formats (export=executorch, ...): each module is imported when such a file is opened.
 RUNTIMES.register(".pte", "lightning_cls.inference.executorch:ExecuTorchRuntime")
+RUNTIMES.register(".tflite", "lightning_cls.inference.litert:LiteRTRuntime")
 
 
 def register_runtime(suffix: str, runtime: type[Runtime]) -> None:

@@ -74,3 +74,34 @@ def test_executorch_predicts_through_the_predict_command(trained, pte, tmp_path,
 def test_executorch_rejects_a_bad_max_batch(trained, tmp_path):
     with pytest.raises(ValueError, match=r"max_batch=0; use a positive integer"):
         export_format("executorch", trained.net, trained.spec, tmp_path / "m.pte", max_batch=0)
+
+
+@pytest.fixture(scope="module")
+def tflite(trained, tmp_path_factory):
+    pytest.importorskip("ai_edge_litert")
+    from lightning_cls.export.litert import converter_python
+
+    if converter_python() is None:  # make test does not build the converter's environment
+        pytest.skip("litert-torch's environment is absent: make venv-litert (or LITERT_PYTHON)")
+    path = tmp_path_factory.mktemp("tflite") / "model.tflite"
+    return export_format("litert", trained.net, trained.spec, path)
+
+
+def test_litert_matches_eager_on_256_images_and_carries_the_spec(trained, tflite):
+    runtime = open_runtime(tflite)
+    assert runtime.kind == "litert" and runtime.spec == trained.spec
+    delta, agree = parity(trained, runtime)
+    assert delta <= 1e-4 and agree == 1.0
+
+
+def test_litert_predicts_through_the_predict_command(trained, tflite, tmp_path, user_command):
+    assert predict_top1(user_command, trained, tflite, tmp_path) == eager_top1(trained)
+
+
+def test_litert_without_its_converter_names_make_venv_litert(trained, tmp_path, monkeypatch):
+    from lightning_cls.export import litert
+
+    monkeypatch.setattr(litert, "converter_python", lambda: None)
+    with pytest.raises(FileNotFoundError, match=r"run `make venv-litert`"):
+        export_format("litert", trained.net, trained.spec, tmp_path / "m.tflite")
+    assert not list(tmp_path.iterdir())  # nothing left behind
