@@ -160,6 +160,7 @@ for _name, _target in {
     "openvino_int8": "int8:OpenVINOInt8",
     "executorch": "executorch:ExecuTorchWriter",
     "litert": "litert:LiteRTWriter",
+    "coreml": "coreml:CoreMLWriter",
     "triton": "triton:TritonStep",
     "auto": "auto:AutoStep",
 }.items():

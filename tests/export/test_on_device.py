@@ -10,6 +10,7 @@ hand-made environment without them.
 from __future__ import annotations
 
 import csv
+import sys
 
 import pytest
 import torch
@@ -105,3 +106,40 @@ def test_litert_without_its_converter_names_make_venv_litert(trained, tmp_path, 
     with pytest.raises(FileNotFoundError, match=r"run `make venv-litert`"):
         export_format("litert", trained.net, trained.spec, tmp_path / "m.tflite")
     assert not list(tmp_path.iterdir())  # nothing left behind
+
+
+@pytest.fixture(scope="module")
+def mlpackage(trained, tmp_path_factory):
+    pytest.importorskip("coremltools")
+    path = tmp_path_factory.mktemp("coreml") / "model.mlpackage"
+    return export_format("coreml", trained.net, trained.spec, path)
+
+
+def test_coreml_spec_declares_the_image_input_labels_and_preprocessing(trained, mlpackage):
+    from lightning_cls.export.coreml import read_coreml
+
+    found = read_coreml(mlpackage)
+    spec = trained.spec
+    assert (found.input_name, found.color_space, found.size) == ("image", "RGB", (16, 16))
+    assert found.outputs == ["classLabel", "classLabel_probs"]
+    assert found.classes == list(spec.classes)
+    assert found.scale == pytest.approx(1 / 255)
+    assert found.bias == pytest.approx([-m for m in spec.mean])
+    assert found.spec == spec  # every metadata field, as ONNX carries it
+
+
+def test_coreml_check_names_what_the_file_declares_otherwise(trained, mlpackage):
+    from dataclasses import replace
+
+    from lightning_cls.export.coreml import CoreMLWriter, read_coreml
+    from lightning_cls.export.errors import ExportCheckError
+
+    other = replace(trained.spec, classes=("w", "x", "y", "z"))
+    with pytest.raises(ExportCheckError, match=r"declares class labels \['.*'\], not \['w'"):
+        CoreMLWriter().check_spec(read_coreml(mlpackage), other, mlpackage)
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="Core ML predicts on macOS")
+def test_coreml_predict_on_linux_is_one_line_naming_macos(mlpackage):
+    with pytest.raises(OSError, match=r"runs on macOS only .*predict here with model\.onnx"):
+        open_runtime(mlpackage)
