@@ -32,7 +32,7 @@ install: $(VPYTHON)
 
 install-dev: $(VPYTHON)
 	$(PIP) install $(CONSTRAIN) $(TORCH)
-	$(PIP) install $(CONSTRAIN) -e ".[dev,export,serve,sweep,streaming,timm,openvino,ray,doctor]"
+	$(PIP) install $(CONSTRAIN) -e ".[dev,export,serve,sweep,streaming,timm,openvino,ray,doctor,executorch,coreml,litert]"
 
 # The LiteRT converter (litert-torch, export=litert) in an environment of its own, layered on
 # $(VENV): a .pth file puts $(VENV)'s packages (torch, lightning_cls, ai-edge-litert) behind its

@@ -100,6 +100,7 @@ class CoreMLWriter(Writer):
 
     key, file, title = "coreml", "model.mlpackage", "Core ML"
     modules = ("coremltools",)
+    extra = "coreml"
     features = False  # a classifier answers labels; a feature-space rule is not in it
 
     def export(self, net, spec, path, **check):

@@ -24,6 +24,7 @@ class ExecuTorchWriter(Writer):
 
     key, file, title = "executorch", "model.pte", "ExecuTorch (XNNPACK)"
     modules = ("executorch",)
+    extra = "executorch"
 
     def __init__(self, max_batch: int = MAX_BATCH):
         if not isinstance(max_batch, int) or max_batch < 1:

@@ -30,6 +30,10 @@ from lightning_cls.export.writer import Writer
 from lightning_cls.inference.litert import METADATA_NAME
 
 DEFAULT_PYTHON = ".venv-litert/bin/python"
+NO_CONVERTER = (
+    "LiteRT converts with litert-torch, which lives in an environment of its own: run "
+    f"`make venv-litert` (or set LITERT_PYTHON to its python; {DEFAULT_PYTHON} does not exist)."
+)
 
 
 def converter_python() -> str | None:
@@ -68,19 +72,24 @@ class LiteRTWriter(Writer):
 
     key, file, title = "litert", "model.tflite", "LiteRT"
     modules = ("ai_edge_litert",)
+    extra = "litert"
 
     @classmethod
     def available(cls) -> bool:
         return super().available() and converter_python() is not None
 
+    @classmethod
+    def unavailable(cls) -> str:
+        if not super().available():
+            return super().unavailable()
+        if converter_python() is None:
+            return NO_CONVERTER
+        return ""
+
     def write(self, net, example, tmp, spec):
         python = converter_python()
         if python is None:
-            raise FileNotFoundError(
-                "export=litert converts with litert-torch, which lives in its own environment: "
-                f"run `make venv-litert` (or set LITERT_PYTHON to its python; {DEFAULT_PYTHON} "
-                "does not exist)."
-            )
+            raise FileNotFoundError(NO_CONVERTER)
         shape = ",".join(str(s) for s in (1, *example.shape[1:]))
         with tempfile.TemporaryDirectory(dir=tmp.parent) as folder:
             program = f"{folder}/net.pt2"  # what crosses to the other environment

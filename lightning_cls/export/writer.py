@@ -71,6 +71,7 @@ class Writer:
     uses: str = ""  # the refusal when one is missing: "OpenVINO converts the ONNX file"
     needs_data: str = ""  # why it needs the DataModule ("" : it does not)
     modules: tuple[str, ...] = ()  # packages it and its runtime import (auto skips it without)
+    extra: str = ""  # the pip extra that installs ``modules`` ("executorch")
 
     @classmethod
     def from_config(cls, config: ExportConfig, out: Path) -> list[Writer]:
@@ -86,7 +87,16 @@ class Writer:
     def available(cls) -> bool:
         """Whether this machine can write and run it: its packages and its runtime are here."""
         suffix_served = not cls.file or Path(cls.file).suffix in RUNTIMES
-        return suffix_served and all(importlib.util.find_spec(m) for m in cls.modules)
+        return suffix_served and not missing_modules(cls.modules)
+
+    @classmethod
+    def unavailable(cls) -> str:
+        """Why this machine cannot write it, in one line naming the fix ("": it can)."""
+        if cls.available():
+            return ""
+        missing = missing_modules(cls.modules)
+        install = f"pip install 'lightning_cls[{cls.extra}]'" if cls.extra else "install it"
+        return f"{cls.title or cls.key} needs {', '.join(missing) or 'its runtime'}: {install}."
 
     def bind(self, files: Mapping[str, Path], data: ExportData | None) -> None:
         """Before ``export``: the files written so far (by result key) and the data."""
@@ -131,6 +141,19 @@ class Writer:
         """The file opened as it will be served: the runtime ``RUNTIMES`` picks by suffix."""
         runtime = open_runtime(path, trust_artifact=True)  # our own file, just written
         return runtime, runtime.spec
+
+
+def missing_modules(modules: Sequence[str]) -> list[str]:
+    """The packages of ``modules`` that do not import here (a module set to None counts)."""
+    missing = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # ValueError: sys.modules[name] is None
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
 
 
 @dataclass
@@ -179,6 +202,9 @@ def register_format(name: str, writer: type[Writer] | str) -> None:
 def writers_of(name: str, config: ExportConfig, out: Path) -> list[Writer]:
     """The writers ``config`` asks of format ``name``."""
     builder = FORMATS.get(name)
+    reason = builder.unavailable() if hasattr(builder, "unavailable") else ""
+    if reason:  # refused before any work: one line naming the extra
+        raise ValueError(f"export={name}: {reason}")
     writers = builder.from_config(config, out) if hasattr(builder, "from_config") else [builder()]
     return list(writers)
 

@@ -143,3 +143,27 @@ def test_coreml_check_names_what_the_file_declares_otherwise(trained, mlpackage)
 def test_coreml_predict_on_linux_is_one_line_naming_macos(mlpackage):
     with pytest.raises(OSError, match=r"runs on macOS only .*predict here with model\.onnx"):
         open_runtime(mlpackage)
+
+
+def test_a_format_whose_extra_is_missing_is_one_line_naming_it(monkeypatch):
+    from lightning_cls.export.exporter import ExportConfig
+
+    monkeypatch.setitem(sys.modules, "executorch", None)  # as if the extra were not installed
+    with pytest.raises(
+        ValueError,
+        match=r"^export=executorch: .* needs executorch: pip install 'lightning_cls\[executorch\]'\.$",
+    ):
+        ExportConfig(formats=["executorch"])
+
+
+def test_export_all_takes_the_installed_and_names_the_skipped(monkeypatch, caplog):
+    from lightning_cls.export import litert
+    from lightning_cls.export.exporter import ExportConfig
+
+    monkeypatch.setitem(sys.modules, "coremltools", None)
+    monkeypatch.setattr(litert, "converter_python", lambda: None)
+    with caplog.at_level("WARNING"):
+        formats = ExportConfig(formats=["all"]).formats
+    assert formats == ["onnx", "torchscript", "pt2", "executorch"]
+    assert "export=all skips litert: LiteRT converts with litert-torch" in caplog.text
+    assert "export=all skips coreml: Core ML needs coremltools: pip install" in caplog.text
