@@ -181,11 +181,11 @@ for _name, _target in {
     "onnx_int8": "int8:OnnxStaticInt8",
     "torchscript_int8_dynamic": "int8:TorchDynamicInt8",
     "openvino_int8": "int8:OpenVINOInt8",
+    "triton": "triton:TritonStep",
+    "auto": "auto:AutoStep",
     "executorch": "executorch:ExecuTorchWriter",
     "litert": "litert:LiteRTWriter",
     "coreml": "coreml:CoreMLWriter",
-    "triton": "triton:TritonStep",
-    "auto": "auto:AutoStep",
 }.items():
     FORMATS.register(_name, f"lightning_cls.export.{_target}")
 
