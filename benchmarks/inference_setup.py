@@ -17,11 +17,13 @@ from PIL import Image
 
 from lightning_cls.data import ImageDataModule, Split, SyntheticDataModule
 from lightning_cls.export.onnx import export_onnx, make_session, run_session
+from lightning_cls.export import export_format
 from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
 from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
 from lightning_cls.export.torchscript import export_torchscript, load_torchscript, quiet_jit
 from lightning_cls.inference import InputSpec, load_torch_model
 from lightning_cls.inference.openvino import compile_model
+from lightning_cls.inference.runtimes import open_runtime
 from lightning_cls.module import ClassificationModule
 from lightning_cls.training.optim import one_cycle
 
@@ -156,6 +158,8 @@ EXPORTED = {
     "ov_f32": None,
     "ov_bf16": None,
     "ov_int8": "ov_f32",
+    "executorch": None,  # export=executorch: XNNPACK .pte (the `executorch` extra)
+    "litert": None,  # export=litert: .tflite (make venv-litert converts; ai-edge-litert runs)
 }
 
 
@@ -203,6 +207,8 @@ def runtimes(
             threads,
             "f32",
         ),
+        "executorch": lambda: _served("executorch", net, meta, out / "model.pte", threads),
+        "litert": lambda: _served("litert", net, meta, out / "model.tflite", threads),
     }
     unknown = sorted(set(only or ()) - set(builders))
     if unknown:
@@ -244,6 +250,11 @@ def _torchscript(net, meta, out: Path):
 def _ort(path: Path, threads: int):
     session = make_session(path, threads)
     return lambda x: run_session(session, x)
+
+
+def _served(fmt: str, net, meta, path: Path, threads: int):
+    """Format ``fmt`` written (and checked) at ``path``, run by the runtime predict uses."""
+    return open_runtime(export_format(fmt, net, meta, path), threads=threads)
 
 
 def _ov(xml: Path, threads: int, precision: str):

@@ -38,6 +38,10 @@ class ExecuTorchRuntime(Runtime):
             ) from err
         path = Path(path)
         self.device = "cpu"
+        if threads:  # XNNPACK's pool is process-wide, like PyTorch's
+            from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+
+            _unsafe_reset_threadpool(int(threads))
         with unreadable_as(path, "an ExecuTorch .pte program"):
             program = EtRuntime.get().load_program(path)
             self.method = program.load_method("forward")
