@@ -16,8 +16,8 @@ import torch
 from PIL import Image
 
 from lightning_cls.data import ImageDataModule, Split, SyntheticDataModule
-from lightning_cls.export.onnx import export_onnx, make_session, run_session
 from lightning_cls.export import export_format
+from lightning_cls.export.onnx import export_onnx, make_session, run_session
 from lightning_cls.export.openvino import export_openvino, quantize_openvino_int8
 from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
 from lightning_cls.export.torchscript import export_torchscript, load_torchscript, quiet_jit
