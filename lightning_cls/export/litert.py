@@ -80,11 +80,7 @@ class LiteRTWriter(Writer):
 
     @classmethod
     def unavailable(cls) -> str:
-        if not super().available():
-            return super().unavailable()
-        if converter_python() is None:
-            return NO_CONVERTER
-        return ""
+        return super().unavailable() or ("" if converter_python() else NO_CONVERTER)
 
     def write(self, net, example, tmp, spec):
         python = converter_python()

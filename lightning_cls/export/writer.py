@@ -91,12 +91,13 @@ class Writer:
 
     @classmethod
     def unavailable(cls) -> str:
-        """Why this machine cannot write it, in one line naming the fix ("": it can)."""
-        if cls.available():
-            return ""
+        """Why this machine cannot write it (a package of ``modules`` is missing), in one line
+        naming the extra to install ("": nothing missing)."""
         missing = missing_modules(cls.modules)
-        install = f"pip install 'lightning_cls[{cls.extra}]'" if cls.extra else "install it"
-        return f"{cls.title or cls.key} needs {', '.join(missing) or 'its runtime'}: {install}."
+        if not missing:
+            return ""
+        install = f"pip install 'lightning_cls[{cls.extra}]'" if cls.extra else "install them"
+        return f"{cls.title or cls.key} needs {', '.join(missing)}: {install}."
 
     def bind(self, files: Mapping[str, Path], data: ExportData | None) -> None:
         """Before ``export``: the files written so far (by result key) and the data."""
