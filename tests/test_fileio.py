@@ -148,11 +148,15 @@ def test_atomic_dir_replaces_a_folder_whole_or_leaves_it(tmp_path):
     target = tmp_path / "model.mlpackage"
     target.mkdir()
     (target / "old.txt").write_text("old")
-    with pytest.raises(RuntimeError, match="writer failed"):
+
+    def half_written():
         with atomic_dir(target) as tmp:
             tmp.mkdir()
             (tmp / "half.txt").write_text("half")
             raise RuntimeError("writer failed")
+
+    with pytest.raises(RuntimeError, match="writer failed"):
+        half_written()
     assert [p.name for p in tmp_path.iterdir()] == ["model.mlpackage"]  # no temp left
     assert [p.name for p in target.iterdir()] == ["old.txt"]
     with atomic_dir(target) as tmp:
