@@ -20,7 +20,7 @@ CONSTRAIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 TORCH := torch==2.14.1 torchvision==0.29.1
 REFRESH_VENV := .venv-refresh
 
-.PHONY: install install-dev train test test-fast lint docs clean refresh-constraints
+.PHONY: install install-dev train test test-fast lint docs clean refresh-constraints venv-litert
 
 $(VPYTHON):
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; need = tuple(map(int, "$(MIN_PYTHON)".split("."))); sys.exit(0 if v >= need else f"error: $(PYTHON) is Python {v[0]}.{v[1]}; lightning_cls needs Python >= $(MIN_PYTHON); run make PYTHON=python$(MIN_PYTHON) (or newer).")'
@@ -32,7 +32,23 @@ install: $(VPYTHON)
 
 install-dev: $(VPYTHON)
 	$(PIP) install $(CONSTRAIN) $(TORCH)
-	$(PIP) install $(CONSTRAIN) -e ".[dev,export,serve,sweep,streaming,timm,openvino,ray,doctor]"
+	$(PIP) install $(CONSTRAIN) -e ".[dev,export,serve,sweep,streaming,timm,openvino,ray,doctor,executorch,coreml,litert]"
+
+# The LiteRT converter (litert-torch, export=litert) in an environment of its own, layered on
+# $(VENV): a .pth file puts $(VENV)'s packages (torch, lightning_cls, ai-edge-litert) behind its
+# own, so only what litert-torch needs differently (typing-extensions<4.13 for xdsl, pydantic
+# 2.11) is installed there, shadowing $(VENV)'s copies for this environment only; pip leaves
+# $(VENV) untouched ("outside environment"). Export with $(LITERT_VENV)/bin/python -m
+# lightning_cls.export export=litert; predict/serve the .tflite from $(VENV).
+LITERT_VENV ?= .venv-litert
+LITERT_TORCH := litert-torch==0.10.0
+
+venv-litert: install-dev
+	$(VPYTHON) -m venv $(LITERT_VENV)  # the same Python as $(VENV)
+	$(VPYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > \
+	  "$$($(LITERT_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_lightning_cls_base.pth"
+	$(LITERT_VENV)/bin/python -m pip install $(LITERT_TORCH)
+	$(LITERT_VENV)/bin/python -c 'import litert_torch, torch; print("litert-torch ready, torch", torch.__version__)'
 
 train: install
 	$(VPYTHON) -m lightning_cls.train

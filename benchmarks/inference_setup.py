@@ -23,6 +23,7 @@ from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_
 from lightning_cls.export.torchscript import load_torchscript, quiet_jit
 from lightning_cls.inference import InputSpec, load_torch_model
 from lightning_cls.inference.openvino import compile_model
+from lightning_cls.inference.runtimes import open_runtime
 from lightning_cls.module import ClassificationModule
 from lightning_cls.training.optim import one_cycle
 
@@ -157,6 +158,8 @@ EXPORTED = {
     "ov_f32": None,
     "ov_bf16": None,
     "ov_int8": "ov_f32",
+    "executorch": None,  # export=executorch: XNNPACK .pte (the `executorch` extra)
+    "litert": None,  # export=litert: .tflite (make venv-litert converts; ai-edge-litert runs)
 }
 
 
@@ -206,6 +209,8 @@ def runtimes(
             threads,
             "f32",
         ),
+        "executorch": lambda: _served("executorch", net, meta, out / "model.pte", threads),
+        "litert": lambda: _served("litert", net, meta, out / "model.tflite", threads),
     }
     unknown = sorted(set(only or ()) - set(builders))
     if unknown:
@@ -247,6 +252,11 @@ def _torchscript(net, meta, out: Path):
 def _ort(path: Path, threads: int):
     session = make_session(path, threads)
     return lambda x: run_session(session, x)
+
+
+def _served(fmt: str, net, meta, path: Path, threads: int):
+    """Format ``fmt`` written (and checked) at ``path``, run by the runtime predict uses."""
+    return open_runtime(export_format(fmt, net, meta, path), threads=threads)
 
 
 def _ov(xml: Path, threads: int, precision: str):

@@ -15,6 +15,7 @@ final name, and ``is_temp_file`` tells them apart.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -125,6 +126,28 @@ def atomic_paths(*filepaths: str | os.PathLike) -> Iterator[list[Path]]:
         paths[-1].unlink(missing_ok=True)
         for tmp, path in zip(temps, paths):
             replace_atomically(tmp, path, synced=True)
+
+
+@contextmanager
+def atomic_dir(dirpath: str | os.PathLike) -> Iterator[Path]:
+    """A temp folder path (suffix kept) to write a folder-shaped artifact at (Core ML's
+    ``.mlpackage``); on success it replaces ``dirpath`` (an old one is renamed aside first,
+    then removed), else it is removed and ``dirpath`` is left as it was."""
+    path = Path(dirpath)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = temp_path_for(path, keep_suffix=True), temp_path_for(path.with_suffix(".old"))
+    try:
+        yield tmp
+        if not tmp.is_dir():
+            raise FileNotFoundError(f"The writer did not create {tmp.name}; nothing replaced.")
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    finally:
+        for leftover in (tmp, old):
+            if leftover.is_dir():
+                shutil.rmtree(leftover)
 
 
 def is_temp_file(path: str | os.PathLike) -> bool:

@@ -140,3 +140,27 @@ def test_every_file_train_export_and_summarize_write_goes_through_fileio(tmp_pat
     assert {"meta.json", "summary.md", "summary.csv", "summary.png"} <= names
     missed = sorted(str(p.relative_to(tmp_path)) for p in library - set(landed))
     assert not missed, f"written in place, not through lightning_cls.fileio: {missed}"
+
+
+def test_atomic_dir_replaces_a_folder_whole_or_leaves_it(tmp_path):
+    from lightning_cls.fileio import atomic_dir
+
+    target = tmp_path / "model.mlpackage"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+
+    def half_written():
+        with atomic_dir(target) as tmp:
+            tmp.mkdir()
+            (tmp / "half.txt").write_text("half")
+            raise RuntimeError("writer failed")
+
+    with pytest.raises(RuntimeError, match="writer failed"):
+        half_written()
+    assert [p.name for p in tmp_path.iterdir()] == ["model.mlpackage"]  # no temp left
+    assert [p.name for p in target.iterdir()] == ["old.txt"]
+    with atomic_dir(target) as tmp:
+        tmp.mkdir()
+        (tmp / "new.txt").write_text("new")
+    assert [p.name for p in tmp_path.iterdir()] == ["model.mlpackage"]
+    assert [p.name for p in target.iterdir()] == ["new.txt"]

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 # export=all. Not in it: openvino needs the `openvino` extra; auto measures every runtime
 # (slow); onnx_e2e is a second ONNX file for servers outside lightning_cls (uint8 NHWC in).
 ALL_FORMATS = ("onnx", "torchscript", "pt2")
+# ... and these where their extra (and converter) is installed; the others are named and skipped.
+ALL_IF_INSTALLED = ("executorch", "litert", "coreml")
 REPORT_FILE = "quantization_report.json"
 # export.quantize's switches (conf/export/int8.yaml, openvino.yaml) -> the INT8 format each asks for
 QUANTIZE_SWITCHES = {
@@ -85,7 +87,7 @@ class ExportConfig:
         self.auto = dict(self.auto or {})
         self.torchscript_modes = list(self.torchscript_modes)
         self.check_batch_sizes = [int(b) for b in self.check_batch_sizes]
-        formats = list(ALL_FORMATS) if list(self.formats) == ["all"] else list(self.formats)
+        formats = all_formats() if list(self.formats) == ["all"] else list(self.formats)
         unknown = [name for name in formats if name not in FORMATS]
         if unknown:
             raise ValueError(
@@ -116,6 +118,19 @@ class ExportConfig:
     def check_kwargs(self) -> dict:
         """The parity-check settings of ``write_verified`` (every format's check)."""
         return {"check_batch_sizes": self.check_batch_sizes, "atol": self.atol, "rtol": self.rtol}
+
+
+def all_formats() -> list[str]:
+    """``export=all``: ``ALL_FORMATS`` and those of ``ALL_IF_INSTALLED`` this machine can
+    write; each one skipped is logged with its reason (the extra to install)."""
+    formats = list(ALL_FORMATS)
+    for name in ALL_IF_INSTALLED:
+        reason = FORMATS.get(name).unavailable()
+        if reason:
+            log.warning("export=all skips %s: %s", name, reason)
+        else:
+            formats.append(name)
+    return formats
 
 
 @dataclass

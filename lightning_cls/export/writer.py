@@ -71,6 +71,7 @@ class Writer:
     uses: str = ""  # the refusal when one is missing: "OpenVINO converts the ONNX file"
     needs_data: str = ""  # why it needs the DataModule ("" : it does not)
     modules: tuple[str, ...] = ()  # packages it and its runtime import (auto skips it without)
+    extra: str = ""  # the pip extra that installs ``modules`` ("executorch")
 
     @classmethod
     def from_config(cls, config: ExportConfig, out: Path) -> list[Writer]:
@@ -86,7 +87,17 @@ class Writer:
     def available(cls) -> bool:
         """Whether this machine can write and run it: its packages and its runtime are here."""
         suffix_served = not cls.file or Path(cls.file).suffix in RUNTIMES
-        return suffix_served and all(importlib.util.find_spec(m) for m in cls.modules)
+        return suffix_served and not missing_modules(cls.modules)
+
+    @classmethod
+    def unavailable(cls) -> str:
+        """Why this machine cannot write it (a package of ``modules`` is missing), in one line
+        naming the extra to install ("": nothing missing)."""
+        missing = missing_modules(cls.modules)
+        if not missing:
+            return ""
+        install = f"pip install 'lightning_cls[{cls.extra}]'" if cls.extra else "install them"
+        return f"{cls.title or cls.key} needs {', '.join(missing)}: {install}."
 
     def bind(self, files: Mapping[str, Path], data: ExportData | None) -> None:
         """Before ``export``: the files written so far (by result key) and the data."""
@@ -133,6 +144,19 @@ class Writer:
         return runtime, runtime.spec
 
 
+def missing_modules(modules: Sequence[str]) -> list[str]:
+    """The packages of ``modules`` that do not import here (a module set to None counts)."""
+    missing = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # ValueError: sys.modules[name] is None
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
 @dataclass
 class ExportData:
     """What a writer with ``needs_data`` gets: the train split (calibration), the validation
@@ -160,6 +184,9 @@ for _name, _target in {
     "openvino_int8": "int8:OpenVINOInt8",
     "triton": "triton:TritonStep",
     "auto": "auto:AutoStep",
+    "executorch": "executorch:ExecuTorchWriter",
+    "litert": "litert:LiteRTWriter",
+    "coreml": "coreml:CoreMLWriter",
 }.items():
     FORMATS.register(_name, f"lightning_cls.export.{_target}")
 
@@ -176,6 +203,9 @@ def register_format(name: str, writer: type[Writer] | str) -> None:
 def writers_of(name: str, config: ExportConfig, out: Path) -> list[Writer]:
     """The writers ``config`` asks of format ``name``."""
     builder = FORMATS.get(name)
+    reason = builder.unavailable() if hasattr(builder, "unavailable") else ""
+    if reason:  # refused before any work: one line naming the extra
+        raise ValueError(f"export={name}: {reason}")
     writers = builder.from_config(config, out) if hasattr(builder, "from_config") else [builder()]
     return list(writers)
 

@@ -316,6 +316,11 @@ for _suffix, _runtime in {
     RUNTIMES.register(_suffix)(_runtime)
 # OpenVINO IR (export=openvino): its module is imported when a .xml is opened.
 RUNTIMES.register(".xml", "lightning_cls.inference.openvino:OpenVINORuntime")
+# On-device formats (export=executorch, ...): each module is imported when such a file is opened.
+RUNTIMES.register(".pte", "lightning_cls.inference.executorch:ExecuTorchRuntime")
+RUNTIMES.register(".tflite", "lightning_cls.inference.litert:LiteRTRuntime")
+RUNTIMES.register(".mlpackage", "lightning_cls.inference.coreml:CoreMLRuntime")
+FOLDER_SUFFIXES = (".mlpackage",)  # artifacts that are folders, not files
 
 
 def register_runtime(suffix: str, runtime: type[Runtime]) -> None:
@@ -331,7 +336,7 @@ def runtime_for(path: Path) -> type[Runtime]:
     A class with ``runs_code`` refuses the file when called without ``trust_artifact=True``.
     """
     path = Path(path)
-    if not path.is_file():
+    if not (path.is_file() or (path.is_dir() and path.suffix in FOLDER_SUFFIXES)):
         raise FileNotFoundError(f"Model artifact not found: {path}; check the path.")
     if path.suffix not in RUNTIMES:
         raise ValueError(

@@ -52,3 +52,22 @@ def test_profile_quick_mode_reports_op_shares(run_quick):
         # Each share is rounded to 3 decimals: their sum may pass 1 by 0.0005 a share.
         rounding = 0.0005 * len(p["shares"])
         assert p["us_per_run"] > 0 and 0 < sum(p["shares"].values()) <= 1 + rounding
+
+
+@pytest.mark.slow  # ~30 s on 2 cores: two exports (ExecuTorch lowering, LiteRT conversion)
+def test_quick_mode_times_the_on_device_runtimes_beside_onnx_runtime(run_quick, tmp_path):
+    pytest.importorskip("executorch")
+    from lightning_cls.export.litert import converter_python
+
+    on_device = ["executorch", *(["litert"] if converter_python() else [])]
+    out = run_quick(
+        "inference.py",
+        *("--models", "simplecnn", "--runtimes", "ort_fp32", *on_device),
+        *("--threads", "1", "--out-dir", str(tmp_path)),
+    )
+    runtimes = out["models"]["simplecnn"]["runtimes"]
+    assert set(runtimes) == {"ort_fp32", *on_device}  # each one built, checked and timed
+    for r in runtimes.values():
+        assert min(r["img_s_b64"]) > 0 and min(r["p50_ms_b1"]) > 0
+    # The same network in every file: the same accuracy on the same validation images.
+    assert len({r["val_acc"] for r in runtimes.values()}) == 1

@@ -18,7 +18,9 @@ from lightning_cls.export.exporter import export_model
 from lightning_cls.inference import InputSpec, load_artifact, load_torch_model
 
 
-def test_export_all_from_a_checkpoint(trained, helpers, tmp_path):
+def test_export_all_from_a_checkpoint(trained, helpers, tmp_path, monkeypatch):
+    # The on-device formats export=all adds where installed: tests/export/test_on_device.py.
+    monkeypatch.setattr("lightning_cls.export.exporter.ALL_IF_INSTALLED", ())
     cfg = helpers.compose(
         [
             f"ckpt_path={trained.ckpt}",

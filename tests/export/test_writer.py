@@ -137,7 +137,8 @@ def test_the_registry_names_its_formats(npz_format):
     with pytest.raises(
         ValueError,
         match=r"Unknown export format\(s\) \['npy'\]; use onnx, onnx_e2e, torchscript, pt2, "
-        r"openvino, onnx_int8, torchscript_int8_dynamic, openvino_int8, triton, auto, npz or "
+        r"openvino, onnx_int8, torchscript_int8_dynamic, openvino_int8, triton, auto, executorch, "
+        r"litert, coreml, npz or "
         r"'all'\.",
     ):
         ExportConfig(formats=["npy"])

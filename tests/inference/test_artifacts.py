@@ -100,7 +100,7 @@ def test_weights_without_metadata_say_what_is_missing(trained, tmp_path):
 
 def test_unknown_suffix_and_missing_file(tmp_path):
     (tmp_path / "model.bin").write_bytes(b"")
-    with pytest.raises(ValueError, match=r"suffix '\.bin'; use one of \.ckpt, \.onnx"):
+    with pytest.raises(ValueError, match=r"suffix '\.bin'; use one of \.ckpt, \.mlpackage, \.onnx"):
         artifact_kind(tmp_path / "model.bin")
     with pytest.raises(FileNotFoundError, match="Model artifact not found"):
         load_artifact(tmp_path / "nope.onnx")

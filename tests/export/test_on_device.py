@@ -1,0 +1,169 @@
+"""On-device formats (issue 40): ExecuTorch ``.pte``, LiteRT ``.tflite``, Core ML ``.mlpackage``.
+
+Each is written through the one skeleton (``export_format``), read back by the runtime that
+serves it, and compared with eager PyTorch on 256 real images of the tiny trained model:
+top-1 equal and max |Δlogit| <= 1e-4. The extras (executorch, litert, coreml) are part of
+``make install-dev``, so these tests run in the suite; ``importorskip`` only guards a
+hand-made environment without them.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+
+import pytest
+import torch
+from PIL import Image
+
+from lightning_cls.export import export_format
+from lightning_cls.inference import load_artifact
+from lightning_cls.inference.runtimes import open_runtime
+
+PARITY_IMAGES = 256
+
+
+def parity(trained, runtime) -> tuple[float, float]:
+    """(max |Δlogit|, top-1 agreement) of ``runtime`` against eager on 256 train images."""
+    images = trained.data.splits["train"].images[:PARITY_IMAGES]  # (256, C, H, W) uint8
+    x = trained.spec.preprocess(images).float()
+    with torch.no_grad():
+        expected = trained.net(x)
+    actual = torch.as_tensor(runtime(x))
+    agree = (actual.argmax(1) == expected.argmax(1)).float().mean().item()
+    return (actual - expected).abs().max().item(), agree
+
+
+@pytest.fixture(scope="module")
+def pte(trained, tmp_path_factory):
+    pytest.importorskip("executorch")
+    path = tmp_path_factory.mktemp("pte") / "model.pte"
+    return export_format("executorch", trained.net, trained.spec, path)
+
+
+def test_executorch_matches_eager_on_256_images_and_carries_the_spec(trained, pte):
+    runtime = open_runtime(pte)
+    assert runtime.kind == "executorch" and runtime.spec == trained.spec
+    delta, agree = parity(trained, runtime)  # 256 > max_batch: run in chunks of 64
+    assert delta <= 1e-4 and agree == 1.0
+
+
+def predict_top1(user_command, trained, artifact, tmp_path) -> list[str]:
+    """``python -m lightning_cls.predict ckpt_path=<artifact>`` on 4 validation images."""
+    folder = tmp_path / "images"
+    folder.mkdir(exist_ok=True)
+    val = trained.data.splits["val"]
+    for i in range(4):
+        Image.fromarray(val.images[i].permute(1, 2, 0).numpy(), "RGB").save(folder / f"{i}.png")
+    out = tmp_path / f"{artifact.suffix[1:]}.csv"
+    argv = ["-m", "lightning_cls.predict", f"ckpt_path={artifact}", f"inputs={folder}"]
+    argv += [f"output={out}", f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path}/run"]
+    done = user_command(argv, tmp_path)
+    assert done.returncode == 0, done.stderr
+    return [row["label_1"] for row in csv.DictReader(out.open())]
+
+
+def eager_top1(trained, n: int = 4) -> list[str]:
+    probs = load_artifact(trained.ckpt).predict_images(trained.data.splits["val"].images[:n])
+    return [trained.spec.classes[i] for i in probs.argmax(1)]
+
+
+def test_executorch_predicts_through_the_predict_command(trained, pte, tmp_path, user_command):
+    assert predict_top1(user_command, trained, pte, tmp_path) == eager_top1(trained)
+
+
+def test_executorch_rejects_a_bad_max_batch(trained, tmp_path):
+    with pytest.raises(ValueError, match=r"max_batch=0; use a positive integer"):
+        export_format("executorch", trained.net, trained.spec, tmp_path / "m.pte", max_batch=0)
+
+
+@pytest.fixture(scope="module")
+def tflite(trained, tmp_path_factory):
+    pytest.importorskip("ai_edge_litert")
+    from lightning_cls.export.litert import converter_python
+
+    if converter_python() is None:  # make test does not build the converter's environment
+        pytest.skip("litert-torch's environment is absent: make venv-litert (or LITERT_PYTHON)")
+    path = tmp_path_factory.mktemp("tflite") / "model.tflite"
+    return export_format("litert", trained.net, trained.spec, path)
+
+
+def test_litert_matches_eager_on_256_images_and_carries_the_spec(trained, tflite):
+    runtime = open_runtime(tflite)
+    assert runtime.kind == "litert" and runtime.spec == trained.spec
+    delta, agree = parity(trained, runtime)
+    assert delta <= 1e-4 and agree == 1.0
+
+
+def test_litert_predicts_through_the_predict_command(trained, tflite, tmp_path, user_command):
+    assert predict_top1(user_command, trained, tflite, tmp_path) == eager_top1(trained)
+
+
+def test_litert_without_its_converter_names_make_venv_litert(trained, tmp_path, monkeypatch):
+    from lightning_cls.export import litert
+
+    monkeypatch.setattr(litert, "converter_python", lambda: None)
+    with pytest.raises(FileNotFoundError, match=r"run `make venv-litert`"):
+        export_format("litert", trained.net, trained.spec, tmp_path / "m.tflite")
+    assert not list(tmp_path.iterdir())  # nothing left behind
+
+
+@pytest.fixture(scope="module")
+def mlpackage(trained, tmp_path_factory):
+    pytest.importorskip("coremltools")
+    path = tmp_path_factory.mktemp("coreml") / "model.mlpackage"
+    return export_format("coreml", trained.net, trained.spec, path)
+
+
+def test_coreml_spec_declares_the_image_input_labels_and_preprocessing(trained, mlpackage):
+    from lightning_cls.export.coreml import read_coreml
+
+    found = read_coreml(mlpackage)
+    spec = trained.spec
+    assert (found.input_name, found.color_space, found.size) == ("image", "RGB", (16, 16))
+    assert found.outputs == ["classLabel", "classLabel_probs"]
+    assert found.classes == list(spec.classes)
+    assert found.scale == pytest.approx(1 / 255)
+    assert found.bias == pytest.approx([-m for m in spec.mean])
+    assert found.spec == spec  # every metadata field, as ONNX carries it
+
+
+def test_coreml_check_names_what_the_file_declares_otherwise(trained, mlpackage):
+    from dataclasses import replace
+
+    from lightning_cls.export.coreml import CoreMLWriter, read_coreml
+    from lightning_cls.export.errors import ExportCheckError
+
+    other = replace(trained.spec, classes=("w", "x", "y", "z"))
+    with pytest.raises(ExportCheckError, match=r"declares class labels \['.*'\], not \['w'"):
+        CoreMLWriter().check_spec(read_coreml(mlpackage), other, mlpackage)
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="Core ML predicts on macOS")
+def test_coreml_predict_on_linux_is_one_line_naming_macos(mlpackage):
+    with pytest.raises(OSError, match=r"runs on macOS only .*predict here with model\.onnx"):
+        open_runtime(mlpackage)
+
+
+def test_a_format_whose_extra_is_missing_is_one_line_naming_it(monkeypatch):
+    from lightning_cls.export.exporter import ExportConfig
+
+    monkeypatch.setitem(sys.modules, "executorch", None)  # as if the extra were not installed
+    with pytest.raises(
+        ValueError,
+        match=r"^export=executorch: .* needs executorch: pip install 'lightning_cls\[executorch\]'\.$",
+    ):
+        ExportConfig(formats=["executorch"])
+
+
+def test_export_all_takes_the_installed_and_names_the_skipped(monkeypatch, caplog):
+    from lightning_cls.export import litert
+    from lightning_cls.export.exporter import ExportConfig
+
+    monkeypatch.setitem(sys.modules, "coremltools", None)
+    monkeypatch.setattr(litert, "converter_python", lambda: None)
+    with caplog.at_level("WARNING"):
+        formats = ExportConfig(formats=["all"]).formats
+    assert formats == ["onnx", "torchscript", "pt2", "executorch"]
+    assert "export=all skips litert: LiteRT converts with litert-torch" in caplog.text
+    assert "export=all skips coreml: Core ML needs coremltools: pip install" in caplog.text
