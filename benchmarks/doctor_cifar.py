@@ -110,12 +110,9 @@ def flip_labels(subset: Path, fraction: float, seed: int) -> set[str]:
 
 def measure(subset: Path, planted, flipped: set[str], args, probe: str) -> dict:
     """The whole check with ``probe`` (duplicates and files too when ``args.checks``)."""
-    from lightning_cls.data.imagefolder import ImageFolderDataModule
-    from lightning_cls.doctor import DoctorOptions, TrainRecipe, diagnose
+    from lightning_cls.doctor import DoctorOptions, diagnose
 
-    data = ImageFolderDataModule(
-        str(subset), image_size=32, cache=False, decode_workers=2, batch_size=args.batch_size
-    )
+    data, recipe = data_and_recipe(subset, args)
     load = os.getloadavg()[0]
     options = DoctorOptions(
         probe=probe,
@@ -125,8 +122,6 @@ def measure(subset: Path, planted, flipped: set[str], args, probe: str) -> dict:
         features_from=args.features_from if probe == "embedding" else None,
         duplicates=args.checks,
     )
-    model = {"num_classes": None, "in_channels": None, "image_size": None}
-    recipe = TrainRecipe(args.model, model, accelerator="cpu")
     result = diagnose(data, subset / f"report_{probe}", options, recipe)
     if not args.checks:  # a later probe: the label check alone
         return _label_numbers(result, data, flipped)
@@ -156,6 +151,36 @@ def measure(subset: Path, planted, flipped: set[str], args, probe: str) -> dict:
     }
 
 
+def data_and_recipe(subset: Path, args):
+    """The DataModule and what kfold trains per fold: ``--model`` with Adam at 1e-3 and
+    ``--batch-size`` on the imagefolder defaults, or with ``--experiment`` the doctor's config
+    composed as ``python -m lightning_cls.doctor experiment=<name> data=imagefolder`` (plus
+    ``--set``) would: that recipe's network, optimizer, schedule, callbacks and augmentation."""
+    from lightning_cls.data.imagefolder import ImageFolderDataModule
+    from lightning_cls.doctor import TrainRecipe
+
+    if not args.experiment:
+        data = ImageFolderDataModule(
+            str(subset), image_size=32, cache=False, decode_workers=2, batch_size=args.batch_size
+        )
+        model = {"num_classes": None, "in_channels": None, "image_size": None}
+        return data, TrainRecipe(args.model, model, accelerator="cpu")
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from lightning_cls import config_dir
+    from lightning_cls.doctor.__main__ import train_recipe
+
+    overrides = [f"experiment={args.experiment}", "data=imagefolder", f"data.root={subset}",
+                 "data.cache=false", "data.decode_workers=2", "trainer.accelerator=cpu",
+                 *args.set]  # fmt: skip
+    with initialize_config_dir(config_dir(), version_base="1.3"):
+        cfg = compose("doctor", overrides=overrides)
+    data = instantiate(cfg.data)
+    data.name = cfg.data.name
+    return data, train_recipe(cfg)
+
+
 def _label_numbers(result: dict, data, flipped: set[str]) -> dict:
     """The label check against the moved files (``--flip``) and the planted labels
     (``--plant-noise``: the doctor's own ``plant_noise`` precision and recall)."""
@@ -176,6 +201,7 @@ def _label_numbers(result: dict, data, flipped: set[str]) -> dict:
         "planted_labels": planted.get("moved", 0),
         "planted_precision": planted.get("precision"),
         "planted_recall": planted.get("recall"),
+        "planted_precision_at_recall_0.7": planted.get("precision_at_recall_0.7"),
         # the ranking: the share of moved labels among the first n findings
         "planted_precision_at": {
             n: round(sum(ranked[:n]) / n, 3) for n in (25, 100, 250, 500) if len(ranked) >= n
@@ -201,6 +227,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--model", default="simplecnn", help="kfold: the network (registry)")
     parser.add_argument("--epochs", type=int, default=10, help="kfold: doctor.probe_epochs")
     parser.add_argument("--batch-size", type=int, default=64, help="kfold: data.batch_size")
+    parser.add_argument("--experiment", help="kfold: train this conf/experiment recipe per fold")
+    parser.add_argument("--set", nargs="*", default=[], help="--experiment: more overrides")
     args = parser.parse_args(argv)
     probes = args.probes.split(",")
     if args.features_from and "embedding" not in probes:
@@ -244,7 +272,7 @@ def main(argv=None) -> dict:
 
 LABEL_KEYS = ("probe", "label_seconds", "flipped", "label_issues", "label_recall",
               "label_precision", "probe_accuracy", "planted_labels", "planted_precision",
-              "planted_recall", "planted_precision_at")  # fmt: skip
+              "planted_recall", "planted_precision_at_recall_0.7", "planted_precision_at")  # fmt: skip
 
 
 if __name__ == "__main__":
