@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import logging
 import os
 import shutil
 import sys
@@ -230,6 +231,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--experiment", help="kfold: train this conf/experiment recipe per fold")
     parser.add_argument("--set", nargs="*", default=[], help="--experiment: more overrides")
     args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(message)s")  # each fold's accuracy, as it ends
+    logging.getLogger("lightning_cls.doctor").setLevel(logging.INFO)
     probes = args.probes.split(",")
     if args.features_from and "embedding" not in probes:
         probes = ["embedding"]  # the documented --features-from command

@@ -77,7 +77,9 @@ class KFoldProbe:
             train = Split(x[torch.from_numpy(~held)], y[torch.from_numpy(~held)])
             module = self._fit(train, seed + fold)
             probs[held] = self._predict(module, x[torch.from_numpy(held)])
-            log.info("kfold probe: fold %d/%d predicted (%d images).", fold + 1, folds, held.sum())
+            agree = float((probs[held].argmax(1) == np.asarray(labels)[held]).mean())
+            log.info("kfold probe: fold %d/%d predicted (%d images, accuracy %.3f against their "
+                     "labels).", fold + 1, folds, held.sum(), agree)  # fmt: skip
         return probs
 
     def _fit(self, train: Split, seed: int):
