@@ -1,7 +1,8 @@
 """``python -m lightning_cls.doctor data=...``: check a dataset before training.
 
 Reads top to bottom: check the settings → the recipe the label check's ``kfold`` probe trains
-per fold (``model=``, ``optimizer=``, ``scheduler=``, ``trainer.accelerator/precision``) →
+per fold (``model=``, ``optimizer=``, ``scheduler=``, ``trainer.accelerator/precision``; or
+an ``experiment=``'s whole recipe: ``experiment=cifar10_fast``) →
 build the DataModule the config names (as training would) → run every check → write
 ``report.md``, ``report.json`` and the mosaics into the run folder. The data is only read;
 ``doctor.write_index=clean.csv`` also writes the files worth keeping.
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 
 def doctor(cfg: DictConfig) -> dict:
     # Imported here: --help and config errors stay light (tests/test_layers.py).
-    from lightning_cls.doctor.run import DoctorOptions, TrainRecipe, diagnose
+    from lightning_cls.doctor.run import DoctorOptions, diagnose
 
     settings = OmegaConf.to_container(cfg.doctor, resolve=True)
     unknown = sorted(set(settings) - set(DoctorOptions.__dataclass_fields__))
@@ -36,20 +37,7 @@ def doctor(cfg: DictConfig) -> dict:
     options.check()  # a typo's one line before any data is read or network built
     recipe = None
     if options.probe == "kfold" and options.label_errors:
-        optimizer = instantiate(cfg.optimizer)
-        scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
-        check_option_types(optimizer, "optimizer")
-        check_option_types(scheduler, "scheduler")
-        model = OmegaConf.to_container(cfg.model, resolve=True)
-        recipe = TrainRecipe(
-            model_name=model.pop("name"),
-            model_kwargs=model,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            accelerator=cfg.trainer.accelerator,
-            precision=str(cfg.trainer.precision),
-            task={"name": "multiclass", "label_smoothing": cfg.label_smoothing},
-        )
+        recipe = train_recipe(cfg)
     datamodule = instantiate(cfg.data)
     datamodule.name = cfg.data.name
     out = Path(cfg.paths.output_dir)
@@ -66,6 +54,32 @@ def doctor(cfg: DictConfig) -> dict:
         out / "report.md",
     )
     return result
+
+
+def train_recipe(cfg: DictConfig):
+    """What ``doctor.probe=kfold`` trains per fold, from the composed config: ``model=``,
+    ``optimizer=``, ``scheduler=`` and, where an ``experiment=`` sets them, its
+    ``param_groups``, ``callbacks`` and ``task.label_smoothing`` (else ``label_smoothing``)."""
+    from lightning_cls.doctor.run import TrainRecipe
+
+    optimizer = instantiate(cfg.optimizer)
+    scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
+    check_option_types(optimizer, "optimizer")
+    check_option_types(scheduler, "scheduler")
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    smoothing = OmegaConf.select(cfg, "task.label_smoothing", default=cfg.label_smoothing)
+    return TrainRecipe(
+        model_name=model.pop("name"),
+        model_kwargs=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        param_groups=instantiate(cfg.param_groups) if cfg.get("param_groups") else None,
+        callbacks=[instantiate(c) for c in (cfg.get("callbacks") or {}).values()],
+        channels_last=bool(cfg.data.get("channels_last")),
+        accelerator=cfg.trainer.accelerator,
+        precision=str(cfg.trainer.precision),
+        task={"name": "multiclass", "label_smoothing": smoothing},
+    )
 
 
 @hydra.main(config_path=config_dir(), config_name="doctor", version_base="1.3")

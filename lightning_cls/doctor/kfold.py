@@ -2,7 +2,8 @@
 
 For each fold of the project's stratified k-fold (``data/folds.fold_ids``) a fresh network is
 trained, with the recipe the config composes (``model=``, ``optimizer=``, ``scheduler=``, the
-data's own augmentation), on the other k-1 folds for ``doctor.probe_epochs`` epochs, and then
+data's own augmentation; or a whole ``experiment=``'s: its parameter groups, callbacks and
+label smoothing too), on the other k-1 folds for ``doctor.probe_epochs`` epochs, and then
 predicts the fold it never saw. Each image's probabilities thus come from a network as strong
 as the one training will make, which is what photos need: a linear probe on pixels is ~37%
 accurate out of fold on CIFAR-10 and its findings are mostly its own mistakes
@@ -33,8 +34,11 @@ log = logging.getLogger(__name__)
 class TrainRecipe:
     """What each fold trains: a registry model and its options, the optimizer and scheduler
     partials (``optimizer(params)``, ``scheduler(optimizer, total_steps=...)``; None: Adam at
-    1e-3, no schedule) and where it runs. ``python -m lightning_cls.doctor`` builds it from
-    ``model=``, ``optimizer=``, ``scheduler=`` and ``trainer.accelerator/precision``."""
+    1e-3, no schedule), the parameter groups partial (``param_groups(net)``, as training's
+    ``param_groups``), the callbacks (each fold trains with its own copy) and where it runs.
+    ``python -m lightning_cls.doctor`` builds it from ``model=``, ``optimizer=``,
+    ``scheduler=``, ``param_groups``, ``callbacks``, ``task.label_smoothing`` (an
+    ``experiment=`` sets them all) and ``trainer.accelerator/precision``."""
 
     model_name: str = "simplecnn"
     # Input options left None are the data's (models.fill_input_options), as in model configs.
@@ -43,6 +47,9 @@ class TrainRecipe:
     )
     optimizer: Callable | None = None
     scheduler: Callable | None = None
+    param_groups: Callable | None = None
+    callbacks: list = field(default_factory=list)  # templates: deep-copied for each fold
+    channels_last: bool = False  # the weights too, as training converts them
     accelerator: str = "auto"
     precision: str = "32-true"
     # The task's options (``conf/task``'s keys): the probe is a multi-class model.
@@ -70,7 +77,9 @@ class KFoldProbe:
             train = Split(x[torch.from_numpy(~held)], y[torch.from_numpy(~held)])
             module = self._fit(train, seed + fold)
             probs[held] = self._predict(module, x[torch.from_numpy(held)])
-            log.info("kfold probe: fold %d/%d predicted (%d images).", fold + 1, folds, held.sum())
+            agree = float((probs[held].argmax(1) == np.asarray(labels)[held]).mean())
+            log.info("kfold probe: fold %d/%d predicted (%d images, accuracy %.3f against their "
+                     "labels).", fold + 1, folds, held.sum(), agree)  # fmt: skip
         return probs
 
     def _fit(self, train: Split, seed: int):
@@ -90,9 +99,12 @@ class KFoldProbe:
             model_kwargs=dict(recipe.model_kwargs),
             optimizer=recipe.optimizer,
             scheduler=recipe.scheduler,
+            param_groups=recipe.param_groups,
             task=dict(recipe.task),
             spec=data.spec,
         )
+        if recipe.channels_last:
+            module = module.to(memory_format=torch.channels_last)
         trainer = pl.Trainer(
             accelerator=recipe.accelerator,
             devices=1,
@@ -104,6 +116,7 @@ class KFoldProbe:
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
+            callbacks=[copy.deepcopy(c) for c in recipe.callbacks],  # fresh state per fold
         )
         trainer.fit(module, datamodule=data)
         return module

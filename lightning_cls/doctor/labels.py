@@ -46,6 +46,20 @@ def label_issues(labels: np.ndarray, probs: np.ndarray) -> list[dict]:
     ]
 
 
+def precision_at_recall(ranked_hits, relevant: int, recall: float) -> float | None:
+    """Precision of the shortest head of a ranking (``ranked_hits``: True where the finding is
+    a real error, most sure first) that holds at least ``recall`` of the ``relevant`` errors;
+    None when the whole ranking holds fewer (or there are none)."""
+    hits = np.cumsum(np.asarray(ranked_hits, dtype=bool))
+    if relevant <= 0 or not len(hits):
+        return None
+    reached = np.flatnonzero(hits >= recall * relevant)
+    if not len(reached):
+        return None
+    cut = int(reached[0]) + 1  # the first `cut` findings
+    return float(hits[cut - 1] / cut)
+
+
 def class_balance(
     counts: dict[str, list[int]], classes: list[str], ratio: float, task: str
 ) -> dict:

@@ -167,8 +167,9 @@ def _planted_note(planted: dict | None) -> list[str]:
         f"Planted (doctor.plant_noise={planted['share']}): {planted['moved']} labels were moved "
         f"to another class before the probe ran (the files are unchanged). The findings hold "
         f"{planted['found']} of them: precision {share(planted['precision'])}, recall "
-        f"{share(planted['recall'])}. Below, 'given' is the label after the move, and "
-        "'(planted)' marks a moved one (report.json: planted.rows)."
+        f"{share(planted['recall'])}; the first findings that hold 70% of them: precision "
+        f"{share(planted.get('precision_at_recall_0.7'))}. Below, 'given' is the label after "
+        "the move, and '(planted)' marks a moved one (report.json: planted.rows)."
     ]
 
 

@@ -86,3 +86,60 @@ def test_kfold_probe_trains_the_configured_model_from_the_command(folder, tmp_pa
     assert result["label_probe"]["features"] == "simplecnn trained 1 epochs per fold"
     assert not result["label_probe"]["reliable"]  # random pictures: the last line says so
     assert "likely label errors (NOT TRUSTED: see report)" in caplog.text
+
+
+def test_an_experiment_recipe_is_what_each_fold_trains(folder, tmp_path, monkeypatch):
+    """``experiment=cifar10_fast`` composes for the doctor: its network, SGD-Nesterov with the
+    triangle schedule, BatchNorm-bias groups, callbacks, label smoothing and channels_last reach
+    every fold, each fold with its own copy of the callbacks."""
+    import torch
+
+    from lightning_cls.callbacks import Lookahead, WhiteningInit
+    from lightning_cls.doctor.__main__ import train_recipe
+    from lightning_cls.doctor.kfold import KFoldProbe
+
+    overrides = [
+        "experiment=cifar10_fast",
+        "data=imagefolder",
+        f"data.root={folder}",
+        "data.cache=false",
+        "data.batch_size=8",
+        "model.widths=[8,16,16]",
+        "callbacks.whitening.num_images=16",
+        "doctor.folds=3",
+        "doctor.probe_epochs=1",
+        "doctor.duplicates=false",
+        "trainer.accelerator=cpu",
+    ]
+    cfg = compose("doctor", overrides, tmp=tmp_path)
+    recipe = train_recipe(cfg)
+    assert recipe.model_name == "airbench" and recipe.model_kwargs["whiten"] is True
+    assert recipe.task == {"name": "multiclass", "label_smoothing": 0.2}
+    assert recipe.channels_last and recipe.param_groups is not None
+    assert [type(c) for c in recipe.callbacks] == [WhiteningInit, Lookahead]
+    assert isinstance(recipe.optimizer(torch.nn.Linear(2, 2).parameters()), torch.optim.SGD)
+    # Without the experiment: the doctor's own Adam recipe, no callbacks, no smoothing.
+    plain = train_recipe(compose("doctor", overrides[1:4] + overrides[8:], tmp=tmp_path))
+    assert plain.model_name == "simplecnn" and not plain.callbacks
+    assert plain.param_groups is None and plain.task["label_smoothing"] == 0.0
+
+    whitened, trained = [], []
+    start, fit = WhiteningInit.on_fit_start, KFoldProbe._fit
+
+    def whiten(self, trainer, module):
+        whitened.append(id(self))
+        return start(self, trainer, module)
+
+    def spy(self, train, seed):
+        trained.append(fit(self, train, seed))
+        return trained[-1]
+
+    monkeypatch.setattr(WhiteningInit, "on_fit_start", whiten)
+    monkeypatch.setattr(KFoldProbe, "_fit", spy)
+    result = doctor(cfg)
+    assert result["label_probe"]["features"] == "airbench trained 1 epochs per fold"
+    assert len(whitened) == 3 and len(set(whitened)) == 3  # a fresh copy per fold
+    for module in trained:
+        assert isinstance(module.optimizers().optimizer, torch.optim.SGD)
+        convs = [p for p in module.net.parameters() if p.dim() == 4]
+        assert all(p.is_contiguous(memory_format=torch.channels_last) for p in convs)

@@ -9,7 +9,7 @@ import torch
 
 from lightning_cls.data import DigitsDataModule
 from lightning_cls.doctor import DoctorOptions, diagnose
-from lightning_cls.doctor.labels import class_balance
+from lightning_cls.doctor.labels import class_balance, precision_at_recall
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +84,15 @@ def test_features_from_a_network_for_other_images_is_refused(trained, tmp_path):
     options = DoctorOptions(duplicates=False, probe="embedding", features_from=str(trained.ckpt))
     with pytest.raises(ValueError, match=r"features_from=.* takes 3-channel images and the data"):
         diagnose(data, tmp_path, options)
+
+
+def test_precision_at_recall_is_the_shortest_head_that_reaches_the_recall():
+    # 4 real errors; the head holding 3 of them (recall 0.75 >= 0.7) is the first 5 findings.
+    ranking = [True, True, False, False, True, False, True]
+    assert precision_at_recall(ranking, relevant=4, recall=0.7) == pytest.approx(3 / 5)
+    assert precision_at_recall(ranking, relevant=4, recall=0.5) == 1.0  # the first 2
+    assert precision_at_recall(ranking, relevant=4, recall=1.0) == pytest.approx(4 / 7)
+    # The findings hold 4 of 10 errors: a recall of 0.7 is never reached.
+    assert precision_at_recall(ranking, relevant=10, recall=0.7) is None
+    assert precision_at_recall([], relevant=3, recall=0.7) is None
+    assert precision_at_recall([False, True], relevant=0, recall=0.7) is None

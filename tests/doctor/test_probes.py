@@ -36,9 +36,12 @@ def test_kfold_probe_finds_planted_label_errors(tmp_path):
     assert planted["moved"] == 45  # 10% of the 448 rows of all splits
     # Random probabilities flag ~10% of the rows at ~10% precision; the bar is far above.
     assert planted["precision"] >= 0.8 and planted["recall"] >= 0.7, planted
+    # The ranking's head that holds 70% of the moved rows is at least as precise as all of it.
+    assert planted["precision_at_recall_0.7"] >= planted["precision"], planted
     assert result["label_probe"]["probe"] == "kfold" and result["label_probe"]["reliable"]
     report = (tmp_path / "report.md").read_text()
     assert f"The findings hold {planted['found']} of them" in report
+    assert f"hold 70% of them: precision {planted['precision_at_recall_0.7']:.3f}" in report
     moved = {(r["split"], r["row"]) for r in planted["rows"]}
     listed = result["label_issues"][:20]  # report.md lists 20
     assert report.count(" (planted)\n") == sum((i["split"], i["row"]) in moved for i in listed)
