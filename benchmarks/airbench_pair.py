@@ -1,0 +1,264 @@
+"""airbench94 and ``experiment=cifar10_fast`` on the same JPEG split, interleaved per round.
+
+airbench94's own training code (``benchmarks/third_party/airbench94.py``, MIT, changed only to
+run on the CPU in float32: its header lists every change) and our recipe
+(``python -m lightning_cls.train experiment=cifar10_fast ...``) train on the same images and are
+scored on the same validation images, one after the other in each round (A, B, A, B, ...).
+Per round: each one's validation accuracy (both with airbench's level-2 TTA: flip + 1-px
+translate) and wall time of its whole process; the ratio ours / airbench's wall (and CPU) time
+inside each round, summarized as median and range over the rounds.
+
+The split, from ``DATA/train/<class>/*.jpg`` (e.g. CIFAR-10's 50,000 JPEGs), as
+docs/benchmarks.md's fixed-budget ablation carves it: a permutation with seed 0 whose first
+``--holdout`` images (the recipe's held-out test carve) are never read; of the rest, permuted
+with seed 1, the first ``--val-size`` are validation and the next ``--train-size`` (default: all
+the others) train. Both trainings read the same decoded pixels: our recipe an ImageFolder of
+symlinks (train/, val/), airbench ``cifar10/train.pt`` and ``cifar10/test.pt`` (uint8, decoded by
+the same function the ImageFolder pipeline uses). The held-out images are never read.
+
+Epochs: ``--epochs E`` trains ours for E epochs and airbench for 0.99 E (its own 9.9 against
+our 10). Each process uses ``--threads`` intra-op threads (OMP_NUM_THREADS).
+
+    python benchmarks/airbench_pair.py --data /data/cifar10 --rounds 3         # 40k train
+    python benchmarks/airbench_pair.py --data /data/cifar10 --train-size 10000 --rounds 2
+    python benchmarks/airbench_pair.py --quick     # tiny synthetic JPEGs, 1 epoch, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from paired import cpu_name, paired_ratio
+from time_to_accuracy import QUIET, summarize_run
+
+from lightning_cls.data.cache import decode_images
+from lightning_cls.data.imagefolder import scan_split
+
+HERE = Path(__file__).resolve().parent
+AIRBENCH = HERE / "third_party" / "airbench94.py"
+AIRBENCH_EPOCHS_PER_OURS = 0.99  # airbench94's 9.9 epochs against the recipe's 10
+# --quick: 10 classes of 24 synthetic 32 x 32 JPEGs; 40 held out, 40 val, 160 train at batch 32.
+QUICK = dict(per_class=24, holdout=40, val_size=40, train_size=160, epochs=1, batch_size=32)
+
+# One airbench94 training in a fresh interpreter, its working directory holding cifar10/*.pt:
+# upstream's main() as is, timed around the call (wall and this process's CPU).
+AIRBENCH_CHILD = """
+import importlib.util, json, sys, time, torch
+spec = importlib.util.spec_from_file_location("airbench94", sys.argv[1])
+ab = importlib.util.module_from_spec(spec); spec.loader.exec_module(ab)
+ab.hyp["opt"]["train_epochs"] = float(sys.argv[2])
+ab.hyp["opt"]["batch_size"] = int(sys.argv[3])
+torch.manual_seed(int(sys.argv[4]))
+wall, cpu = time.perf_counter(), time.process_time()
+acc = ab.main(int(sys.argv[4]))
+print(json.dumps({"val_acc": acc, "main_wall_s": time.perf_counter() - wall,
+                  "main_cpu_s": time.process_time() - cpu}))
+"""
+
+
+def carve(n: int, holdout: int, val_size: int, train_size: int | None) -> dict[str, list[int]]:
+    """Indices of ``val`` and ``train`` among ``n`` files (docs/benchmarks.md's ablation split);
+    the first ``holdout`` of the seed-0 permutation are left out."""
+    if holdout + val_size >= n:
+        raise ValueError(
+            f"--holdout {holdout} + --val-size {val_size} leave no training images of the {n} "
+            "found; lower them."
+        )
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    rest = perm[holdout:][torch.randperm(n - holdout, generator=torch.Generator().manual_seed(1))]
+    left = len(rest) - val_size
+    if train_size is not None and not 0 < train_size <= left:
+        raise ValueError(
+            f"--train-size {train_size}: between 1 and {left} (the images left after "
+            f"--holdout {holdout} and --val-size {val_size}); lower it."
+        )
+    end = val_size + (train_size if train_size is not None else left)
+    return {"val": rest[:val_size].tolist(), "train": rest[val_size:end].tolist()}
+
+
+def write_split(data: Path, work: Path, args) -> dict[str, int]:
+    """``work/split/{train,val}/<class>/`` symlinks (test -> val, so the folder is complete)
+    and ``work/airbench/cifar10/{train,test}.pt`` of the same images. Returns the counts."""
+    if not (data / "train").is_dir():
+        raise ValueError(f"--data {data} has no train/ folder; point it at DATA with "
+                         "DATA/train/<class>/*.jpg (e.g. CIFAR-10's JPEGs).")  # fmt: skip
+    classes, files, labels = scan_split(data / "train")
+    parts = carve(len(files), args.holdout, args.val_size, args.train_size)
+    airbench_dir = work / "airbench" / "cifar10"
+    airbench_dir.mkdir(parents=True)
+    for part, idx in parts.items():
+        for i in idx:
+            folder = work / "split" / part / classes[labels[i]]
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / files[i].name).symlink_to(files[i].resolve())
+        images, errors = decode_images([str(files[i]) for i in idx], 32, 3, workers=1)
+        if errors:
+            raise ValueError(f"{files[idx[errors[0][0]]]} does not decode ({errors[0][1]}); "
+                             "fix or remove it.")  # fmt: skip
+        torch.save(
+            {
+                "images": torch.from_numpy(np.ascontiguousarray(images.transpose(0, 2, 3, 1))),
+                "labels": torch.tensor([labels[i] for i in idx]),
+                "classes": classes,
+            },
+            airbench_dir / ("train.pt" if part == "train" else "test.pt"),
+        )
+    (work / "split" / "test").symlink_to(work / "split" / "val")
+    return {"classes": len(classes), **{part: len(idx) for part, idx in parts.items()}}
+
+
+def child_env(threads: int | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def python_cmd() -> list[str]:
+    """This interpreter, or ``$BENCH_PYTHON`` (the test suite's pre-imported one)."""
+    return shlex.split(os.environ.get("BENCH_PYTHON", "")) or [sys.executable]
+
+
+def run_airbench(work: Path, epochs: float, batch_size: int, seed: int, env) -> dict:
+    cmd = [*python_cmd(), "-c", AIRBENCH_CHILD, str(AIRBENCH), str(epochs), str(batch_size),
+           str(seed)]  # fmt: skip
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=work / "airbench", env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"airbench94 failed:\n{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"val_acc": round(out["val_acc"], 4), "wall_s": round(wall, 1),
+            "train_wall_s": round(out["main_wall_s"], 1),
+            "train_cpu_s": round(out["main_cpu_s"], 1)}  # fmt: skip
+
+
+def ours_overrides(work: Path, classes: int, epochs: int, seed: int, batch_size: int) -> list:
+    overrides = [
+        "experiment=cifar10_fast",
+        "data=imagefolder",
+        f"data.root={work / 'split'}",
+        f"data.num_classes={classes}",
+        "test=false",
+        f"trainer.max_epochs={epochs}",
+        f"seed={seed}",
+        *QUIET,
+    ]
+    if epochs % 2:  # the recipe validates every 2nd epoch: an odd count validates at its end
+        overrides.append(f"trainer.check_val_every_n_epoch={epochs}")
+    if batch_size != 1024:  # airbench's lr is per 1,024 examples: scale ours the same way
+        overrides += [f"data.batch_size={batch_size}", f"optimizer.lr={1.5 * batch_size / 1024}"]
+    return overrides
+
+
+def run_ours(work: Path, name: str, overrides: list[str], env) -> dict:
+    run_dir = work / "runs" / name
+    cmd = [*python_cmd(), "-m", "lightning_cls.train", *overrides, f"hydra.run.dir={run_dir}"]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    summary = summarize_run(run_dir, 1.0)
+    return {"val_acc": summary["final_val_acc"], "wall_s": round(wall, 1),
+            "train_wall_s": summary["train_wall_s"],
+            "train_cpu_s": summary["train_cpu_s"]}  # fmt: skip
+
+
+def quick_photos(root: Path, per_class: int) -> Path:
+    """``root/train/c0..c9/<i>.jpg``: 10 classes of noisy 32 x 32 colour JPEGs."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c in range(10):
+        (root / "train" / f"c{c}").mkdir(parents=True)
+        colour = rng.integers(30, 225, 3)
+        for i in range(per_class):
+            pixels = rng.normal(colour, 40, (32, 32, 3)).clip(0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(root / "train" / f"c{c}" / f"{i}.jpg", quality=75)
+    return root
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--data", type=Path, help="DATA with DATA/train/<class>/*.jpg")
+    p.add_argument("--train-size", type=int, default=None, help="default: all left after val")
+    p.add_argument("--val-size", type=int, default=5000)
+    p.add_argument("--holdout", type=int, default=5000, help="never read (the test carve)")
+    p.add_argument("--epochs", type=int, default=10, help="ours; airbench trains 0.99x this")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of each training")
+    p.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temp one)")
+    p.add_argument("--quick", action="store_true", help="tiny synthetic JPEGs, 1 epoch, 1 round")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.epochs, args.batch_size = 1, QUICK["epochs"], QUICK["batch_size"]
+        args.holdout, args.val_size = QUICK["holdout"], QUICK["val_size"]
+        args.train_size = QUICK["train_size"]
+    elif args.data is None:
+        p.error("give --data DATA (DATA/train/<class>/*.jpg) or --quick.")
+    if args.epochs < 1 or args.rounds < 1:
+        p.error(f"--epochs and --rounds must be >= 1, got {args.epochs} and {args.rounds}.")
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    env = child_env(args.threads)
+    airbench_epochs = round(AIRBENCH_EPOCHS_PER_OURS * args.epochs, 3)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(args.work) if args.work else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        data = quick_photos(work / "photos", QUICK["per_class"]) if args.quick else args.data
+        counts = write_split(data, work, args)
+        rounds = []
+        for r in range(args.rounds):
+            airbench = run_airbench(work, airbench_epochs, args.batch_size, r, env)
+            overrides = ours_overrides(work, counts["classes"], args.epochs, r, args.batch_size)
+            ours = run_ours(work, f"round{r}", overrides, env)
+            rounds.append({"airbench94": airbench, "cifar10_fast": ours})
+            print(f"round {r}: airbench94 {airbench}, cifar10_fast {ours}", file=sys.stderr)
+    flat = [{f"{k}_{m}": v[m] for k, v in rnd.items() for m in v} for rnd in rounds]
+    result = {
+        "quick": args.quick,
+        "cpu": cpu_name(),
+        "threads": args.threads,
+        "images": counts,
+        "epochs": {"cifar10_fast": args.epochs, "airbench94": airbench_epochs},
+        "batch_size": args.batch_size,
+        "rounds": rounds,
+        "wall_ratio": paired_ratio(flat, "cifar10_fast_wall_s", "airbench94_wall_s"),
+        "cpu_ratio": paired_ratio(flat, "cifar10_fast_train_cpu_s", "airbench94_train_cpu_s"),
+        "acc_gap": paired_ratio(
+            [{"d": f["cifar10_fast_val_acc"] - f["airbench94_val_acc"], "one": 1.0} for f in flat],
+            "d",
+            "one",
+        ),  # fmt: skip
+    }
+    print(
+        "| round | airbench94 val acc | wall s | cifar10_fast val acc | wall s | ours/airbench wall |"
+    )
+    print("|---|---|---|---|---|---|")
+    for r, rnd in enumerate(rounds):
+        a, b = rnd["airbench94"], rnd["cifar10_fast"]
+        print(f"| {r + 1} | {a['val_acc']:.4f} | {a['wall_s']} | {b['val_acc']:.4f} | "
+              f"{b['wall_s']} | {b['wall_s'] / a['wall_s']:.2f} |")  # fmt: skip
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

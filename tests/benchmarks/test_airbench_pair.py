@@ -1,0 +1,37 @@
+"""benchmarks/airbench_pair.py: the shared split, its errors, and --quick (both trainings)."""
+
+import pytest
+
+
+def test_the_split_is_the_ablation_carve_and_never_reads_the_holdout(benchmark_module):
+    pair = benchmark_module("airbench_pair")
+    import torch
+
+    parts = pair.carve(500, holdout=50, val_size=50, train_size=100)
+    held = set(torch.randperm(500, generator=torch.Generator().manual_seed(0))[:50].tolist())
+    val, train = set(parts["val"]), set(parts["train"])
+    assert len(val) == 50 and len(train) == 100 and not val & train
+    assert not (val | train) & held
+    assert len(pair.carve(500, 50, 50, None)["train"]) == 400  # the rest when not given
+    with pytest.raises(ValueError, match="--train-size 401: between 1 and 400"):
+        pair.carve(500, 50, 50, 401)
+    with pytest.raises(ValueError, match="--holdout 300 \\+ --val-size 200 leave no training"):
+        pair.carve(500, 300, 200, None)
+
+
+def test_a_data_folder_without_train_is_named(benchmark_module, tmp_path):
+    pair = benchmark_module("airbench_pair")
+    args = pair.parse_args(["--data", str(tmp_path)])
+    with pytest.raises(ValueError, match=f"--data {tmp_path} has no train/ folder"):
+        pair.write_split(tmp_path, tmp_path / "work", args)
+
+
+@pytest.mark.slow
+def test_quick_trains_airbench_and_the_recipe_on_the_same_images(run_quick):
+    out = run_quick("airbench_pair.py", timeout=600)
+    assert out["quick"] is True and out["images"] == {"classes": 10, "val": 40, "train": 160}
+    (rnd,) = out["rounds"]
+    for name in ("airbench94", "cifar10_fast"):
+        assert 0.0 <= rnd[name]["val_acc"] <= 1.0 and rnd[name]["wall_s"] > 0
+    ratio = rnd["cifar10_fast"]["wall_s"] / rnd["airbench94"]["wall_s"]
+    assert out["wall_ratio"]["per_round"] == [pytest.approx(ratio)]
