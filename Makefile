@@ -20,7 +20,7 @@ CONSTRAIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 TORCH := torch==2.14.1 torchvision==0.29.1
 REFRESH_VENV := .venv-refresh
 
-.PHONY: install install-dev train test test-fast lint docs clean refresh-constraints venv-litert
+.PHONY: install install-dev train test test-slow lint docs clean refresh-constraints venv-litert
 
 $(VPYTHON):
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; need = tuple(map(int, "$(MIN_PYTHON)".split("."))); sys.exit(0 if v >= need else f"error: $(PYTHON) is Python {v[0]}.{v[1]}; lightning_cls needs Python >= $(MIN_PYTHON); run make PYTHON=python$(MIN_PYTHON) (or newer).")'
@@ -64,11 +64,13 @@ RERUN_CRASHED := --reruns 1 --only-rerun "crashed while running"
 # every test module's asserts again (~4 s of collection).
 IN_VENV := PATH="$(abspath $(VENV))/bin:$$PATH" PYTHONDONTWRITEBYTECODE=
 
+# make test: the suite without the tests marked slow (each > ~20 s: the SLURM cluster, the
+# benchmarks' --quick runs, whole-guide runs); make test-slow: those; .ci/run runs both.
 test: install-dev
-	$(IN_VENV) $(VPYTHON) -m pytest -n 2 --timeout 600 --durations=20 $(RERUN_CRASHED)
+	$(IN_VENV) $(VPYTHON) -m pytest -n 2 -m "not slow" --timeout 600 --durations=20 $(RERUN_CRASHED)
 
-test-fast: install-dev
-	$(IN_VENV) $(VPYTHON) -m pytest -n 2 -m "not slow" $(RERUN_CRASHED)
+test-slow: install-dev
+	$(IN_VENV) $(VPYTHON) -m pytest -n 2 -m slow --timeout 600 --durations=20 $(RERUN_CRASHED)
 
 # ruff's rules and formatting, as configured in pyproject.toml (`ruff format .` fixes the latter).
 lint: install-dev
