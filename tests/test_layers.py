@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "lightning_cls"
 
 # The library roots; every other module at the root of the package is a command.
-LIBRARY_ROOTS = {"__init__", "module", "registry", "fileio", "threads"}
+LIBRARY_ROOTS = {"__init__", "module", "registry", "fileio"}
 
 
 def _entry_points() -> set[str]:
@@ -36,7 +36,7 @@ ENTRY_POINTS = _entry_points()
 
 # Layer of each top-level module or sub-package, lowest first; the table in docs/architecture.md.
 LAYERS = {
-    "base": {"__init__", "registry", "fileio", "threads"},
+    "base": {"__init__", "registry", "fileio"},
     "models": {"models"},
     "inference": {"inference"},
     "explain": {"explain"},
@@ -137,13 +137,13 @@ def test_every_entry_point_ends_through_run_cli():
 def test_the_root_shows_the_architecture():
     """The commands and a handful of library roots; everything else lives in a sub-package."""
     roots = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert len(roots) <= 14, f"{len(roots)} modules at the root of lightning_cls: {roots}"
+    assert len(roots) <= 13, f"{len(roots)} modules at the root of lightning_cls: {roots}"
     assert {"train.py", "eval.py", "predict.py", "module.py"} <= set(roots)
 
 
 def test_entry_points_are_derived_from_the_layout():
     assert {"train.py", "optimize_data.py", "export/__main__.py", "cli/__init__.py"} <= ENTRY_POINTS
-    assert not ENTRY_POINTS & {"module.py", "fileio.py", "registry.py", "threads.py"}
+    assert not ENTRY_POINTS & {"module.py", "fileio.py", "registry.py"}
 
 
 # Each of these must import without Lightning and without Hydra: a server, an exporter and the

@@ -37,7 +37,7 @@ from lightning_cls.data.memory import hold_out
 from lightning_cls.data.registry import register_dataset
 from lightning_cls.inference.images import IMAGE_SUFFIXES
 from lightning_cls.inference.spec import Split
-from lightning_cls.threads import available_cores
+from lightning_cls.inference.threads import available_cores
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from torchvision import transforms as T
 from lightning_cls.data.folds import split_fold
 from lightning_cls.data.tensor_loader import TensorBatchLoader
 from lightning_cls.inference.spec import Split
-from lightning_cls.threads import configure_threads, worker_init_fn
+from lightning_cls.inference.threads import configure_threads, worker_init_fn
 
 
 class ArrayDataset(Dataset):

@@ -26,7 +26,7 @@ from lightning_cls.doctor.probes import EmbeddingProbe, PixelProbe
 from lightning_cls.doctor.report import write_report
 from lightning_cls.doctor.sources import SplitView, all_rows, read_views
 from lightning_cls.inference.tasks import create_task
-from lightning_cls.threads import available_cores
+from lightning_cls.inference.threads import available_cores
 
 log = logging.getLogger(__name__)
 

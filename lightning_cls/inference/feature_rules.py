@@ -31,6 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from lightning_cls.inference import arrays
+from lightning_cls.inference.reject_rules import RejectRule
+
 FEATURE_RULES = ("knn", "mahalanobis")
 OUTPUT_NAME = "features"  # the second named output of an exported model with such a rule
 DEFAULT_K = 50
@@ -250,3 +253,42 @@ def _width_error(got: int, stored: int) -> str:
         f"The model's features have {got} values but its rejection rule was fitted on {stored}; "
         "the rule belongs to another network: fit it again for this one."
     )
+
+
+class _FeatureRule(RejectRule):
+    """A rule over the network's ``features`` output, fitted on the training split's."""
+
+    needs_features = True
+    name: str
+
+    def check_params(self, rule):
+        return check_params(self.name, rule)
+
+    def fit(self, features, labels, k, bank_size, seed=0):
+        return fit(self.name, features, labels, k, bank_size, seed)
+
+    def scores(self, task, logits, features, rule):
+        if features is None:
+            raise ValueError(
+                f"reject={self.name} scores the network's features, and none were given; run "
+                "the model through a Predictor (it asks the runtime for them)."
+            )
+        return arrays.as_kind(scores(rule, arrays.as_numpy(features)), logits)
+
+
+class KNearest(_FeatureRule):
+    """``knn``: the cosine similarity to the ``k``-th nearest training feature."""
+
+    name = "knn"
+    params = PARAM_KEYS["knn"]
+
+    def check_options(self, k, bank_size, images=None):
+        bank = check_bank_size(bank_size)
+        check_k(k, bank if images is None else min(bank, images))
+
+
+class Mahalanobis(_FeatureRule):
+    """``mahalanobis``: minus the smallest class-conditional Mahalanobis distance."""
+
+    name = "mahalanobis"
+    params = PARAM_KEYS["mahalanobis"]

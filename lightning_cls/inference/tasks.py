@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from lightning_cls.inference import arrays, feature_rules, trust
+from lightning_cls.inference import arrays, trust
 from lightning_cls.inference.arrays import Decision
 from lightning_cls.inference.conformal import prediction_sets
 from lightning_cls.registry import Registry
@@ -88,32 +88,22 @@ class Task:
     def needs_features(self) -> bool:
         """Whether the rejection rule scores the network's features (``knn``,
         ``mahalanobis``), not its logits: the runtime must give them too."""
-        return self.reject is not None and self.reject["score"] in feature_rules.FEATURE_RULES
+        return self.reject is not None and trust.rule_of(self.reject["score"]).needs_features
 
     def confidence(self, logits, score: str | None = None, features=None):
         """(B, K) logits -> (B,) confidence by ``score`` (default: the rejection rule's):
-        ``msp`` the largest probability, ``energy`` the task's ``energy``; ``knn`` and
-        ``mahalanobis`` score the (B, D) ``features`` with the stored rule's parameters.
-        Higher = more familiar, for every score."""
-        score = trust.check_score(score or (self.reject or {}).get("score"))
-        if score in feature_rules.FEATURE_RULES:
-            if self.reject is None or self.reject["score"] != score:
-                raise ValueError(
-                    f"score={score} needs the rule fitted on the training features; this model's "
-                    f"rule is {(self.reject or {}).get('score')}: fit reject={score} first."
-                )
-            if features is None:
-                raise ValueError(
-                    f"reject={score} scores the network's features, and none were given; run "
-                    "the model through a Predictor (it asks the runtime for them)."
-                )
-            return arrays.as_kind(
-                feature_rules.scores(self.reject, arrays.as_numpy(features)), logits
+        a registered rule (``reject_rules.REJECT_RULES``): ``msp`` the largest probability,
+        ``energy`` the task's ``energy``; ``knn`` and ``mahalanobis`` score the (B, D)
+        ``features`` with the stored rule's parameters. Higher = more familiar, for every
+        score."""
+        score = score or (self.reject or {}).get("score")
+        rule = trust.rule_of(score)
+        if rule.needs_features and (self.reject is None or self.reject["score"] != score):
+            raise ValueError(
+                f"score={score} needs the rule fitted on the training features; this model's "
+                f"rule is {(self.reject or {}).get('score')}: fit reject={score} first."
             )
-        if score == "energy":
-            return self.energy(logits)
-        probs = self.probabilities(logits)
-        return probs.max(axis=1) if arrays.is_numpy(probs) else probs.max(1).values
+        return rule.scores(self, logits, features, self.reject)
 
     def verdicts(self, logits, features=None) -> list[tuple[bool, float]] | None:
         """Per image (unknown, confidence) by the rejection rule; None without one."""

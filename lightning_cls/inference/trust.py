@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from lightning_cls.inference import feature_rules
+from lightning_cls.inference.reject_rules import REJECT_RULES, RejectRule, reject_rule
 
-REJECT_SCORES = ("msp", "energy", *feature_rules.FEATURE_RULES)
 UNKNOWN = "unknown"  # the answer for an image below the rejection threshold
 
 
@@ -74,19 +74,18 @@ def check_reject(value: Any) -> dict[str, Any] | None:
     if not isinstance(value, Mapping):
         raise ValueError(
             f"reject={value!r} is not a rejection rule; give a mapping {{score: "
-            f"{'|'.join(REJECT_SCORES)}, threshold: <number>, keep: <share in (0, 1)>}} or null."
+            f"{'|'.join(REJECT_RULES)}, threshold: <number>, keep: <share in (0, 1)>}} or null."
         )
     score = check_score(value.get("score"))
-    known = {"score", "threshold", "keep", *feature_rules.PARAM_KEYS.get(score, ())}
+    rule = reject_rule(score)
+    known = {"score", "threshold", "keep", *rule.params}
     unknown = sorted(set(value) - known)
     if unknown:
         raise ValueError(
             f"reject has unknown key(s) {unknown} for score={score}; known: {sorted(known)}."
         )
     keep = check_keep(value.get("keep"))
-    params = (
-        feature_rules.check_params(score, value) if score in feature_rules.FEATURE_RULES else {}
-    )
+    params = rule.check_params(value)
     threshold = value.get("threshold")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
         raise ValueError(f"reject.threshold={threshold!r} is not a number.")
@@ -96,16 +95,23 @@ def check_reject(value: Any) -> dict[str, Any] | None:
 
 
 def check_score(score: Any) -> str:
-    if score not in REJECT_SCORES:
+    """A registered rule's name (``REJECT_RULES``); a ``ValueError`` with the closest otherwise."""
+    if not isinstance(score, str) or score not in REJECT_RULES:
         import difflib
 
-        close = difflib.get_close_matches(str(score), REJECT_SCORES, n=1)
+        known = list(REJECT_RULES)
+        close = difflib.get_close_matches(str(score), known, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ValueError(
             f"reject={score!r} is not a known rejection rule{hint}; use one of "
-            f"{', '.join(REJECT_SCORES)} (or null: no rejection)."
+            f"{', '.join(known)} (or null: no rejection)."
         )
-    return str(score)
+    return score
+
+
+def rule_of(score: Any) -> RejectRule:
+    """The checked rule named ``score``."""
+    return reject_rule(check_score(score))
 
 
 def check_rule_options(
@@ -118,10 +124,9 @@ def check_rule_options(
     ``reject_bank``), checked before any work starts: one ``ValueError`` naming the value."""
     if reject is None:
         return
-    check_score(reject)
+    rule = rule_of(reject)
     check_keep(keep)
-    if reject == "knn":
-        feature_rules.check_k(k, feature_rules.check_bank_size(bank_size))
+    rule.check_options(k, bank_size)
 
 
 def check_keep(keep: Any) -> float:

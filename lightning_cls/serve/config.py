@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightning_cls.threads import available_cores
+from lightning_cls.inference.threads import available_cores
 
 log = logging.getLogger(__name__)
 

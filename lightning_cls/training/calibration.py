@@ -48,6 +48,7 @@ from lightning_cls.inference.trust import (
     check_score,
     check_temperature,
     quantile_threshold,
+    rule_of,
 )
 
 log = logging.getLogger(__name__)
@@ -104,9 +105,9 @@ def calibrate(
     conformal_sets.check_options(conformal, conformal_method)
     if conformal is not None:
         conformal_sets.refuse_multilabel(spec.decision.multi_hot)  # InputSpec's own check
-    features_rule = reject in feature_rules.FEATURE_RULES
+    rule_kind = None if reject is None else rule_of(reject)
+    features_rule = rule_kind is not None and rule_kind.needs_features
     if reject is not None:
-        check_score(reject)
         check_keep(keep)
     if features_rule:
         if train is None or len(train) == 0:
@@ -114,8 +115,7 @@ def calibrate(
                 f"reject={reject} is fitted on the training images' features, and no training "
                 "images were given; calibrate with data that has a train split."
             )
-        if reject == "knn":
-            feature_rules.check_k(k, min(feature_rules.check_bank_size(bank_size), len(train)))
+        rule_kind.check_options(k, bank_size, images=len(train))
     if len(val) == 0:
         raise ValueError("Calibration needs validation images, but the val split is empty.")
     base = replace(spec, temperature=1.0, reject=None)  # the network's own probabilities
@@ -141,7 +141,7 @@ def calibrate(
         params = {}
         if features_rule:
             _, train_features = predictor.image_features(train.images, batch_size)
-            params = feature_rules.fit(reject, train_features, train.labels, k, bank_size)
+            params = rule_kind.fit(train_features, train.labels, k, bank_size)
         fitted_rule = {"score": reject, "threshold": 0.0, "keep": keep, **params}
         calibrated = replace(calibrated, reject=fitted_rule)  # its threshold comes next
         scores = calibrated.decision.confidence(logits, features=val_features)

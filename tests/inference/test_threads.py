@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from lightning_cls import threads
+from lightning_cls.inference import threads
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +27,7 @@ def test_plan_keeps_workers_plus_threads_within_cores():
 
 def test_configure_caps_threads_and_logs_one_line(caplog):
     torch.set_num_threads(4)
-    with caplog.at_level(logging.INFO, logger="lightning_cls.threads"):
+    with caplog.at_level(logging.INFO, logger="lightning_cls.inference.threads"):
         assert threads.configure_threads(1, cores=4, cap=True) == 3
         assert threads.configure_threads(1, cores=4, cap=True) == 3  # same: not logged again
     assert torch.get_num_threads() == 3
@@ -38,7 +38,7 @@ def test_configure_caps_threads_and_logs_one_line(caplog):
 
 
 def test_oversubscription_warns_with_the_fix(caplog):
-    with caplog.at_level(logging.INFO, logger="lightning_cls.threads"):
+    with caplog.at_level(logging.INFO, logger="lightning_cls.inference.threads"):
         assert threads.configure_threads(2, cores=2, cap=True) == 1
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
@@ -48,7 +48,7 @@ def test_oversubscription_warns_with_the_fix(caplog):
 
 def test_no_cap_unless_asked_but_oversubscription_still_warns(caplog):
     torch.set_num_threads(2)
-    with caplog.at_level(logging.INFO, logger="lightning_cls.threads"):
+    with caplog.at_level(logging.INFO, logger="lightning_cls.inference.threads"):
         assert threads.configure_threads(1, cores=2) == 2  # a quiet machine: keep both threads
         assert threads.configure_threads(2, cores=2) == 2
     assert torch.get_num_threads() == 2
