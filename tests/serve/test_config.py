@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from lightning_cls.serve import ServeConfig
 from lightning_cls.inference.threads import available_cores
+from lightning_cls.serve import ServeConfig
 
 
 def test_thread_budget_is_cores_over_workers_and_never_oversubscribed():
