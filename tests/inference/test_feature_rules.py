@@ -275,13 +275,15 @@ def test_onnx_writes_features_as_a_second_named_output(trained, tmp_path):
     assert [o.name for o in ort.InferenceSession(str(path)).get_outputs()] == ["logits"]
 
 
-def test_a_file_without_features_is_refused_for_a_feature_rule(trained, tmp_path):
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript", "pt2"])
+def test_a_file_without_features_is_refused_for_a_feature_rule(trained, tmp_path, fmt):
+    """The runtime reads what the file answers, not what the spec given to it asks."""
     from lightning_cls.export import export_format
 
     plain = InputSpec.from_dict({**trained.spec.to_dict(), "reject": None})
-    path = export_format("onnx", trained.net, plain, tmp_path / "plain.onnx")
-    with pytest.raises(ValueError, match=r"plain.onnx has no features output.*reject=knn"):
-        load_artifact(path, spec={"reject": trained.spec.reject})
+    path = export_format(fmt, trained.net, plain, tmp_path / f"plain.{fmt}")
+    with pytest.raises(ValueError, match=rf"plain.{fmt} has no features output.*reject=knn"):
+        load_artifact(path, spec={"reject": trained.spec.reject}, trust_artifact=True)
 
 
 def test_the_predictions_csv_names_the_rule(trained, folder, tmp_path):
