@@ -103,7 +103,20 @@ class CoreMLWriter(Writer):
     extra = "coreml"
     features = False  # a classifier answers labels; a feature-space rule is not in it
 
+    def refuses(self, spec):
+        if not spec.decision.needs_features:
+            return ""
+        return (
+            f"reject={spec.reject['score']} scores the network's features, which export=coreml "
+            "does not carry (a Core ML classifier answers labels and probabilities: the file "
+            "would answer without the rule); calibrate with reject=msp or reject=energy for "
+            "Core ML, or use export=onnx|executorch|litert, which carry the features."
+        )
+
     def export(self, net, spec, path, **check):
+        reason = self.refuses(spec)
+        if reason:  # export_format alone; export_model asked before writing anything
+            raise ValueError(f"export={self.key}: {reason}")
         was_training = net.training
         net.eval()
         try:

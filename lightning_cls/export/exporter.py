@@ -87,7 +87,9 @@ class ExportConfig:
         self.auto = dict(self.auto or {})
         self.torchscript_modes = list(self.torchscript_modes)
         self.check_batch_sizes = [int(b) for b in self.check_batch_sizes]
-        formats = all_formats() if list(self.formats) == ["all"] else list(self.formats)
+        # export=all: a format it took may be skipped for the model (``accepted``), not refused
+        self.from_all = list(self.formats) == ["all"]
+        formats = all_formats() if self.from_all else list(self.formats)
         unknown = [name for name in formats if name not in FORMATS]
         if unknown:
             raise ValueError(
@@ -148,7 +150,7 @@ def export_model(
     INT8 model loses more than ``config.quantize.max_acc_drop`` points and ``force`` is off.
     """
     out = Path(out_dir)
-    writers = config.writers(out)
+    writers = accepted(config.writers(out), spec, config)
     data = export_data(writers, spec, datamodule)
     out.mkdir(parents=True, exist_ok=True)
     result = ExportResult()
@@ -172,6 +174,22 @@ def export_model(
     if errors:
         raise AccuracyDropError("\n".join(errors))
     return result
+
+
+def accepted(writers: list[Writer], spec: InputSpec, config: ExportConfig) -> list[Writer]:
+    """The writers whose format can carry the model ``spec`` describes (Core ML cannot carry a
+    feature-space rule): one that cannot is refused, one line naming why and the fix, before
+    anything is written; where ``export=all`` took it, it is skipped with that reason logged."""
+    kept = []
+    for writer in writers:
+        reason = writer.refuses(spec)
+        if not reason:
+            kept.append(writer)
+        elif config.from_all and writer.key in ALL_IF_INSTALLED:
+            log.warning("export=all skips %s: %s", writer.key, reason)
+        else:
+            raise ValueError(f"export={writer.key}: {reason}")
+    return kept
 
 
 def export_data(writers: list[Writer], spec: InputSpec, datamodule) -> ExportData | None:

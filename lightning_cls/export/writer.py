@@ -99,6 +99,11 @@ class Writer:
         install = f"pip install 'lightning_cls[{cls.extra}]'" if cls.extra else "install them"
         return f"{cls.title or cls.key} needs {', '.join(missing)}: {install}."
 
+    def refuses(self, spec: InputSpec) -> str:
+        """Why this format cannot carry the model ``spec`` describes, in one line naming the
+        fix ("": it can); asked of every writer before any file of an export is written."""
+        return ""
+
     def bind(self, files: Mapping[str, Path], data: ExportData | None) -> None:
         """Before ``export``: the files written so far (by result key) and the data."""
 

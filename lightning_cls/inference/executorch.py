@@ -54,7 +54,9 @@ class ExecuTorchRuntime(Runtime):
         if MAX_BATCH_METHOD in names:
             self.max_batch = int(program.load_method(MAX_BATCH_METHOD).execute([])[0])
         self.spec = merge_spec(stored, spec, f"{path.name} ({META_METHOD} inside, as {META_FILE})")
-        self.gives_features = self.spec.decision.needs_features
+        # What the program answers, not what the spec asks: a second output is the features
+        # (a rule given as an override to a file written without them is refused by Predictor).
+        self.gives_features = program.metadata("forward").num_outputs() > 1
 
     def __call__(self, x):
         return self.outputs(x)[0]

@@ -175,10 +175,13 @@ def scores(rule: Mapping[str, Any], features) -> np.ndarray:
         with one_blas_thread():
             similarity = z @ bank.T  # (B, M) cosine similarities
         return np.partition(similarity, -k, axis=1)[:, -k].astype(np.float32)
-    means = decode(rule["means"], "means")
-    precision = decode(rule["precision"], "precision")
+    # float64: the squared distances below are differences of terms ~1e5 times larger (the
+    # precision of nearly collinear features is large), which float32 rounds to ~0.05.
+    means = decode(rule["means"], "means").astype(np.float64)
+    precision = decode(rule["precision"], "precision").astype(np.float64)
     if z.shape[1] != means.shape[1]:
         raise ValueError(_width_error(z.shape[1], means.shape[1]))
+    z = z.astype(np.float64)
     with one_blas_thread():
         zp = z @ precision  # (B, D)
         mp = means @ precision  # (K, D)

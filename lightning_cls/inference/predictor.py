@@ -136,8 +136,9 @@ class Predictor:
             raise ValueError(
                 f"{self.path.name} has no features output, and its rejection rule "
                 f"reject={self.spec.reject['score']} scores the network's features; export "
-                "the calibrated checkpoint again (export=onnx|openvino|torchscript|pt2 write the "
-                "features output for such a rule), or predict with the .ckpt."
+                "the calibrated checkpoint again (export=onnx|openvino|torchscript|pt2|"
+                "executorch|litert write the features output for such a rule), or predict "
+                "with the .ckpt."
             )
 
     @property

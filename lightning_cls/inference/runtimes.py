@@ -153,7 +153,9 @@ class TorchScriptRuntime(Runtime):
             _stored_json(extra[META_FILE], path), spec, f"{path.name} ({META_FILE} inside)"
         )
         self.module = module.eval().to(self.device)
-        self.gives_features = self.spec.decision.needs_features
+        # What the archive answers, not what the spec asks: a pair is (logits, features).
+        returns = module.forward.schema.returns
+        self.gives_features = bool(returns) and isinstance(returns[0].type, torch.TupleType)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.outputs(x)[0]
@@ -197,7 +199,8 @@ class Pt2Runtime(Runtime):
             _stored_json(extra[META_FILE], path), spec, f"{path.name} ({META_FILE} inside)"
         )
         self.module = program.module().to(self.device)
-        self.gives_features = self.spec.decision.needs_features
+        # What the program answers, not what the spec asks: a second output is the features.
+        self.gives_features = len(program.graph_signature.user_outputs) > 1
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.outputs(x)[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -167,3 +168,58 @@ def test_export_all_takes_the_installed_and_names_the_skipped(monkeypatch, caplo
     assert formats == ["onnx", "torchscript", "pt2", "executorch"]
     assert "export=all skips litert: LiteRT converts with litert-torch" in caplog.text
     assert "export=all skips coreml: Core ML needs coremltools: pip install" in caplog.text
+
+
+def with_rule(spec, score: str):
+    """``spec`` with a fitted feature-space rule (random features: Core ML refuses it before
+    looking at them)."""
+    import numpy as np
+
+    from lightning_cls.inference import InputSpec, feature_rules
+
+    features, labels = np.random.default_rng(0).normal(size=(8, 4)), np.arange(8) % 2
+    rule = {"score": score, "threshold": 0.5, "keep": 0.95}
+    rule |= feature_rules.fit(score, features, labels, k=2)
+    return InputSpec.from_dict({**spec.to_dict(), "reject": rule})
+
+
+@pytest.mark.parametrize("score", ["knn", "mahalanobis"])
+def test_coreml_refuses_a_feature_space_rule_naming_the_fix(trained, tmp_path, score):
+    """A Core ML classifier has no features output: it would answer without the rule."""
+    pytest.importorskip("coremltools")
+    spec = with_rule(trained.spec, score)
+    with pytest.raises(
+        ValueError,
+        match=rf"^export=coreml: reject={score} scores the network's features, which "
+        r"export=coreml does not carry .*; calibrate with reject=msp or reject=energy for "
+        r"Core ML, or use export=onnx\|executorch\|litert, which carry the features\.$",
+    ):
+        export_format("coreml", trained.net, spec, tmp_path / "model.mlpackage")
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_an_export_with_coreml_is_refused_before_any_file_for_a_feature_rule(trained, tmp_path):
+    pytest.importorskip("coremltools")
+    from lightning_cls.export.exporter import ExportConfig, export_model
+
+    spec = with_rule(trained.spec, "knn")
+    config = ExportConfig(formats=["onnx", "coreml"])
+    with pytest.raises(ValueError, match=r"^export=coreml: reject=knn scores the network's"):
+        export_model(trained.net, spec, tmp_path / "out", config)
+    assert not (tmp_path / "out").exists()  # refused before model.onnx, not after
+
+
+def test_export_all_skips_coreml_for_a_feature_rule_and_says_why(trained, monkeypatch, caplog):
+    pytest.importorskip("coremltools")
+    from lightning_cls.export import litert
+    from lightning_cls.export.exporter import ExportConfig, accepted
+
+    monkeypatch.setattr(litert, "converter_python", lambda: None)
+    config = ExportConfig(formats=["all"])
+    spec = with_rule(trained.spec, "knn")
+    with caplog.at_level("WARNING"):
+        kept = [w.key for w in accepted(config.writers(Path(".")), spec, config)]
+    assert "coreml" not in kept and "executorch" in kept and "onnx" in kept
+    assert "export=all skips coreml: reject=knn scores the network's features" in caplog.text
+    plain = [w.key for w in accepted(config.writers(Path(".")), trained.spec, config)]
+    assert "coreml" in plain  # a model without a feature rule keeps its Core ML file

@@ -54,6 +54,24 @@ def test_mahalanobis_is_minus_the_nearest_class_distance_under_the_shared_covari
     np.testing.assert_allclose(feature_rules.scores(rule, queries), expected, rtol=1e-3, atol=1e-3)
 
 
+def test_mahalanobis_keeps_its_digits_when_the_features_are_nearly_collinear():
+    """Penultimate features are nearly collinear, so the precision is huge (~1e9 here) and the
+    squared distance a small difference of large terms: float32 rounded it by ~0.1% (the .pte
+    and the .ckpt then disagreed by a float16 step); it is computed in float64."""
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(400, 6))
+    near = base @ rng.normal(size=(6, 10)) + 1e-3 * rng.normal(size=(400, 10))
+    train, labels = np.c_[base, near], np.arange(400) % 4
+    rule = {"score": "mahalanobis", **feature_rules.fit("mahalanobis", train, labels)}
+    queries = train[:8] + 0.01 * rng.normal(size=(8, 16))
+    z = feature_rules.normalized(queries).astype(np.float64)
+    means = feature_rules.decode(rule["means"], "means").astype(np.float64)
+    precision = feature_rules.decode(rule["precision"], "precision").astype(np.float64)
+    assert np.abs(precision).max() > 1e8
+    expected = -np.min([np.einsum("nd,de,ne->n", z - m, precision, z - m) for m in means], 0)
+    np.testing.assert_allclose(feature_rules.scores(rule, queries), expected, rtol=1e-6)
+
+
 def test_the_bank_is_a_class_balanced_subsample():
     labels = np.r_[np.zeros(1000), np.ones(30), np.full(500, 2)].astype(int)
     rows = feature_rules.balanced_subsample(labels, 300, seed=0)
@@ -257,13 +275,15 @@ def test_onnx_writes_features_as_a_second_named_output(trained, tmp_path):
     assert [o.name for o in ort.InferenceSession(str(path)).get_outputs()] == ["logits"]
 
 
-def test_a_file_without_features_is_refused_for_a_feature_rule(trained, tmp_path):
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript", "pt2"])
+def test_a_file_without_features_is_refused_for_a_feature_rule(trained, tmp_path, fmt):
+    """The runtime reads what the file answers, not what the spec given to it asks."""
     from lightning_cls.export import export_format
 
     plain = InputSpec.from_dict({**trained.spec.to_dict(), "reject": None})
-    path = export_format("onnx", trained.net, plain, tmp_path / "plain.onnx")
-    with pytest.raises(ValueError, match=r"plain.onnx has no features output.*reject=knn"):
-        load_artifact(path, spec={"reject": trained.spec.reject})
+    path = export_format(fmt, trained.net, plain, tmp_path / f"plain.{fmt}")
+    with pytest.raises(ValueError, match=rf"plain.{fmt} has no features output.*reject=knn"):
+        load_artifact(path, spec={"reject": trained.spec.reject}, trust_artifact=True)
 
 
 def test_the_predictions_csv_names_the_rule(trained, folder, tmp_path):
@@ -342,3 +362,70 @@ def test_a_rule_fitted_on_the_penultimate_features_alone_scores_as_before(score)
     )
     with pytest.raises(ValueError, match="features"):  # narrower than the fit: refused
         feature_rules.scores(rule, old_x[:, :-2])
+
+
+# ---------------------------------------------------------------------------------------------
+# The on-device files (issue 40): ExecuTorch and LiteRT carry the features too
+
+
+@pytest.fixture(scope="module")
+def rules(trained) -> dict[str, InputSpec]:
+    """The trained net's spec with each feature-space rule fitted (knn: ``trained.spec``)."""
+    data = make_data(
+        num_classes=4, num_channels=1, image_size=16, train_size=256, test_size=128, val_size=64
+    )
+    data.setup("fit")
+    base = InputSpec.from_dict({**trained.spec.to_dict(), "reject": None})
+    result = calibrate(trained.net, base, data.splits["val"], reject="mahalanobis",
+                       keep=0.95, train=data.splits["train"])  # fmt: skip
+    maha = InputSpec.from_dict({**base.to_dict(), **result.spec_updates})
+    return {"knn": trained.spec, "mahalanobis": maha}
+
+
+def _on_device(fmt, net, spec, path):
+    """``export=<fmt>`` of ``net`` at ``path``; skipped where its extra (converter) is absent."""
+    from lightning_cls.export import export_format
+
+    pytest.importorskip({"executorch": "executorch", "litert": "ai_edge_litert"}[fmt])
+    if fmt == "litert":
+        from lightning_cls.export.litert import converter_python
+
+        if converter_python() is None:  # make test does not build the converter's environment
+            pytest.skip("litert-torch's environment is absent: make venv-litert (or LITERT_PYTHON)")
+    return export_format(fmt, net, spec, path)
+
+
+@pytest.mark.parametrize("score", ["knn", "mahalanobis"])
+@pytest.mark.parametrize(("fmt", "file"), [("executorch", "model.pte"), ("litert", "model.tflite")])
+def test_on_device_files_carry_the_features_and_answer_like_the_checkpoint(
+    trained, rules, folder, tmp_path, fmt, file, score
+):
+    spec = rules[score]
+    ckpt = _checkpoint(replace(trained, spec=spec), tmp_path / "m.ckpt")
+    expected = _answers(ckpt, folder)
+    assert sum(u for u, _, _ in expected.values()) >= 20  # noise and stripes: unknown
+    assert sum(u for u, _, _ in expected.values()) <= 26  # most known images kept
+    path = _on_device(fmt, trained.net, spec, tmp_path / file)
+    predictor = load_artifact(path)  # predict's path: no torch network, no trust needed
+    assert predictor.runtime.kind == fmt and predictor.runtime.gives_features
+    assert predictor.spec.reject == spec.reject  # the fitted rule travels in the file
+    got = _answers(path, folder)
+    assert got.keys() == expected.keys()
+    for name, (unknown, score_, label) in expected.items():
+        assert got[name][0] == unknown and got[name][2] == label, name
+        # mahalanobis scores are squared distances (~20): to a float16 step there
+        assert got[name][1] == pytest.approx(score_, rel=1e-3, abs=1e-4), name
+    # Negative control: the same file with the rule's threshold moved answers otherwise.
+    moved = {**spec.reject, "threshold": float(np.median([s for _, s, _ in expected.values()]))}
+    shifted = _answers(path, folder, spec={"reject": moved})
+    assert sum(u for u, _, _ in shifted.values()) != sum(u for u, _, _ in expected.values())
+
+
+@pytest.mark.parametrize(("fmt", "file"), [("executorch", "model.pte"), ("litert", "model.tflite")])
+def test_an_on_device_file_without_features_is_refused_for_a_feature_rule(
+    trained, tmp_path, fmt, file
+):
+    plain = InputSpec.from_dict({**trained.spec.to_dict(), "reject": None})
+    path = _on_device(fmt, trained.net, plain, tmp_path / file)
+    with pytest.raises(ValueError, match=rf"{file} has no features output.*reject=knn"):
+        load_artifact(path, spec={"reject": trained.spec.reject})
