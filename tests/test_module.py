@@ -79,7 +79,7 @@ def test_ranks_spawned_with_one_module_count_into_their_own_metric_states():
     from multiprocessing.reduction import ForkingPickler
 
     import pytorch_lightning as pl
-    import torch.multiprocessing  # noqa: F401  (registers the tensor-sharing reductions)
+    import torch.multiprocessing  # registers the tensor-sharing reductions with the pickler
 
     def spawned(module):  # what each rank unpickles (one process here: the same storage)
         return ForkingPickler.loads(ForkingPickler.dumps(module))
