@@ -9,7 +9,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from torch import nn
-from torchmetrics import CatMetric, MeanMetric
+from torchmetrics import CatMetric, MeanMetric, Metric, MetricCollection
 
 from lightning_cls.inference.network import build_network, class_names
 from lightning_cls.inference.predictor import selective_tta
@@ -165,7 +165,9 @@ class ClassificationModule(pl.LightningModule):
     def setup(self, stage: str) -> None:
         """Checks that the DataModule's labels are this task's, then lets the task compute
         what it needs from the train split (``class_weights``/``pos_weight="auto"``, kept in
-        the hyperparameters: the checkpoint records the weights it was trained with)."""
+        the hyperparameters: the checkpoint records the weights it was trained with). First,
+        every metric state starts over in this process (``reset_metric_states``)."""
+        self.reset_metric_states()
         if stage == "fit" and self.distiller is not None:  # loads and checks the teacher
             self.distiller.prepare(InputSpec.from_hparams(self.hparams))
         datamodule = getattr(self.trainer, "datamodule", None)
@@ -175,6 +177,23 @@ class ClassificationModule(pl.LightningModule):
         self.task.check_data(getattr(datamodule, "task", "multiclass"), name)
         splits = getattr(datamodule, "splits", {})
         self.task.setup(splits["train"].labels if "train" in splits else None)
+
+    def reset_metric_states(self) -> None:
+        """Every torchmetrics state (losses, accuracies, confusion, TTA records) starts from its
+        default, in this process's own memory. ``ddp_spawn`` (``trainer=ddp_sim``) sends the
+        module to its ranks through torch.multiprocessing, which moves every tensor into shared
+        memory: the ranks then counted into the same states, each ``+=`` a read-modify-write
+        that a rank could overwrite with a stale read (a two-rank test loss of 359 images once
+        came out as their sum / 358 on a loaded machine). Called by ``setup``, which Lightning
+        runs in each rank before any step."""
+        in_collection = set()
+        for module in self.modules():
+            if isinstance(module, MetricCollection):
+                module.reset()  # keeps its compute groups' shared references consistent
+                in_collection.update(id(m) for m in module.values())
+        for module in self.modules():
+            if isinstance(module, Metric) and id(module) not in in_collection:
+                module.reset()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, H, W) -> (B, classes) logits
         return self.net(x)

@@ -68,3 +68,36 @@ def test_the_number_of_classes_is_derived_once_from_names_or_a_count():
         ClassificationModule(
             net=nn.Identity(), classes=["a", "b", "c"], model_kwargs={"num_classes": 4}
         )
+
+
+def test_ranks_spawned_with_one_module_count_into_their_own_metric_states():
+    """``ddp_spawn`` (trainer=ddp_sim) hands the module to each rank through torch's
+    multiprocessing pickler, which moves every tensor into shared memory, metric states too:
+    two ranks then counted into one MeanMetric, and a rank's ``+=`` that lost the race dropped
+    a count (a loaded two-process test of 359 images reported their loss sum / 358).
+    ``setup``, which every rank runs before its first step, gives each its own states."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import pytorch_lightning as pl
+    import torch.multiprocessing  # registers the tensor-sharing reductions with the pickler
+
+    def spawned(module):  # what each rank unpickles (one process here: the same storage)
+        return ForkingPickler.loads(ForkingPickler.dumps(module))
+
+    module = ClassificationModule(net=LeftHalf(), classes=["left", "right"])
+    ranks = [spawned(module), spawned(module)]
+    losses = [rank.eval_losses["test"] for rank in ranks]
+    assert all(loss.weight.is_shared() for loss in losses)  # the cause: one shared storage
+    losses[0].update(torch.tensor(1.0))
+    assert losses[1].weight.item() == 1.0  # negative control: rank 1 sees rank 0's count
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+    for rank in ranks:
+        rank.trainer = trainer
+        rank.setup("test")
+    for loss, count in zip(losses, (180, 179)):  # 359 images over two ranks
+        for _ in range(count):
+            loss.update(torch.tensor(0.5), weight=1)
+    assert [loss.weight.item() for loss in losses] == [180.0, 179.0]
+    states = [v for rank in ranks for m in rank.modules() if hasattr(m, "metric_state")
+              for v in m.metric_state.values() if isinstance(v, torch.Tensor)]  # fmt: skip
+    assert states and not any(state.is_shared() for state in states)
