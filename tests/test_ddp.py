@@ -40,8 +40,10 @@ def test_two_process_test_metrics_equal_one_process(checkpoint, tmp_path):
     assert two["test"]["test/acc"] == acc  # to the last digit
     # The ranks' loss sums over their own counts (tests/test_module.py: a spawned rank counted
     # into shared states once, and a lost update made this the sum / 358): name the count.
+    # rel=1e-5: the two ranks' float32 sums add in another order (gaps up to 5.8e-7 measured);
+    # one image too few or too many moves the mean by 1/359, about 280x the tolerance.
     loss_one, loss_two = one["test"]["test/loss"], two["test"]["test/loss"]
-    assert loss_two == pytest.approx(loss_one, rel=1e-6), f"sum / {359 * loss_one / loss_two:.2f}"
+    assert loss_two == pytest.approx(loss_one, rel=1e-5), f"sum / {359 * loss_one / loss_two:.2f}"
     # Per-class counts come back from the spawned processes (they were all zero before).
     assert sum(c["support"] for c in two["per_class_test"].values()) == 359
     assert two["per_class_test"] == one["per_class_test"]
