@@ -284,7 +284,7 @@ def test_experiment_options(option, tmp_path):
 @pytest.mark.parametrize("option", options("export"))
 def test_export_options(option, tmp_path):
     cfg = compose(overrides=[f"export={option}"], tmp=tmp_path)
-    if option == "litert":
+    if option in ("litert", "litert_int8"):
         from lightning_cls.export.litert import converter_python
 
         if converter_python() is None:  # make test does not build the converter's environment

@@ -6,8 +6,9 @@ temp name; ``Int8Writer.check`` measures it on the validation split against its 
 against ``ExportData.reference_acc``: ``export=auto`` gates every runtime against eager
 PyTorch) and raises ``AccuracyDropError`` for a drop of more than ``max_acc_drop`` points
 before the rename, removing an older file at the final name too (``enforce_max_drop``); a kill
-leaves at most a hidden temp. ONNX Runtime static QDQ/QOperator and NNCF calibrate on the same
-seeded ``calibration_batches`` of the train split; torch dynamic needs no calibration.
+leaves at most a hidden temp. ONNX Runtime static QDQ/QOperator, NNCF and LiteRT's PT2E
+calibrate on the same seeded ``calibration_batches`` of the train split; torch dynamic needs no
+calibration.
 ``export=int8`` and ``export=auto`` run these same writers.
 """
 
@@ -16,11 +17,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from lightning_cls.export import onnx, openvino, torchscript
+import numpy as np
+
+from lightning_cls.export import litert, onnx, openvino, torchscript
 from lightning_cls.export.errors import AccuracyDropError
 from lightning_cls.export.exporter import QuantizeConfig
 from lightning_cls.export.quantize import (
     SplitCalibrationReader,
+    calibration_batches,
     compare,
     enforce_max_drop,
     quantize_onnx_static,
@@ -147,3 +151,35 @@ class OpenVINOInt8(Int8Writer):
         openvino.quantize_openvino_int8(
             self.source_path, tmp, train, spec, q.calibration_batches, q.calibration_batch_size
         )
+
+
+class LiteRTInt8(Int8Writer):
+    """``model_int8.tflite``: litert-torch's PT2E static INT8 of the network (symmetric,
+    per-channel weights, int8 in and out), converted like ``model.tflite`` in the converter's
+    environment and gated against it (written too, when export.formats has no litert)."""
+
+    key, file, title, method = "litert_int8", "model_int8.tflite", "LiteRT INT8", "litert_pt2e_int8"
+    requires, uses = ("litert",), "export=litert_int8 is gated against the fp32 LiteRT file"
+    modules, extra = litert.LiteRTWriter.modules, litert.LiteRTWriter.extra
+    features = True  # quantizes the network itself: its features output too
+
+    @classmethod
+    def available(cls) -> bool:
+        return litert.LiteRTWriter.available()
+
+    @classmethod
+    def unavailable(cls) -> str:
+        return litert.LiteRTWriter.unavailable()
+
+    @classmethod
+    def from_config(cls, config, out):
+        return [litert.LiteRTWriter(), cls(config.quantize)]
+
+    def write(self, net, example, tmp, spec):
+        if net is None:
+            raise ValueError("litert_pt2e_int8 quantizes the eager network; pass net=.")
+        q = self.quantize
+        batches = calibration_batches(
+            self.data.train, spec, q.calibration_batches, q.calibration_batch_size
+        )
+        litert.write_tflite(net, example, tmp, spec, np.concatenate(batches))

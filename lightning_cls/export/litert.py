@@ -10,9 +10,13 @@ to the flatbuffer's ``metadata`` table (``inference.litert``), and the skeleton
 (``export.writer``) reads the file back with ai-edge-litert's ``Interpreter`` and checks it.
 
 The model is converted at batch 1 (litert-torch 0.10 cannot lower a dynamic batch through
-``flatten``); the runtime runs a batch one image at a time. fp32 only: litert-torch's INT8 path
-(``quant_config``) is PT2E quantization calibrated by running the captured graph, a second
-pipeline the accuracy gate would have to drive inside the other environment.
+``flatten``); the runtime runs a batch one image at a time. ``export=litert_int8``
+(``export.int8.LiteRTInt8``) goes through the same conversion with a calibration batch: the
+captured graph is PT2E-quantized (``quantize_pt2e``: litert-torch's symmetric per-channel INT8
+quantizer, calibrated on the train images every INT8 format calibrates on, crossing to the
+other environment as a ``.npy`` file) and converted with its ``quant_config``; the file then
+takes and answers int8 tensors, which the runtime (``inference.litert``) quantizes and
+dequantizes with the scales stored in the file.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from lightning_cls.export.writer import Writer
@@ -45,14 +50,35 @@ def converter_python() -> str | None:
     return candidate if Path(candidate).is_file() else None
 
 
-def convert_program(program_path: str, out_path: str, shape: str) -> None:
+def convert_program(program_path: str, out_path: str, shape: str, calibration: str = "") -> None:
     """Convert the ``torch.export`` program at ``program_path`` to ``.tflite`` at ``out_path``,
-    sampled at ``shape`` ("1,3,32,32"); run where ``litert_torch`` imports."""
+    sampled at ``shape`` ("1,3,32,32"), INT8 when ``calibration`` names a ``.npy`` of
+    normalized images (N, C, H, W); run where ``litert_torch`` imports."""
     import litert_torch
 
     module = torch.export.load(program_path).module()
     example = torch.zeros(*(int(s) for s in shape.split(",")))
-    litert_torch.convert(module, (example,)).export(out_path)
+    options = {}
+    if calibration:
+        module, options["quant_config"] = quantize_pt2e(module, np.load(calibration))
+    litert_torch.convert(module, (example,), **options).export(out_path)
+
+
+def quantize_pt2e(module: torch.nn.Module, images: np.ndarray):
+    """``module`` (a ``torch.export`` graph at batch 1) PT2E-quantized to static INT8 with
+    litert-torch's quantizer (symmetric, per-channel weights), its observers calibrated on
+    ``images`` one at a time; returns it and the ``quant_config`` its conversion takes."""
+    from litert_torch.quantize import pt2e_quantizer
+    from litert_torch.quantize.quant_config import QuantConfig
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    config = pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=True)
+    quantizer = pt2e_quantizer.PT2EQuantizer().set_global(config)
+    prepared = prepare_pt2e(module, quantizer)
+    with torch.no_grad():
+        for image in torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32)).split(1):
+            prepared(image)
+    return convert_pt2e(prepared, fold_quantize=False), QuantConfig(pt2e_quantizer=quantizer)
 
 
 def add_metadata(path: Path, name: str, text: str) -> None:
@@ -83,26 +109,38 @@ class LiteRTWriter(Writer):
         return super().unavailable() or ("" if converter_python() else NO_CONVERTER)
 
     def write(self, net, example, tmp, spec):
-        python = converter_python()
-        if python is None:
-            raise FileNotFoundError(NO_CONVERTER)
-        shape = ",".join(str(s) for s in (1, *example.shape[1:]))
-        with tempfile.TemporaryDirectory(dir=tmp.parent) as folder:
-            program = f"{folder}/net.pt2"  # what crosses to the other environment
-            torch.export.save(torch.export.export(net, (example[:1],)), program)
-            if python == sys.executable:
-                convert_program(program, str(tmp), shape)
-            else:
-                _convert_in(python, program, tmp, shape)
-        add_metadata(tmp, METADATA_NAME, spec.to_json())
+        write_tflite(net, example, tmp, spec)
 
 
-def _convert_in(python: str, program: str, tmp: Path, shape: str) -> None:
+def write_tflite(net, example, tmp: Path, spec, calibration: np.ndarray | None = None) -> None:
+    """``net`` converted at batch 1 to ``.tflite`` at ``tmp`` with ``spec`` in its metadata;
+    INT8 (PT2E) calibrated on ``calibration`` (normalized images, N x C x H x W) when given."""
+    python = converter_python()
+    if python is None:
+        raise FileNotFoundError(NO_CONVERTER)
+    shape = ",".join(str(s) for s in (1, *example.shape[1:]))
+    with tempfile.TemporaryDirectory(dir=tmp.parent) as folder:
+        program = f"{folder}/net.pt2"  # what crosses to the other environment
+        torch.export.save(torch.export.export(net, (example[:1],)), program)
+        images = ""
+        if calibration is not None:
+            images = f"{folder}/calibration.npy"  # ... with the images it calibrates on
+            np.save(images, calibration)
+        if python == sys.executable:
+            convert_program(program, str(tmp), shape, images)
+        else:
+            _convert_in(python, program, tmp, shape, images)
+    add_metadata(tmp, METADATA_NAME, spec.to_json())
+
+
+def _convert_in(python: str, program: str, tmp: Path, shape: str, calibration: str) -> None:
     """``convert_program`` run by ``python`` (the converter's environment)."""
     code = "import sys; from lightning_cls.export.litert import convert_program; "
     code += "convert_program(*sys.argv[1:])"
     done = subprocess.run(
-        [python, "-c", code, program, str(tmp), shape], capture_output=True, text=True
+        [python, "-c", code, program, str(tmp), shape, calibration],
+        capture_output=True,
+        text=True,
     )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]

@@ -187,6 +187,7 @@ for _name, _target in {
     "onnx_int8": "int8:OnnxStaticInt8",
     "torchscript_int8_dynamic": "int8:TorchDynamicInt8",
     "openvino_int8": "int8:OpenVINOInt8",
+    "litert_int8": "int8:LiteRTInt8",
     "triton": "triton:TritonStep",
     "auto": "auto:AutoStep",
     "executorch": "executorch:ExecuTorchWriter",

@@ -4,7 +4,9 @@ The ``InputSpec`` travels in the flatbuffer's own ``metadata`` table (TFLite's p
 named byte strings, next to the graph) under ``lightning_cls.meta.json``, one JSON object.
 ``ai-edge-litert``'s ``Interpreter`` runs the file on its XNNPACK CPU delegate without torch;
 the model is converted at batch 1 (its reshapes are fixed to it, so the interpreter cannot be
-resized: XNNPACK refuses), and a batch runs one image at a time.
+resized: XNNPACK refuses), and a batch runs one image at a time. An INT8 file
+(``export=litert_int8``) takes and answers int8 tensors: the float batch is quantized with the
+input's stored (scale, zero point) and each output dequantized with its own.
 """
 
 from __future__ import annotations
@@ -57,9 +59,9 @@ class LiteRTRuntime(Runtime):
             stored = read_metadata(path.read_bytes())
             self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
         self.spec = merge_spec(stored, spec, f"{path.name} ({METADATA_NAME} inside)")
-        self.input = self.interpreter.get_input_details()[0]["index"]
-        self.output_ids = [o["index"] for o in self.interpreter.get_output_details()]
-        self.gives_features = len(self.output_ids) > 1
+        self.input = self.interpreter.get_input_details()[0]
+        self.output_details = self.interpreter.get_output_details()
+        self.gives_features = len(self.output_details) > 1
         self.interpreter.allocate_tensors()
 
     def __call__(self, x):
@@ -72,7 +74,27 @@ class LiteRTRuntime(Runtime):
     def _run(self, x: np.ndarray) -> list[np.ndarray]:
         rows = []
         for image in np.split(x, len(x)) if len(x) else []:  # (1, C, H, W): its fixed batch
-            self.interpreter.set_tensor(self.input, image)
+            self.interpreter.set_tensor(self.input["index"], quantized(image, self.input))
             self.interpreter.invoke()
-            rows.append([self.interpreter.get_tensor(i).copy() for i in self.output_ids])
+            get = self.interpreter.get_tensor
+            rows.append([dequantized(get(o["index"]), o) for o in self.output_details])
         return [np.concatenate(parts) for parts in zip(*rows)]
+
+
+def quantized(x: np.ndarray, detail: dict) -> np.ndarray:
+    """``x`` (float32) as the tensor ``detail`` describes takes it: itself for a float tensor,
+    else ``round(x / scale) + zero_point`` in its integer type (an INT8 file's input)."""
+    dtype = detail["dtype"]
+    if np.issubdtype(dtype, np.floating):
+        return x
+    scale, zero = detail["quantization"]
+    info = np.iinfo(dtype)
+    return np.clip(np.round(x / scale) + zero, info.min, info.max).astype(dtype)
+
+
+def dequantized(a: np.ndarray, detail: dict) -> np.ndarray:
+    """The float32 values of tensor ``a`` that ``detail`` describes (an INT8 file's output)."""
+    if np.issubdtype(a.dtype, np.floating):
+        return a.copy()
+    scale, zero = detail["quantization"]
+    return (a.astype(np.float32) - zero) * np.float32(scale)

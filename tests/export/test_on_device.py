@@ -13,11 +13,13 @@ import csv
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
 
 from lightning_cls.export import export_format
+from lightning_cls.export.writer import FORMATS, ExportData
 from lightning_cls.inference import load_artifact
 from lightning_cls.inference.runtimes import open_runtime
 
@@ -107,6 +109,55 @@ def test_litert_without_its_converter_names_make_venv_litert(trained, tmp_path, 
     with pytest.raises(FileNotFoundError, match=r"run `make venv-litert`"):
         export_format("litert", trained.net, trained.spec, tmp_path / "m.tflite")
     assert not list(tmp_path.iterdir())  # nothing left behind
+
+
+@pytest.fixture(scope="module")
+def tflite_int8(trained, tflite, tmp_path_factory):
+    """``model_int8.tflite`` through the INT8 skeleton: PT2E calibrated on the train split in
+    the converter's environment, gated against ``model.tflite``; (path, gate report)."""
+    from lightning_cls.export.exporter import QuantizeConfig
+    from lightning_cls.export.int8 import LiteRTInt8
+    from lightning_cls.export.writer import ExportData
+
+    data = trained.data.splits
+    writer = LiteRTInt8(QuantizeConfig(latency_runs=0))
+    writer.bind({"litert": tflite}, ExportData(data["train"], data["val"]))
+    path = writer.export(trained.net, trained.spec, tflite.parent / "model_int8.tflite")
+    return path, writer.report
+
+
+def test_litert_int8_reads_back_int8_with_the_spec_agrees_with_eager_and_passes_the_gate(
+    trained, tflite_int8
+):
+    path, report = tflite_int8
+    runtime = open_runtime(path)
+    assert runtime.kind == "litert" and runtime.spec == trained.spec
+    assert runtime.input["dtype"] == np.int8  # quantized: not the fp32 graph under a new name
+    delta, agree = parity(trained, runtime)
+    assert agree >= 0.95 and delta > 1e-4, (agree, delta)
+    assert report.method == "litert_pt2e_int8" and report.accepted
+    assert report.fp32_path.endswith("model.tflite") and report.drop_points <= 1.0
+    assert report.size_after < report.size_before
+
+
+def test_litert_int8_gate_refuses_an_impossible_threshold(trained, tflite_int8, tmp_path):
+    import dataclasses
+    import shutil
+
+    from lightning_cls.export.errors import AccuracyDropError
+
+    path, _ = tflite_int8
+    copy = shutil.copy(path, tmp_path / path.name)  # the gate removes a refused file
+    writer = FORMATS.create("litert_int8")
+    writer.quantize = dataclasses.replace(writer.quantize, latency_runs=0, max_acc_drop=-100)
+    splits = trained.data.splits
+    writer.bind(
+        {"litert": path.parent / "model.tflite"}, ExportData(splits["train"], splits["val"])
+    )
+    run, _ = writer.read_back(Path(copy))
+    with pytest.raises(AccuracyDropError, match=r"litert_pt2e_int8 lost .* the allowed -100"):
+        writer.check(None, run, trained.spec, Path(copy), (1,), 0, 0)
+    assert not writer.report.accepted and not Path(copy).exists()
 
 
 @pytest.fixture(scope="module")
