@@ -17,10 +17,12 @@ from PIL import Image
 
 from lightning_cls.data import ImageDataModule, Split, SyntheticDataModule
 from lightning_cls.export import export_format
+from lightning_cls.export.exporter import QuantizeConfig
 from lightning_cls.export.onnx import make_session, run_session
 from lightning_cls.export.openvino import quantize_openvino_int8
 from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
 from lightning_cls.export.torchscript import load_torchscript, quiet_jit
+from lightning_cls.export.writer import ExportData
 from lightning_cls.inference import InputSpec, load_torch_model
 from lightning_cls.inference.openvino import compile_model
 from lightning_cls.inference.runtimes import open_runtime
@@ -160,6 +162,7 @@ EXPORTED = {
     "ov_int8": "ov_f32",
     "executorch": None,  # export=executorch: XNNPACK .pte (the `executorch` extra)
     "litert": None,  # export=litert: .tflite (make venv-litert converts; ai-edge-litert runs)
+    "litert_int8": "litert",  # export=litert_int8: PT2E INT8 .tflite, gated against litert's
 }
 
 
@@ -211,6 +214,7 @@ def runtimes(
         ),
         "executorch": lambda: _served("executorch", net, meta, out / "model.pte", threads),
         "litert": lambda: _served("litert", net, meta, out / "model.tflite", threads),
+        "litert_int8": lambda: _litert_int8(net, meta, data, out, threads, calibration_batches),
     }
     unknown = sorted(set(only or ()) - set(builders))
     if unknown:
@@ -220,7 +224,7 @@ def runtimes(
         if only and name not in only:
             continue
         try:
-            if "int8" in name or name == "ov_bf16":
+            if name.startswith(("ort_int8", "ov_int8")) or name == "ov_bf16":
                 fp32_files()
             fns[name] = _no_grad(build())
         except Exception as err:  # noqa: BLE001 — report and go on: one broken runtime must not hide the rest
@@ -254,9 +258,27 @@ def _ort(path: Path, threads: int):
     return lambda x: run_session(session, x)
 
 
-def _served(fmt: str, net, meta, path: Path, threads: int):
+def _served(fmt: str, net, meta, path: Path, threads: int, **options):
     """Format ``fmt`` written (and checked) at ``path``, run by the runtime predict uses."""
-    return open_runtime(export_format(fmt, net, meta, path), threads=threads)
+    return open_runtime(export_format(fmt, net, meta, path, **options), threads=threads)
+
+
+def _litert_int8(net, meta, data, out: Path, threads: int, calibration_batches: int):
+    """``model_int8.tflite`` through export=litert_int8's gate against ``model.tflite``."""
+    fp32 = out / "model.tflite"
+    if not fp32.is_file():
+        export_format("litert", net, meta, fp32)
+    splits = data.splits
+    return _served(
+        "litert_int8",
+        net,
+        meta,
+        out / "model_int8.tflite",
+        threads,
+        files={"litert": fp32},
+        data=ExportData(splits["train"], splits["val"]),
+        quantize=QuantizeConfig(calibration_batches=calibration_batches, latency_runs=0),
+    )
 
 
 def _ov(xml: Path, threads: int, precision: str):

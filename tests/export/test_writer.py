@@ -137,7 +137,8 @@ def test_the_registry_names_its_formats(npz_format):
     with pytest.raises(
         ValueError,
         match=r"Unknown export format\(s\) \['npy'\]; use onnx, onnx_e2e, torchscript, pt2, "
-        r"openvino, onnx_int8, torchscript_int8_dynamic, openvino_int8, triton, auto, executorch, "
+        r"openvino, onnx_int8, torchscript_int8_dynamic, openvino_int8, litert_int8, triton, auto, "
+        r"executorch, "
         r"litert, coreml, npz or "
         r"'all'\.",
     ):
@@ -209,7 +210,7 @@ def write_observed(monkeypatch):
     return write
 
 
-ON_DEVICE = ("executorch", "litert", "coreml")
+ON_DEVICE = ("executorch", "litert", "litert_int8", "coreml")
 
 
 def test_no_builtin_writer_touches_its_final_names_before_the_rename(
