@@ -140,6 +140,22 @@ def test_litert_int8_reads_back_int8_with_the_spec_agrees_with_eager_and_passes_
     assert report.size_after < report.size_before
 
 
+@pytest.mark.slow  # two conversions in litert-torch's environment (~25 s on 2 cores)
+def test_cli_export_litert_int8_writes_both_files_and_the_gate_report(
+    trained, tflite, helpers, tmp_path
+):
+    from helpers import TRAINED_OVERRIDES
+    from lightning_cls.export.__main__ import export
+
+    argv = [f"ckpt_path={trained.ckpt}", "export=litert_int8", f"output_dir={tmp_path}/out"]
+    result = export(helpers.compose([*argv, *TRAINED_OVERRIDES], tmp_path))
+    assert sorted(result.paths) == ["litert", "litert_int8"]
+    (report,) = result.reports
+    assert report.method == "litert_pt2e_int8" and report.accepted and report.drop_points <= 1.0
+    assert (tmp_path / "out" / "quantization_report.json").is_file()
+    assert open_runtime(result.paths["litert_int8"]).spec == trained.spec
+
+
 def test_litert_int8_gate_refuses_an_impossible_threshold(trained, tflite_int8, tmp_path):
     import dataclasses
     import shutil
