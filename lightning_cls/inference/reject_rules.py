@@ -82,8 +82,3 @@ for _name, _target in {
     "mahalanobis": "lightning_cls.inference.feature_rules:Mahalanobis",
 }.items():
     REJECT_RULES.register(_name, _target)
-
-
-def reject_rule(name: str) -> RejectRule:
-    """The rule registered as ``name`` (an unknown name: ``ValueError`` with the known ones)."""
-    return REJECT_RULES.create(name)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from lightning_cls.inference import feature_rules
-from lightning_cls.inference.reject_rules import REJECT_RULES, RejectRule, reject_rule
+from lightning_cls.inference.reject_rules import REJECT_RULES, RejectRule
 
 UNKNOWN = "unknown"  # the answer for an image below the rejection threshold
 
@@ -77,7 +77,7 @@ def check_reject(value: Any) -> dict[str, Any] | None:
             f"{'|'.join(REJECT_RULES)}, threshold: <number>, keep: <share in (0, 1)>}} or null."
         )
     score = check_score(value.get("score"))
-    rule = reject_rule(score)
+    rule = REJECT_RULES.create(score)
     known = {"score", "threshold", "keep", *rule.params}
     unknown = sorted(set(value) - known)
     if unknown:
@@ -110,8 +110,8 @@ def check_score(score: Any) -> str:
 
 
 def rule_of(score: Any) -> RejectRule:
-    """The checked rule named ``score``."""
-    return reject_rule(check_score(score))
+    """The rule registered as ``score`` (``REJECT_RULES``), checked by name first."""
+    return REJECT_RULES.create(check_score(score))
 
 
 def check_rule_options(
