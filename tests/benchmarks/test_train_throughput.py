@@ -47,3 +47,26 @@ def test_quick_mode_prints_per_round_json(run_quick):
         assert len(stats["per_round"]) == 2
     # bf16 is used exactly when the CPU supports it (and never claimed otherwise).
     assert out["bf16_used"] == out["bf16_supported"]
+
+
+def test_profile_groups_ops_by_what_they_compute(benchmark_module):
+    tp = benchmark_module("train_profile")
+    assert tp.group_of("aten::convolution_backward") == "conv backward"
+    assert tp.group_of("aten::mkldnn_convolution") == "conv forward"
+    assert tp.group_of("aten::max_pool2d_with_indices_backward") == "max-pool"
+    assert tp.group_of("aten::_fused_adam_") == "optimizer"
+    assert tp.group_of("aten::addmm") == "linear"
+    assert tp.group_of("aten::threshold_backward") == "relu"  # not "linear" by its "t"
+    assert tp.group_of("ProfilerStep*") == "other"
+
+
+def test_profile_quick_mode_times_and_profiles_every_layout(run_quick):
+    out = run_quick("train_profile.py")
+    names = {"nchw@8", "channels_last@8", "channels_last_fused@8"}
+    assert names <= set(out["rounds"][0]) and all(v > 0 for v in out["rounds"][0].values())
+    assert set(out["ratios"]) == set(out["rounds"][0]) - {"nchw@8"}
+    assert ("channels_last_fused_bf16@8" in out["rounds"][0]) == out["bf16_native"]
+    for prof in out["profiles"].values():
+        # a training step's time is mostly its convolutions, forward and backward
+        assert prof["groups_ms"]["conv backward"] > 0 and prof["groups_ms"]["conv forward"] > 0
+        assert prof["wall_ms_per_step"] > 0
