@@ -184,6 +184,33 @@ def test_optimizer_options(option, tmp_path):
     assert isinstance(opt, torch.optim.Optimizer)
 
 
+def test_fused_adam_is_an_override_that_matches_default_adam(tmp_path):
+    # docs/training.md: `+optimizer.fused=true` (torch's one-kernel CPU Adam) is opt-in; its
+    # updates equal the default Adam's up to float rounding.
+    def train(overrides):
+        cfg = compose(overrides=overrides, tmp=tmp_path)
+        torch.manual_seed(0)
+        net = torch.nn.Linear(8, 3)
+        start = net.weight.detach().clone()
+        opt = instantiate(cfg.optimizer)(net.parameters())
+        x, y = torch.randn(64, 8), torch.randint(0, 3, (64,))
+        losses = []
+        for _ in range(20):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert (net.weight - start).abs().max() > 1e-3  # 20 steps of lr 1e-3 moved it
+        return opt, net, losses
+
+    fused_opt, fused_net, fused_losses = train(["optimizer=adam", "+optimizer.fused=true"])
+    plain_opt, plain_net, _ = train(["optimizer=adam"])
+    assert fused_opt.defaults["fused"] is True and not plain_opt.defaults["fused"]
+    assert fused_losses[-1] < fused_losses[0]
+    torch.testing.assert_close(fused_net.weight, plain_net.weight, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("option", options("scheduler"))
 def test_scheduler_options(option, tmp_path):
     cfg = compose(overrides=[f"scheduler={option}"], tmp=tmp_path)
