@@ -200,6 +200,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=10, help="ours; airbench trains 0.99x this")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument(
+        "--first-round",
+        type=int,
+        default=0,
+        help="number (and seed) of the first round: add rounds to an earlier run's",
+    )
     p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of each training")
     p.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temp one)")
     p.add_argument("--quick", action="store_true", help="tiny synthetic JPEGs, 1 epoch, 1 round")
@@ -210,8 +216,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.train_size = QUICK["train_size"]
     elif args.data is None:
         p.error("give --data DATA (DATA/train/<class>/*.jpg) or --quick.")
-    if args.epochs < 1 or args.rounds < 1:
-        p.error(f"--epochs and --rounds must be >= 1, got {args.epochs} and {args.rounds}.")
+    if args.epochs < 1 or args.rounds < 1 or args.first_round < 0:
+        p.error(
+            f"--epochs and --rounds must be >= 1 and --first-round >= 0, got {args.epochs}, "
+            f"{args.rounds} and {args.first_round}."
+        )
     return args
 
 
@@ -225,13 +234,13 @@ def main(argv=None) -> dict:
         data = quick_photos(work / "photos", QUICK["per_class"]) if args.quick else args.data
         counts = write_split(data, work, args)
         rounds = []
-        for r in range(args.rounds):
+        for r in range(args.first_round, args.first_round + args.rounds):
             airbench = run_airbench(work, airbench_epochs, args.batch_size, r, env)
             overrides = ours_overrides(work, counts["classes"], args.epochs, r, args.batch_size)
             ours = run_ours(work, f"round{r}", overrides, env)
-            rounds.append({"airbench94": airbench, "cifar10_fast": ours})
+            rounds.append({"round": r, "airbench94": airbench, "cifar10_fast": ours})
             print(f"round {r}: airbench94 {airbench}, cifar10_fast {ours}", file=sys.stderr)
-    flat = [{f"{k}_{m}": v[m] for k, v in rnd.items() for m in v} for rnd in rounds]
+    flat = [{f"{k}_{m}": v[m] for k, v in rnd.items() if k != "round" for m in v} for rnd in rounds]
     result = {
         "quick": args.quick,
         "cpu": cpu_name(),
@@ -252,9 +261,9 @@ def main(argv=None) -> dict:
         "| round | airbench94 val acc | wall s | cifar10_fast val acc | wall s | ours/airbench wall |"
     )
     print("|---|---|---|---|---|---|")
-    for r, rnd in enumerate(rounds):
+    for rnd in rounds:
         a, b = rnd["airbench94"], rnd["cifar10_fast"]
-        print(f"| {r + 1} | {a['val_acc']:.4f} | {a['wall_s']} | {b['val_acc']:.4f} | "
+        print(f"| {rnd['round']} | {a['val_acc']:.4f} | {a['wall_s']} | {b['val_acc']:.4f} | "
               f"{b['wall_s']} | {b['wall_s'] / a['wall_s']:.2f} |")  # fmt: skip
     print(json.dumps(result))
     return result

@@ -26,11 +26,20 @@ def test_a_data_folder_without_train_is_named(benchmark_module, tmp_path):
         pair.write_split(tmp_path, tmp_path / "work", args)
 
 
+def test_first_round_numbers_added_rounds_and_is_checked(benchmark_module, capsys):
+    pair = benchmark_module("airbench_pair")
+    assert pair.parse_args(["--data", "d", "--first-round", "2"]).first_round == 2
+    with pytest.raises(SystemExit):
+        pair.parse_args(["--data", "d", "--first-round", "-1"])
+    assert "--first-round >= 0, got 10, 2 and -1" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_quick_trains_airbench_and_the_recipe_on_the_same_images(run_quick):
     out = run_quick("airbench_pair.py", timeout=600)
     assert out["quick"] is True and out["images"] == {"classes": 10, "val": 40, "train": 160}
     (rnd,) = out["rounds"]
+    assert rnd["round"] == 0  # its seed
     for name in ("airbench94", "cifar10_fast"):
         assert 0.0 <= rnd[name]["val_acc"] <= 1.0 and rnd[name]["wall_s"] > 0
     ratio = rnd["cifar10_fast"]["wall_s"] / rnd["airbench94"]["wall_s"]
