@@ -143,7 +143,9 @@ def run_airbench(work: Path, epochs: float, batch_size: int, seed: int, env) -> 
             "train_cpu_s": round(out["main_cpu_s"], 1)}  # fmt: skip
 
 
-def ours_overrides(work: Path, classes: int, epochs: int, seed: int, batch_size: int) -> list:
+def ours_overrides(
+    work: Path, classes: int, epochs: int, seed: int, batch_size: int, extra: list[str] = ()
+) -> list:
     overrides = [
         "experiment=cifar10_fast",
         "data=imagefolder",
@@ -158,7 +160,7 @@ def ours_overrides(work: Path, classes: int, epochs: int, seed: int, batch_size:
         overrides.append(f"trainer.check_val_every_n_epoch={epochs}")
     if batch_size != 1024:  # airbench's lr is per 1,024 examples: scale ours the same way
         overrides += [f"data.batch_size={batch_size}", f"optimizer.lr={1.5 * batch_size / 1024}"]
-    return overrides
+    return overrides + list(extra)  # --set: last, so they win
 
 
 def run_ours(work: Path, name: str, overrides: list[str], env) -> dict:
@@ -208,6 +210,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of each training")
     p.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temp one)")
+    p.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="OVERRIDE",
+        help="more overrides of our run, e.g. trainer.check_val_every_n_epoch=10 (validate once)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny synthetic JPEGs, 1 epoch, 1 round")
     args = p.parse_args(argv)
     if args.quick:
@@ -236,7 +245,9 @@ def main(argv=None) -> dict:
         rounds = []
         for r in range(args.first_round, args.first_round + args.rounds):
             airbench = run_airbench(work, airbench_epochs, args.batch_size, r, env)
-            overrides = ours_overrides(work, counts["classes"], args.epochs, r, args.batch_size)
+            overrides = ours_overrides(
+                work, counts["classes"], args.epochs, r, args.batch_size, args.set
+            )
             ours = run_ours(work, f"round{r}", overrides, env)
             rounds.append({"round": r, "airbench94": airbench, "cifar10_fast": ours})
             print(f"round {r}: airbench94 {airbench}, cifar10_fast {ours}", file=sys.stderr)
@@ -248,6 +259,7 @@ def main(argv=None) -> dict:
         "images": counts,
         "epochs": {"cifar10_fast": args.epochs, "airbench94": airbench_epochs},
         "batch_size": args.batch_size,
+        "ours_set": args.set,
         "rounds": rounds,
         "wall_ratio": paired_ratio(flat, "cifar10_fast_wall_s", "airbench94_wall_s"),
         "cpu_ratio": paired_ratio(flat, "cifar10_fast_train_cpu_s", "airbench94_train_cpu_s"),

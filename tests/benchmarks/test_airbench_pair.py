@@ -34,6 +34,14 @@ def test_first_round_numbers_added_rounds_and_is_checked(benchmark_module, capsy
     assert "--first-round >= 0, got 10, 2 and -1" in capsys.readouterr().err
 
 
+def test_set_overrides_come_last_so_they_win(benchmark_module, tmp_path):
+    pair = benchmark_module("airbench_pair")
+    args = pair.parse_args(["--data", "d", "--set", "trainer.check_val_every_n_epoch=10"])
+    out = pair.ours_overrides(tmp_path, 10, 9, 0, 1024, args.set)
+    assert out[-2:] == ["trainer.check_val_every_n_epoch=9", "trainer.check_val_every_n_epoch=10"]
+    assert pair.ours_overrides(tmp_path, 10, 10, 0, 1024)[-1] == "~callbacks.plots"  # none added
+
+
 @pytest.mark.slow
 def test_quick_trains_airbench_and_the_recipe_on_the_same_images(run_quick):
     out = run_quick("airbench_pair.py", timeout=600)
