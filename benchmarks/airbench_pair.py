@@ -94,7 +94,16 @@ def write_split(data: Path, work: Path, args) -> dict[str, int]:
                          "DATA/train/<class>/*.jpg (e.g. CIFAR-10's JPEGs).")  # fmt: skip
     classes, files, labels = scan_split(data / "train")
     parts = carve(len(files), args.holdout, args.val_size, args.train_size)
+    marker = work / "split.json"  # what an earlier run wrote into this --work, to reuse it
+    wanted = {"data": str(data.resolve()), "holdout": args.holdout,
+              "val_size": args.val_size, "train_size": args.train_size}  # fmt: skip
+    if marker.is_file() and json.loads(marker.read_text()) == wanted:
+        return {"classes": len(classes), **{part: len(idx) for part, idx in parts.items()}}
     airbench_dir = work / "airbench" / "cifar10"
+    if (work / "split").exists() or airbench_dir.exists():
+        raise ValueError(f"--work {work} holds another split (or an unfinished one); give an "
+                         "empty --work, or the one an earlier run with the same --data, "
+                         "--holdout, --val-size and --train-size wrote.")  # fmt: skip
     airbench_dir.mkdir(parents=True)
     for part, idx in parts.items():
         for i in idx:
@@ -114,6 +123,7 @@ def write_split(data: Path, work: Path, args) -> dict[str, int]:
             airbench_dir / ("train.pt" if part == "train" else "test.pt"),
         )
     (work / "split" / "test").symlink_to(work / "split" / "val")
+    marker.write_text(json.dumps(wanted))
     return {"classes": len(classes), **{part: len(idx) for part, idx in parts.items()}}
 
 

@@ -26,6 +26,30 @@ def test_a_data_folder_without_train_is_named(benchmark_module, tmp_path):
         pair.write_split(tmp_path, tmp_path / "work", args)
 
 
+def test_work_is_reused_for_the_same_split_and_refused_for_another(benchmark_module, tmp_path):
+    pair = benchmark_module("airbench_pair")
+    from PIL import Image
+
+    for c in ("a", "b"):
+        (tmp_path / "data" / "train" / c).mkdir(parents=True)
+        for i in range(10):
+            Image.new("RGB", (32, 32), (i * 20, 0, 0)).save(
+                tmp_path / "data/train" / c / f"{i}.jpg"
+            )
+    work = tmp_path / "work"
+    argv = ["--data", str(tmp_path / "data"), "--holdout", "4", "--val-size", "4"]
+    args = pair.parse_args(argv)
+    counts = pair.write_split(args.data, work, args)
+    assert counts == {"classes": 2, "val": 4, "train": 12}
+    stamp = (work / "airbench/cifar10/train.pt").stat().st_mtime_ns
+    assert pair.write_split(args.data, work, args) == counts  # a second round: reused
+    assert (work / "airbench/cifar10/train.pt").stat().st_mtime_ns == stamp
+    other = pair.parse_args([*argv, "--train-size", "6"])
+    with pytest.raises(ValueError, match=f"--work {work} holds another split"):
+        pair.write_split(other.data, work, other)
+    assert (work / "airbench/cifar10/train.pt").stat().st_mtime_ns == stamp  # nothing lost
+
+
 def test_first_round_numbers_added_rounds_and_is_checked(benchmark_module, capsys):
     pair = benchmark_module("airbench_pair")
     assert pair.parse_args(["--data", "d", "--first-round", "2"]).first_round == 2
