@@ -94,11 +94,12 @@ def write_split(data: Path, work: Path, args) -> dict[str, int]:
                          "DATA/train/<class>/*.jpg (e.g. CIFAR-10's JPEGs).")  # fmt: skip
     classes, files, labels = scan_split(data / "train")
     parts = carve(len(files), args.holdout, args.val_size, args.train_size)
+    counts = {"classes": len(classes), **{part: len(idx) for part, idx in parts.items()}}
     marker = work / "split.json"  # what an earlier run wrote into this --work, to reuse it
     wanted = {"data": str(data.resolve()), "holdout": args.holdout,
               "val_size": args.val_size, "train_size": args.train_size}  # fmt: skip
     if marker.is_file() and json.loads(marker.read_text()) == wanted:
-        return {"classes": len(classes), **{part: len(idx) for part, idx in parts.items()}}
+        return counts
     airbench_dir = work / "airbench" / "cifar10"
     if (work / "split").exists() or airbench_dir.exists():
         raise ValueError(f"--work {work} holds another split (or an unfinished one); give an "
@@ -124,7 +125,7 @@ def write_split(data: Path, work: Path, args) -> dict[str, int]:
         )
     (work / "split" / "test").symlink_to(work / "split" / "val")
     marker.write_text(json.dumps(wanted))
-    return {"classes": len(classes), **{part: len(idx) for part, idx in parts.items()}}
+    return counts
 
 
 def child_env(threads: int | None) -> dict[str, str]:
@@ -292,4 +293,7 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ValueError as err:  # a bad --data or --work: one line naming it, exit 1
+        sys.exit(f"error: {err}")

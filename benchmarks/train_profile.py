@@ -20,7 +20,6 @@ import argparse
 import collections
 import json
 import sys
-import time
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paired import cpu_name, paired_ratio
+from train_throughput import cycle, timed_loop
 
 from lightning_cls.models import create_model
 
@@ -117,24 +117,10 @@ def setup(layout: str, batch_size: int):
     return net, opt, batches, autocast
 
 
-def step(net, opt, batch, autocast) -> None:
-    x, y = batch
-    opt.zero_grad(set_to_none=True)
-    with autocast():
-        loss = torch.nn.functional.cross_entropy(net(x), y)
-    loss.backward()
-    opt.step()
-
-
 def timed(layout: str, batch_size: int, steps: int, warmup: int) -> float:
     """Images per second over ``steps`` steps after ``warmup`` untimed ones."""
     net, opt, batches, autocast = setup(layout, batch_size)
-    for i in range(warmup):
-        step(net, opt, batches[i % len(batches)], autocast)
-    start = time.perf_counter()
-    for i in range(steps):
-        step(net, opt, batches[i % len(batches)], autocast)
-    return steps * batch_size / (time.perf_counter() - start)
+    return timed_loop(cycle(batches), net, steps, warmup, opt, autocast)
 
 
 def group_of(op: str) -> str:
@@ -145,14 +131,10 @@ def group_of(op: str) -> str:
 def profile(layout: str, batch_size: int, steps: int, warmup: int) -> dict[str, float]:
     """Self CPU milliseconds per step, summed per operator group (and per op, top ones)."""
     net, opt, batches, autocast = setup(layout, batch_size)
-    for i in range(warmup):
-        step(net, opt, batches[i % len(batches)], autocast)
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    with torch.profiler.profile(activities=activities) as prof:
-        start = time.perf_counter()
-        for i in range(steps):
-            step(net, opt, batches[i % len(batches)], autocast)
-        wall = time.perf_counter() - start
+    if warmup:
+        timed_loop(cycle(batches), net, warmup, 0, opt, autocast)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        rate = timed_loop(cycle(batches), net, steps, 0, opt, autocast)
     groups: collections.Counter = collections.Counter()
     ops: collections.Counter = collections.Counter()
     for event in prof.key_averages():
@@ -160,7 +142,7 @@ def profile(layout: str, batch_size: int, steps: int, warmup: int) -> dict[str, 
         groups[group_of(event.key)] += ms
         ops[event.key] += ms
     return {
-        "wall_ms_per_step": 1000 * wall / steps,
+        "wall_ms_per_step": 1000 * batch_size / rate,
         "groups_ms": dict(groups.most_common()),
         "top_ops_ms": dict(ops.most_common(12)),
     }

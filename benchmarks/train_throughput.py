@@ -36,6 +36,7 @@ import statistics
 import sys
 import tarfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -142,16 +143,19 @@ def make_model(channels_last: bool = False) -> torch.nn.Module:
     return net.to(memory_format=torch.channels_last) if channels_last else net
 
 
-def timed_loop(batches, net, steps: int, warmup: int) -> float:
-    """Plain PyTorch training loop; img/s over ``steps`` steps after ``warmup`` steps."""
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+def timed_loop(batches, net, steps: int, warmup: int, opt=None, autocast=nullcontext) -> float:
+    """Plain PyTorch training loop; img/s over ``steps`` steps after ``warmup`` steps.
+    ``opt``: torch's default Adam (lr 1e-3) unless given; ``autocast``: a context factory."""
+    opt = opt or torch.optim.Adam(net.parameters(), lr=1e-3)
     loss_fn = torch.nn.CrossEntropyLoss()
     seen, start = 0, None
     for i, (x, y) in enumerate(batches):
         if i == warmup:
             start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss_fn(net(x), y).backward()
+        with autocast():
+            loss = loss_fn(net(x), y)
+        loss.backward()
         opt.step()
         seen += x.shape[0] if i >= warmup else 0
         if i + 1 == warmup + steps:

@@ -76,3 +76,20 @@ def test_quick_trains_airbench_and_the_recipe_on_the_same_images(run_quick):
         assert 0.0 <= rnd[name]["val_acc"] <= 1.0 and rnd[name]["wall_s"] > 0
     ratio = rnd["cifar10_fast"]["wall_s"] / rnd["airbench94"]["wall_s"]
     assert out["wall_ratio"]["per_round"] == [pytest.approx(ratio)]
+
+
+def test_a_bad_data_folder_is_one_line_and_exit_1(tmp_path, fork_env):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "airbench_pair.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--data", str(tmp_path)],
+        capture_output=True, text=True, env=fork_env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"error: --data {tmp_path} has no train/ folder; point it at DATA with "
+        "DATA/train/<class>/*.jpg (e.g. CIFAR-10's JPEGs)."
+    ]
