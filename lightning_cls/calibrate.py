@@ -40,13 +40,18 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
         )
     # Imported here (numpy): --help and the checkpoint checks above load no array library.
     from lightning_cls.inference.conformal import check_options as check_conformal_options
-    from lightning_cls.inference.trust import check_keep, check_rule_options
+    from lightning_cls.inference.trust import (
+        check_keep,
+        check_rule_options,
+        check_temperature_fit,
+    )
 
     # a typo's one line before anything loads
     check_rule_options(cfg.reject, cfg.reject_keep, cfg.reject_k, cfg.reject_bank)
     temperature = check_temperature_option(cfg.temperature)
     check_keep(cfg.reject_keep)
     check_conformal_options(cfg.conformal, cfg.conformal_method)
+    check_temperature_fit(cfg.temperature_fit)
     # Imported here: --help and a config error load no torch (tests/test_layers.py).
     import pytorch_lightning as pl
 
@@ -79,6 +84,7 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
         bank_size=cfg.reject_bank,
         conformal=cfg.conformal,
         conformal_method=cfg.conformal_method,
+        temperature_fit=cfg.temperature_fit,
     )
     target = update_checkpoint(ckpt, cfg.output, result.spec_updates)
     report = {

@@ -142,7 +142,7 @@ def checked_options(cfg: DictConfig) -> tuple:
     """The optimizer and scheduler partials, and every option checked before Lightning loads:
     their types, the rejection rule's and the prediction sets'."""
     from lightning_cls.inference.conformal import check_options as check_conformal_options
-    from lightning_cls.inference.trust import check_rule_options
+    from lightning_cls.inference.trust import check_rule_options, check_temperature_fit
 
     optimizer = instantiate(cfg.optimizer)
     scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
@@ -151,6 +151,7 @@ def checked_options(cfg: DictConfig) -> tuple:
     check_rule_options(*(cfg.get(key) for key in ("reject", "reject_keep", "reject_k")),
                        cfg.get("reject_bank"))  # fmt: skip
     check_conformal_options(cfg.get("conformal"), cfg.get("conformal_method", "raps"))
+    check_temperature_fit(cfg.get("temperature_fit", "auto"))
     return optimizer, scheduler
 
 
@@ -223,6 +224,7 @@ class RunCallbacks:
                 bank_size=cfg.get("reject_bank"),
                 conformal=cfg.get("conformal"),
                 conformal_method=cfg.get("conformal_method", "raps"),
+                temperature_fit=cfg.get("temperature_fit", "auto"),
             )
             callbacks.append(run.calibration)  # before export: the artifacts carry its result
         export_config = instantiate(cfg.export) if cfg.get("export") else None

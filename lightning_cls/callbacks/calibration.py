@@ -19,6 +19,7 @@ import pytorch_lightning as pl
 from lightning_cls.inference import conformal as conformal_sets
 from lightning_cls.inference import feature_rules, load_torch_model
 from lightning_cls.inference.spec import InputSpec
+from lightning_cls.inference.trust import check_temperature_fit
 from lightning_cls.training.calibration import Calibration, calibrate, update_checkpoint
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,8 @@ log = logging.getLogger(__name__)
 class Calibrate(pl.Callback):
     """``temperature``: fit one (multi-label: one per label); ``reject``: ``msp`` | ``energy``
     | None with ``keep`` the validation share answered; ``diagram``: the reliability PNG;
-    ``conformal``: the miscoverage alpha of prediction sets (``conformal_method``) or None."""
+    ``conformal``: the miscoverage alpha of prediction sets (``conformal_method``) or None;
+    ``temperature_fit``: ``nll`` | ``ece`` | ``auto`` (training/calibration.py)."""
 
     def __init__(
         self,
@@ -39,10 +41,12 @@ class Calibrate(pl.Callback):
         bank_size: int = feature_rules.DEFAULT_BANK,
         conformal: float | None = None,
         conformal_method: str = conformal_sets.DEFAULT_METHOD,
+        temperature_fit: str = "auto",
     ):
         self.temperature, self.reject, self.keep, self.diagram = temperature, reject, keep, diagram
         conformal_sets.check_options(conformal, conformal_method)
         self.conformal, self.conformal_method = conformal, conformal_method
+        self.temperature_fit = check_temperature_fit(temperature_fit)
         self.k, self.bank_size = k, bank_size  # the knn rule's (training/calibration.py)
         self.result: Calibration | None = None
 
@@ -93,6 +97,7 @@ class Calibrate(pl.Callback):
             bank_size=self.bank_size,
             conformal=self.conformal,
             conformal_method=self.conformal_method,
+            temperature_fit=self.temperature_fit,
         )
         updates = self.result.spec_updates
         threshold = updates.get("threshold", pl_module.decision.threshold)

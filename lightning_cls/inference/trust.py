@@ -94,6 +94,23 @@ def check_reject(value: Any) -> dict[str, Any] | None:
     return {"score": score, "threshold": float(threshold), "keep": keep, **params}
 
 
+TEMPERATURE_FITS = ("auto", "nll", "ece")  # how calibration fits T (training/calibration.py)
+
+
+def check_temperature_fit(value: Any) -> str:
+    """``temperature_fit``: ``nll`` (Guo et al.), ``ece`` (NLL's temperature, rescaled to the
+    lowest validation ECE) or ``auto`` (``ece`` for a label-smoothed model, else ``nll``); a
+    ``ValueError`` naming the value otherwise."""
+    if not isinstance(value, str) or value not in TEMPERATURE_FITS:
+        raise ValueError(
+            f"temperature_fit={value!r} is not one of {', '.join(TEMPERATURE_FITS)}; "
+            "temperature_fit=nll minimises the validation NLL, ece then rescales that "
+            "temperature to the lowest validation ECE, auto (the default) picks ece for a model "
+            "trained with label smoothing and nll otherwise."
+        )
+    return value
+
+
 def check_score(score: Any) -> str:
     """A registered rule's name (``REJECT_RULES``); a ``ValueError`` with the closest otherwise."""
     if not isinstance(score, str) or score not in REJECT_RULES:

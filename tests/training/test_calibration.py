@@ -55,6 +55,50 @@ def test_temperature_scaling_halves_the_ece_of_an_overconfident_model(overconfid
     assert result.reject is None and result.threshold is None
 
 
+def confidently_wrong(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, labels): 95% of images with labels drawn from softmax(logits) (calibrated at
+    T = 1), 5% whose label is never the predicted class, a logit of 8 against 0. The NLL
+    pays those few a lot, so its temperature softens the other 95% (under-confident)."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, 5, generator=g) * 2.5
+    labels = torch.multinomial(torch.softmax(logits, 1), 1, generator=g).squeeze(1)
+    wrong = torch.rand(n, generator=g) < 0.05
+    logits[wrong] = 0.0
+    logits[wrong, (labels[wrong] + 1) % 5] = 8.0
+    return logits, labels
+
+
+def test_temperature_fit_ece_rescales_nll_temperature_to_lower_held_out_ece():
+    from lightning_cls.training.calibration import expected_calibration_error, rescale_for_ece
+
+    task = create_task("multiclass")
+    (val, val_y), (test, test_y) = confidently_wrong(4000, 0), confidently_wrong(4000, 1)
+    nll_t = fit_temperature(val, val_y, task)
+    ece_t = rescale_for_ece(val, val_y, task, nll_t)
+
+    def ece(t):
+        return expected_calibration_error(torch.softmax(test / t, 1), test_y, task)
+
+    assert nll_t > 1.5 and ece_t < 1.2  # the NLL softens (1.69); the ECE fit undoes it (1.02)
+    assert ece(ece_t) < 0.5 * ece(nll_t), (nll_t, ece_t, ece(nll_t), ece(ece_t))  # 0.07, 0.18
+
+
+def test_temperature_fit_auto_is_ece_for_a_label_smoothed_model(overconfident):
+    from dataclasses import replace
+
+    net, spec, splits = overconfident
+    plain = calibrate(net, spec, splits["val"])
+    assert plain.metrics["temperature_fit"] == "nll" and "temperature_nll" not in plain.metrics
+    smoothed = calibrate(net, replace(spec, label_smoothing=0.2), splits["val"])
+    assert smoothed.metrics["temperature_fit"] == "ece"
+    assert smoothed.metrics["temperature_nll"] == plain.temperature  # then rescaled from it
+    forced = calibrate(net, spec, splits["val"], temperature_fit="ece")
+    assert forced.temperature == smoothed.temperature
+    assert forced.metrics["val_ece_after"] <= plain.metrics["val_ece_after"] + 1e-6
+    with pytest.raises(ValueError, match=r"temperature_fit='ECE' is not one of auto, nll, ece"):
+        calibrate(net, spec, splits["val"], temperature_fit="ECE")
+
+
 def test_multilabel_gets_one_temperature_per_label():
     """Labels drawn from sigmoid(z); label 0's logits given 3x too large, label 1's as they
     are: the fit finds about [3, 1], and each label's ranking (mAP) is unchanged."""
@@ -116,6 +160,9 @@ def test_the_calibrate_command_writes_a_new_checkpoint(trained, tmp_path):
     bad = compose("calibrate", [f"ckpt_path={trained.ckpt}", "reject=odin"], tmp_path)
     with pytest.raises(ValueError, match=r"reject='odin' is not a known rejection rule"):
         calibrate_checkpoint(bad)
+    bad = compose("calibrate", [f"ckpt_path={trained.ckpt}", "temperature_fit=mse"], tmp_path)
+    with pytest.raises(ValueError, match=r"temperature_fit='mse' is not one of auto, nll, ece"):
+        calibrate_checkpoint(bad)
 
 
 def test_train_with_calibrate_carries_it_into_checkpoint_and_export(tmp_path):
@@ -154,6 +201,7 @@ def test_calibrate_without_validation_images_fails_before_training():
         ("reject=odin", r"reject='odin' is not a known rejection rule"),
         ("reject_k=0", r"reject_k=0 is not an integer >= 1"),
         ("reject_bank=10", r"reject_k=50 is larger than the feature bank \(10 training"),
+        ("temperature_fit=ECE", r"temperature_fit='ECE' is not one of auto, nll, ece"),
     ],
 )
 def test_train_refuses_a_bad_rule_before_training(tmp_path, override, match):
