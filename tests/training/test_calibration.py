@@ -171,10 +171,11 @@ def test_train_with_calibrate_carries_it_into_checkpoint_and_export(tmp_path):
 
     overrides = [
         *QUIET_TRAINER, *as_overrides(SMALL), "trainer.max_epochs=2", "calibrate=true",
-        "reject=energy", "export=onnx", "prediction_mosaic=false",
+        "reject=energy", "export=onnx", "prediction_mosaic=false", "temperature_fit=ece",
     ]  # fmt: skip
     summary = train(compose(overrides=overrides, tmp=tmp_path))
     calibration = summary["calibration"]
+    assert calibration["temperature_fit"] == "ece" and calibration["temperature_nll"] > 0
     assert calibration["val_ece_after"] <= calibration["val_ece_before"] + 1e-6
     _, spec = load_torch_model(summary["best_ckpt"])
     assert spec.temperature == calibration["temperature"]
