@@ -10,8 +10,7 @@ predict does (``Predictor.image_logits``: the artifact's preprocessing and TTA),
   losses are separable, so one L-BFGS over the vector fits each label's own).
   ``temperature_fit="ece"`` then multiplies that temperature by the one factor (a log grid
   from 1/4 to 4) that gives the lowest validation ECE: a model trained with label smoothing
-  has a NLL-best ``T`` that leaves its confidence too low (on CIFAR-10 photos, validation
-  ECE 0.013-0.018, held-out 0.019-0.020, where the ECE-best factor gives 0.013 held out;
+  has a NLL-best ``T`` that leaves its confidence too low (measured on CIFAR-10 photos in
   docs/guides/calibration.md), so ``"auto"`` (the default) picks ``"ece"`` for such a model
   and ``"nll"`` for every other. Dividing logits
   by a positive ``T`` keeps their order, so the top-1 label (multi-class) and each label's

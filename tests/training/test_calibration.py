@@ -83,6 +83,18 @@ def test_temperature_fit_ece_rescales_nll_temperature_to_lower_held_out_ece():
     assert ece(ece_t) < 0.5 * ece(nll_t), (nll_t, ece_t, ece(nll_t), ece(ece_t))  # 0.07, 0.18
 
 
+def test_binned_ece_equals_torchmetrics_ece():
+    from lightning_cls.training.calibration import binned_ece, expected_calibration_error
+
+    task = create_task("multiclass")
+    logits, labels = confidently_wrong(3000, 2)
+    probs = torch.softmax(logits / 1.3, 1)
+    confidence, correct = task.reliability(probs, labels)
+    expected = expected_calibration_error(probs, labels, task)  # torchmetrics, 15 bins
+    assert binned_ece(confidence, correct, 15) == pytest.approx(expected, abs=1e-6)
+    assert binned_ece(confidence, correct, 10) != pytest.approx(expected, abs=1e-6)
+
+
 def test_temperature_fit_auto_is_ece_for_a_label_smoothed_model(overconfident):
     from dataclasses import replace
 
