@@ -1,8 +1,12 @@
 """Calibration of the INT8 export: ECE of the fp32 ONNX file and of its static INT8 copy on the
-held-out test split, both with the checkpoint's temperature (fitted on validation).
+held-out test split, both with the same temperature, fitted on the run's validation split.
 
     python benchmarks/int8_ece.py --work /tmp/ood      # the runs benchmarks/ood.py trained
     python benchmarks/int8_ece.py --quick              # trains a tiny model first (tests)
+
+``--temperature-fit`` (``auto`` | ``nll`` | ``ece``, as ``calibrate temperature_fit=``) fits the
+temperature again on validation with the library's ``calibrate`` before exporting;
+``checkpoint`` keeps the one the checkpoint carries (what training fitted).
 
 For each ``train_seed<N>`` run under ``--work`` (``benchmarks/ood.py`` writes them): the best
 checkpoint is exported to ONNX, quantized with ONNX Runtime's static INT8 (QDQ, per-channel,
@@ -32,7 +36,7 @@ def main(argv: list[str] | None = None) -> dict:
                       "data.test_size=0.25", "data.batch_size=16", "model=simplecnn", "seed=0",
                       "trainer.max_epochs=2", "calibrate=true", "prediction_mosaic=false",
                       *QUIET], work / "train_seed0")  # fmt: skip
-    runs = [one_run(folder) for folder in sorted(work.glob("train_seed*"))]
+    runs = [one_run(folder, args.temperature_fit) for folder in sorted(work.glob("train_seed*"))]
     if not runs:
         raise FileNotFoundError(f"No train_seed*/ run under {work}; run benchmarks/ood.py first.")
     report = {"runs": runs}
@@ -43,7 +47,9 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
-def one_run(folder: Path) -> dict:
+def one_run(folder: Path, temperature_fit: str) -> dict:
+    from dataclasses import replace
+
     import torch
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
@@ -52,7 +58,7 @@ def one_run(folder: Path) -> dict:
     from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
     from lightning_cls.inference import load_artifact, load_torch_model
     from lightning_cls.inference.tasks import create_task
-    from lightning_cls.training.calibration import expected_calibration_error
+    from lightning_cls.training.calibration import calibrate, expected_calibration_error
 
     saved = OmegaConf.load(folder / "config_resolved.yaml")  # what train wrote, resolved
     datamodule = instantiate(saved.data)
@@ -62,10 +68,14 @@ def one_run(folder: Path) -> dict:
     datamodule.prepare_data()
     datamodule.setup("fit")
     test, train = datamodule.splits["test"], datamodule.splits["train"]
+    if temperature_fit != "checkpoint":  # the library's fit, on validation only
+        fitted = calibrate(net, spec, datamodule.splits["val"], temperature_fit=temperature_fit)
+        spec = replace(spec, temperature=fitted.temperature)
     out = folder / "int8_ece"
     fp32 = export_format("onnx", net, spec, out / "model.onnx")
     int8 = quantize_onnx_static(fp32, out / "model_int8.onnx", SplitCalibrationReader(train, spec))
-    result = {"run": folder.name, "images": len(test), "temperature": spec.temperature}
+    result = {"run": folder.name, "images": len(test), "temperature": spec.temperature,
+              "temperature_fit": temperature_fit}  # fmt: skip
     for name, path in (("fp32", fp32), ("int8", int8)):
         probs = torch.from_numpy(load_artifact(path).predict_images(test.images.numpy()))
         result[f"ece_{name}"] = round(
@@ -80,6 +90,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a tiny model trained first")
     parser.add_argument("--work", default="/tmp/ood")
+    parser.add_argument("--temperature-fit", default="auto",
+                        choices=["checkpoint", "auto", "nll", "ece"],
+                        help="fit T again on validation this way (checkpoint: keep its T)")  # fmt: skip
     return parser.parse_args(argv)
 
 

@@ -3,6 +3,10 @@ rule on every set, and the kNN rule's predict cost is measured against the plain
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 
 def test_ood_quick_mode_scores_every_rule_on_every_set(run_quick, tmp_path):
     report = run_quick("ood.py", "--work", str(tmp_path))
@@ -26,7 +30,11 @@ def test_reject_cost_quick_mode_times_both_files(run_quick, tmp_path):
 def test_int8_ece_quick_mode_compares_both_files_on_the_test_split(run_quick, tmp_path):
     report = run_quick("int8_ece.py", "--work", str(tmp_path))
     (run,) = report["runs"]
-    assert run["images"] == 18 and run["temperature"] > 0
+    assert run["images"] == 18 and run["temperature_fit"] == "auto"
+    # auto is nll for this model (no label smoothing): the same fit, on the same validation
+    # images, as training's calibrate=true
+    trained = json.loads((tmp_path / "train_seed0" / "results.json").read_text())
+    assert run["temperature"] == pytest.approx(trained["calibration"]["temperature"], rel=1e-3)
     for key in ("ece_fp32", "ece_int8", "acc_fp32", "acc_int8"):
         assert 0 <= run[key] <= 1
     assert run["acc_fp32"] > 0.6  # 3 colours: learned
