@@ -130,6 +130,11 @@ def _train_cli(overrides: list[str], tmp_path) -> None:
             "a number from 0.0 (off) to 1.0, e.g. 0.1.",
         ),
         (
+            "task.logit_norm=-1",
+            "error: task.logit_norm=-1 is not a LogitNorm temperature; set a number above 0 "
+            "(0.04 is Wei et al.'s for CIFAR-10), or 0 to train without it.",
+        ),
+        (
             "optimizer.lr=abc",
             "error: optimizer.lr='abc' is not a number; set optimizer.lr to a number (its "
             "default is optimizer.lr=0.001).",

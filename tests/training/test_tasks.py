@@ -222,3 +222,38 @@ def test_the_older_config_keys_still_set_the_task_with_a_warning():
     with pytest.warns(FutureWarning, match=r"label_smoothing, mixup_alpha: deprecated.*task\."):
         task = task_options(cfg)
     assert task == {"name": "multiclass", "label_smoothing": 0.1, "mixup_alpha": 0.2}
+
+
+def test_logit_norm_takes_the_cross_entropy_of_the_normalised_logits():
+    """LogitNorm (``task.logit_norm=tau``): the loss of ``logits / (tau * ||logits||)``, so a
+    larger logit norm cannot lower it, as it does the plain cross-entropy's."""
+    torch.manual_seed(0)
+    logits, y = torch.randn(8, 4), torch.arange(8) % 4
+    normed = TRAINING_TASKS.create("multiclass", num_classes=4, logit_norm=0.5)
+    expected = F.cross_entropy(logits / logits.norm(dim=1, keepdim=True) / 0.5, y)
+    assert normed.loss(logits, y).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert normed.loss(10 * logits, y).item() == pytest.approx(normed.loss(logits, y).item())
+    plain = TRAINING_TASKS.create("multiclass", num_classes=4)
+    right = F.one_hot(y, 4) * 3.0  # confident and right: scaling up lowers the plain loss
+    assert plain.loss(10 * right, y) < plain.loss(right, y)
+    assert normed.loss(10 * right, y).item() == pytest.approx(normed.loss(right, y).item())
+
+
+@pytest.mark.parametrize("value", [-0.1, "0.04", True, 11.0])
+def test_a_logit_norm_that_is_not_a_temperature_is_refused(value):
+    with pytest.raises(ValueError, match=r"task.logit_norm=.* is not a LogitNorm temperature; set"):
+        TRAINING_TASKS.create("multiclass", num_classes=4, logit_norm=value)
+
+
+def test_a_logit_norm_model_trains_and_keeps_its_option_in_the_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    data = make_data(LEARNABLE)
+    module = _module(data, task={"name": "multiclass", "logit_norm": 0.1})
+    trainer = make_trainer(tmp_path, max_epochs=4)
+    trainer.fit(module, datamodule=data)
+    (metrics,) = trainer.test(module, datamodule=data, verbose=False)
+    assert metrics["test/acc"] > 0.6, metrics  # chance: 0.25
+    ckpt = tmp_path / "logit_norm.ckpt"
+    trainer.save_checkpoint(ckpt)
+    loaded = ClassificationModule.load_from_checkpoint(ckpt, map_location="cpu")
+    assert loaded.task.logit_norm == 0.1

@@ -1,5 +1,12 @@
-"""``task=multiclass`` (the default): cross-entropy (label smoothing, class weights, MixUp/CutMix),
-top-1/top-5 accuracy, and a confusion matrix per val/test epoch for per-class results."""
+"""``task=multiclass`` (the default): cross-entropy (label smoothing, class weights, MixUp/CutMix,
+LogitNorm), top-1/top-5 accuracy, and a confusion matrix per val/test epoch for per-class
+results.
+
+``logit_norm=tau`` (> 0) trains with LogitNorm (Wei et al., ICML 2022): the cross-entropy is
+taken on ``logits / (tau * ||logits||)``, so the network cannot lower the loss by growing the
+logits' norm, the over-confidence that makes an unknown image score as familiar as a known one.
+Only the loss changes: the network, its exported files and predict still give the raw logits,
+whose scale the calibrated temperature sets."""
 
 from __future__ import annotations
 
@@ -39,6 +46,7 @@ class MultiClassTraining(TrainingTask):
         mixup_alpha: float = 0.0,
         cutmix_alpha: float = 0.0,
         mix_prob: float = 1.0,
+        logit_norm: float = 0.0,  # LogitNorm's temperature tau; 0: off (module docstring)
         **others: Any,
     ):
         if others.get("pos_weight") is not None or others.get("threshold") is not None:
@@ -54,7 +62,15 @@ class MultiClassTraining(TrainingTask):
                 f"task.label_smoothing={label_smoothing!r} is not a probability; set "
                 "task.label_smoothing to a number from 0.0 (off) to 1.0, e.g. 0.1."
             )
+        if isinstance(logit_norm, bool) or not isinstance(logit_norm, (int, float)) or not (
+            0.0 <= logit_norm <= 10.0
+        ):
+            raise ValueError(
+                f"task.logit_norm={logit_norm!r} is not a LogitNorm temperature; set a number "
+                "above 0 (0.04 is Wei et al.'s for CIFAR-10), or 0 to train without it."
+            )
         self.label_smoothing, self.class_weight_method = label_smoothing, class_weight_method
+        self.logit_norm = float(logit_norm)
         self.class_weights = class_weights
         self.criterion: nn.Module = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         if class_weights is not None and class_weights != "auto":  # "auto": in setup()
@@ -96,6 +112,9 @@ class MultiClassTraining(TrainingTask):
         return self.mixer(*batch) if self.mixer is not None else batch  # soft (B, K) targets
 
     def loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if self.logit_norm:
+            norms = torch.linalg.vector_norm(logits.float(), dim=1, keepdim=True)
+            logits = logits / (norms.to(logits.dtype) + 1e-7) / self.logit_norm
         return self.criterion(logits, target)
 
     def update(self, stage: str, logits: torch.Tensor, target: torch.Tensor) -> None:
