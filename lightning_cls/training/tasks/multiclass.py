@@ -62,8 +62,10 @@ class MultiClassTraining(TrainingTask):
                 f"task.label_smoothing={label_smoothing!r} is not a probability; set "
                 "task.label_smoothing to a number from 0.0 (off) to 1.0, e.g. 0.1."
             )
-        if isinstance(logit_norm, bool) or not isinstance(logit_norm, (int, float)) or not (
-            0.0 <= logit_norm <= 10.0
+        if (
+            isinstance(logit_norm, bool)
+            or not isinstance(logit_norm, (int, float))
+            or not (0.0 <= logit_norm <= 10.0)
         ):
             raise ValueError(
                 f"task.logit_norm={logit_norm!r} is not a LogitNorm temperature; set a number "
