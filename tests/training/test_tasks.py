@@ -75,6 +75,16 @@ def _module(data, **kwargs) -> ClassificationModule:
     return make_module(data, module_kwargs=kwargs, widths=[8, 16], hidden=32)
 
 
+def _fit_test_reload(module, data, tmp_path) -> tuple[dict, ClassificationModule]:
+    """Train 4 epochs, test, and load the saved checkpoint back: (test metrics, loaded)."""
+    trainer = make_trainer(tmp_path, max_epochs=4)
+    trainer.fit(module, datamodule=data)
+    (metrics,) = trainer.test(module, datamodule=data, verbose=False)
+    ckpt = tmp_path / "trained.ckpt"
+    trainer.save_checkpoint(ckpt)
+    return metrics, ClassificationModule.load_from_checkpoint(ckpt, map_location="cpu")
+
+
 def test_a_registered_task_trains_end_to_end_without_touching_the_module(tmp_path):
     assert "toy_reject" in TRAINING_TASKS and TASKS.get("toy_reject") is Rejecting
     torch.manual_seed(0)
@@ -82,14 +92,8 @@ def test_a_registered_task_trains_end_to_end_without_touching_the_module(tmp_pat
     module = _module(data, task={"name": "toy_reject", "threshold": 0.4, "gamma": 1.0})
     logits, y = torch.randn(8, 4), torch.arange(8) % 4
     assert module.task.loss(logits, y) < F.cross_entropy(logits, y)  # gamma is used
-    trainer = make_trainer(tmp_path, max_epochs=4)
-    trainer.fit(module, datamodule=data)
-    (metrics,) = trainer.test(module, datamodule=data, verbose=False)
+    metrics, loaded = _fit_test_reload(module, data, tmp_path)
     assert metrics["test/answered_acc"] > 0.6, metrics  # chance: 0.25
-    ckpt = tmp_path / "toy.ckpt"
-    trainer.save_checkpoint(ckpt)
-
-    loaded = ClassificationModule.load_from_checkpoint(ckpt, map_location="cpu")
     assert isinstance(loaded.task, RejectingTraining) and loaded.decision.threshold == 0.4
     assert loaded.task.gamma == 1.0  # its own option travels in the checkpoint's task
     assert loaded.hparams["task"] == {"name": "toy_reject", "gamma": 1.0, "threshold": 0.4}
@@ -248,12 +252,8 @@ def test_a_logit_norm_that_is_not_a_temperature_is_refused(value):
 def test_a_logit_norm_model_trains_and_keeps_its_option_in_the_checkpoint(tmp_path):
     torch.manual_seed(0)
     data = make_data(LEARNABLE)
-    module = _module(data, task={"name": "multiclass", "logit_norm": 0.1})
-    trainer = make_trainer(tmp_path, max_epochs=4)
-    trainer.fit(module, datamodule=data)
-    (metrics,) = trainer.test(module, datamodule=data, verbose=False)
+    metrics, loaded = _fit_test_reload(
+        _module(data, task={"name": "multiclass", "logit_norm": 0.1}), data, tmp_path
+    )
     assert metrics["test/acc"] > 0.6, metrics  # chance: 0.25
-    ckpt = tmp_path / "logit_norm.ckpt"
-    trainer.save_checkpoint(ckpt)
-    loaded = ClassificationModule.load_from_checkpoint(ckpt, map_location="cpu")
     assert loaded.task.logit_norm == 0.1
