@@ -132,7 +132,7 @@ def _train_cli(overrides: list[str], tmp_path) -> None:
         (
             "task.logit_norm=-1",
             "error: task.logit_norm=-1 is not a LogitNorm temperature; set a number above 0 "
-            "(0.04 is Wei et al.'s for CIFAR-10), or 0 to train without it.",
+            "and at most 10 (0.04 is Wei et al.'s for CIFAR-10), or 0 to train without it.",
         ),
         (
             "optimizer.lr=abc",

@@ -69,7 +69,8 @@ class MultiClassTraining(TrainingTask):
         ):
             raise ValueError(
                 f"task.logit_norm={logit_norm!r} is not a LogitNorm temperature; set a number "
-                "above 0 (0.04 is Wei et al.'s for CIFAR-10), or 0 to train without it."
+                "above 0 and at most 10 (0.04 is Wei et al.'s for CIFAR-10), or 0 to train "
+                "without it."
             )
         self.label_smoothing, self.class_weight_method = label_smoothing, class_weight_method
         self.logit_norm = float(logit_norm)
