@@ -22,6 +22,13 @@ of unknowns scored above the score that 95% of known test images reach. The defa
 threshold is the one chosen on validation (keep 0.95): its share of known test images kept and
 of each unknown set accepted are reported too. Nothing is chosen on the test images or on the
 unknowns. The last output line is a JSON summary.
+
+Beside the library's rules, six post-hoc scores of the literature are measured on the same
+network (``LITERATURE``: max logit, GEN, ReAct, ViM, relative Mahalanobis, kNN on the
+penultimate features alone; see ``Literature``), and every score is also reported on
+``near_val``: 2 x ``--ood-images`` other JPEGs of the unknown classes (the ones just before the
+``near`` files), the set to compare scores on, so that a score picked from this table is not
+picked on the reported unknowns.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ from trust import QUIET, _cpu, digits_folder, generated_folder, noise_folder, ru
 KNOWN = ("airplane", "automobile", "bird", "cat", "deer", "dog")
 UNKNOWN = ("frog", "horse", "ship", "truck")
 SCORES = ("msp", "energy", "pnorm", "knn", "mahalanobis")
+# Post-hoc scores from the literature, measured beside the library's rules (not shipped as rules):
+# each is computed here from the logits and the raw penultimate features (``Literature``).
+LITERATURE = ("maxlogit", "gen", "react", "vim", "rmds", "knn_penultimate")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -51,14 +61,18 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         root = generated_folder(work / "known", classes=3, per_class=24)
         near = generated_folder(work / "near", classes=1, per_class=24) / "train" / "c0"
+        near_val = generated_folder(work / "near_val", classes=2, per_class=12) / "train" / "c1"
         n_ood, common = 24, ["data.val_size=0.25", "data.test_size=0.25", "data.batch_size=16"]
         recipe = ["model=simplecnn", "reject_k=5"]
     else:
-        root, near = cifar_known_unknown(Path(args.cifar), work, args.per_class, args.ood_images)
+        root, near, near_val = cifar_known_unknown(
+            Path(args.cifar), work, args.per_class, args.ood_images
+        )
         n_ood, common = args.ood_images, ["data.val_size=0.2", "data.test_size=0.2"]
         recipe = args.model.split()
     sets = {
         "near": near,
+        "near_val": near_val,
         "noise": noise_folder(work / "ood_noise", n_ood),
         "digits": digits_folder(work / "ood_digits", n_ood),
         "shapes": shapes_folder(work / "ood_shapes", n_ood),
@@ -111,7 +125,7 @@ def one_seed(args, work: Path, root: Path, recipe, common, sets, seed: int) -> d
     }
     known = scores["test"]
     for name in sets:
-        for score in SCORES:
+        for score in (*SCORES, *LITERATURE):
             auroc, fpr95 = auroc_fpr95(known[score], scores[name][score])
             result[f"{name}_auroc_{score}"], result[f"{name}_fpr95_{score}"] = auroc, fpr95
         accepted = scores[name][rule["score"]] >= rule["threshold"]
@@ -141,21 +155,24 @@ def score_all(ckpt: str, splits, sets: dict, rule_name: str = "knn") -> tuple[di
     chosen = calibrate(predictor.runtime.net, spec, splits["val"], temperature=False,
                        reject=rule_name, keep=0.95, train=splits["train"], k=k)  # fmt: skip
     rule = chosen.spec_updates["reject"]
-    _, train_features = predictor.image_features(splits["train"].images)
+    outputs = Outputs(predictor)
+    _, train_features, train_penultimate = outputs(splits["train"].images)
     labels = splits["train"].labels
     fitted = {
         name: {"score": name, **feature_rules.fit(name, train_features, labels, k=k)}
         for name in ("knn", "mahalanobis")
     }
+    literature = Literature(outputs.head, train_penultimate, np.asarray(labels), k)
 
     def scored(images) -> dict:
-        logits, features = predictor.image_features(images)
+        logits, features, penultimate = outputs(images)
         z = logits / torch.as_tensor(spec.temperature)
         return {
             "msp": spec.decision.confidence(logits, "msp").numpy(),
             "energy": spec.decision.confidence(logits, "energy").numpy(),
             "pnorm": (z.max(1).values / z.norm(dim=1)).numpy(),
             **{name: feature_rules.scores(rule, features.numpy()) for name, rule in fitted.items()},
+            **literature.scores(z.numpy(), penultimate),
         }
 
     out = {"test": scored(splits["test"].images)}
@@ -166,6 +183,97 @@ def score_all(ckpt: str, splits, sets: dict, rule_name: str = "knn") -> tuple[di
             raise ValueError(f"{len(failed)} unreadable images in {folder}: {failed[:3]}")
         out[name] = scored(torch.from_numpy(images))
     return out, rule
+
+
+class Outputs:
+    """``predictor``'s logits and features (as predict computes them) and the raw penultimate
+    features, the input of the network's last linear layer (``head``), caught by a hook."""
+
+    def __init__(self, predictor):
+        import torch
+
+        from lightning_cls.inference.network import _last_linear
+
+        self.predictor, self.caught = predictor, []
+        _, self.head = _last_linear(predictor.runtime.net)
+        # one pass first: it builds the feature net, whose own check runs the head too
+        predictor.image_features(torch.zeros((1, *predictor.spec.input_shape), dtype=torch.uint8))
+        self.head.register_forward_pre_hook(lambda _, args: self.caught.append(args[0].detach()))
+
+    def __call__(self, images):
+        import torch
+
+        self.caught.clear()
+        logits, features = self.predictor.image_features(images)
+        penultimate = torch.cat(self.caught).flatten(1).numpy()
+        if len(penultimate) != len(logits):  # test-time augmentation: more passes than images
+            raise ValueError("score without TTA (tta_flip=false tta_translate=0)")
+        return logits, features, penultimate
+
+
+class Literature:
+    """Post-hoc OOD scores of the literature (higher = more familiar), fitted on the training
+    split's raw penultimate features ``train`` (N, D) and ``labels``; ``head`` is the last
+    linear layer (weight W (K, D), bias b):
+
+    - ``maxlogit``: the largest logit (Hendrycks et al. 2022; Vaze et al. 2022's MLS);
+    - ``gen``: minus the generalised entropy sum p^g (1 - p)^g, g = 0.1 (Liu et al. 2023);
+    - ``react``: the energy of W clip(h, c) + b, c the training features' 90th percentile
+      (Sun et al. 2021);
+    - ``vim``: energy minus alpha times the norm of h - o outside the training features'
+      principal subspace of half their dimension, o = -pinv(W) b, alpha = mean max logit / mean
+      residual norm on train (Wang et al. 2022);
+    - ``rmds``: minus the smallest class Mahalanobis distance of the L2-normalised h, less the
+      distance to one Gaussian of all classes (relative Mahalanobis, Ren et al. 2021);
+    - ``knn_penultimate``: ``knn`` on the L2-normalised h alone (Sun et al. 2022 exactly).
+    """
+
+    def __init__(self, head, train: np.ndarray, labels: np.ndarray, k: int):
+        train = train.astype(np.float64)
+        self.w = head.weight.detach().double().numpy()
+        self.b = head.bias.detach().double().numpy() if head.bias is not None else 0 * self.w[:, 0]
+        self.clip = np.quantile(train, 0.90)
+        self.origin = -np.linalg.pinv(self.w) @ self.b
+        centred = train - self.origin
+        values, vectors = np.linalg.eigh(centred.T @ centred / len(train))
+        self.residual = vectors[:, np.argsort(values)[::-1][train.shape[1] // 2 :]]
+        max_logit = (train @ self.w.T + self.b).max(1)
+        self.alpha = max_logit.mean() / np.linalg.norm(centred @ self.residual, axis=1).mean()
+        unit = _unit(train)
+        classes = np.unique(labels)
+        self.means = np.stack([unit[labels == c].mean(0) for c in classes])
+        self.precision = _precision(unit - self.means[np.searchsorted(classes, labels)])
+        self.mean0, self.precision0 = unit.mean(0), _precision(unit - unit.mean(0))
+        self.k, self.bank = k, unit.T.astype(np.float32)
+
+    def scores(self, z: np.ndarray, h: np.ndarray) -> dict[str, np.ndarray]:
+        from scipy.special import logsumexp, softmax
+
+        h = h.astype(np.float64)
+        p = softmax(z.astype(np.float64), axis=1)
+        unit = _unit(h)
+        distances = np.stack([_mahalanobis(unit - m, self.precision) for m in self.means], 1)
+        energy = logsumexp(h @ self.w.T + self.b, axis=1)
+        return {
+            "maxlogit": (h @ self.w.T + self.b).max(1),
+            "gen": -((p**0.1) * (1 - p) ** 0.1).sum(1),
+            "react": logsumexp(np.minimum(h, self.clip) @ self.w.T + self.b, axis=1),
+            "vim": energy - self.alpha * np.linalg.norm((h - self.origin) @ self.residual, axis=1),
+            "rmds": -(distances - _mahalanobis(unit - self.mean0, self.precision0)[:, None]).min(1),
+            "knn_penultimate": np.sort(unit.astype(np.float32) @ self.bank, axis=1)[:, -self.k],
+        }
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def _precision(centred: np.ndarray) -> np.ndarray:
+    return np.linalg.pinv(centred.T @ centred / len(centred), hermitian=True)
+
+
+def _mahalanobis(d: np.ndarray, precision: np.ndarray) -> np.ndarray:
+    return np.einsum("nd,de,ne->n", d, precision, d)
 
 
 def auroc_fpr95(known: np.ndarray, unknown: np.ndarray) -> tuple[float, float]:
@@ -181,8 +289,9 @@ def auroc_fpr95(known: np.ndarray, unknown: np.ndarray) -> tuple[float, float]:
 
 def cifar_known_unknown(cifar: Path, work: Path, per_class: int, n_unknown: int) -> tuple:
     """``work/cifar6_<n>/train/<known class>/`` (links to the first ``per_class`` JPEGs of
-    each known class) and ``work/cifar_unknown/`` (``n_unknown`` JPEGs spread over the
-    unknown classes, taken from the end of each class folder)."""
+    each known class), ``work/cifar_unknown/`` (``n_unknown`` JPEGs spread over the unknown
+    classes, taken from the end of each class folder) and ``work/cifar_unknown_val/`` (twice as
+    many, the JPEGs just before those: unknowns to compare scores on, never the reported ones)."""
     if not (cifar / "train").is_dir():
         raise FileNotFoundError(
             f"{cifar}/train not found; unpack the CIFAR-10 JPEGs there: mkdir -p {cifar} && "
@@ -190,21 +299,22 @@ def cifar_known_unknown(cifar: Path, work: Path, per_class: int, n_unknown: int)
         )
     known = work / f"cifar6_{per_class}"
     for name in KNOWN:
-        target = known / "train" / name
-        target.mkdir(parents=True, exist_ok=True)
-        for image in sorted((cifar / "train" / name).glob("*.jpg"))[:per_class]:
-            link = target / image.name
-            if not link.exists():
-                link.symlink_to(image.resolve())
-    unknown = work / "cifar_unknown"
-    unknown.mkdir(parents=True, exist_ok=True)
+        _link(sorted((cifar / "train" / name).glob("*.jpg"))[:per_class], known / "train" / name)
     each = -(-n_unknown // len(UNKNOWN))
+    unknown, unknown_val = work / "cifar_unknown", work / "cifar_unknown_val"
     for name in UNKNOWN:
-        for image in sorted((cifar / "train" / name).glob("*.jpg"))[-each:]:
-            link = unknown / f"{name}_{image.name}"
-            if not link.exists():
-                link.symlink_to(image.resolve())
-    return known, unknown
+        images = sorted((cifar / "train" / name).glob("*.jpg"))
+        _link(images[-each:], unknown, f"{name}_")
+        _link(images[-3 * each : -each], unknown_val, f"{name}_")
+    return known, unknown, unknown_val
+
+
+def _link(images: list[Path], folder: Path, prefix: str = "") -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for image in images:
+        link = folder / f"{prefix}{image.name}"
+        if not link.exists():
+            link.symlink_to(image.resolve())
 
 
 def shapes_folder(root: Path, n: int, size: int = 32) -> Path:

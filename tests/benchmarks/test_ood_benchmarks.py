@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 
@@ -12,12 +13,62 @@ def test_ood_quick_mode_scores_every_rule_on_every_set(run_quick, tmp_path):
     report = run_quick("ood.py", "--work", str(tmp_path))
     (run,) = report["runs"]
     assert run["rule"] == "knn" and 0.8 <= run["test_kept_at_rule"] <= 1
-    for name in ("near", "noise", "digits", "shapes"):
-        for score in ("msp", "energy", "pnorm", "knn", "mahalanobis"):
+    for name in ("near", "near_val", "noise", "digits", "shapes"):
+        for score in ("msp", "energy", "pnorm", "knn", "mahalanobis", "maxlogit", "gen", "react",
+                      "vim", "rmds", "knn_penultimate"):  # fmt: skip
             assert 0 <= run[f"{name}_auroc_{score}"] <= 1
             assert 0 <= run[f"{name}_fpr95_{score}"] <= 1
     # Colour blobs against grey digits and uniform noise: far from anything trained on.
     assert run["noise_auroc_knn"] > 0.9 and run["digits_auroc_knn"] > 0.9
+
+
+def test_literature_scores_rank_training_like_features_above_strangers(benchmark_module):
+    """benchmarks/ood.py's post-hoc scores of the literature, on 3 Gaussian classes in 16-d
+    whose signal lives in 4 dimensions: held-out draws of the classes score above points off
+    the classes' subspace (ViM's residual, the Mahalanobis distances, kNN) or between classes
+    with small logits (max logit, GEN); ReAct's formula is pinned."""
+    import torch
+
+    ood = benchmark_module("ood")
+    rng = np.random.default_rng(0)
+    centres = np.zeros((3, 16))
+    centres[:, :3] = 6 * np.eye(3)
+
+    def draw(n):
+        labels = rng.integers(0, 3, n)
+        h = centres[labels] + rng.normal(0, 0.5, (n, 16)) * np.r_[np.ones(4), 0.05 * np.ones(12)]
+        return np.abs(h), labels  # ReLU features
+
+    train, labels = draw(600)
+    head = torch.nn.Linear(16, 3)
+    with torch.no_grad():
+        head.weight.copy_(torch.as_tensor(centres, dtype=torch.float32))
+        head.bias.fill_(-18.0)
+    literature = ood.Literature(head, train, labels, k=10)
+    known, _ = draw(200)
+    # class-like logits, but activity in the 12 quiet dimensions
+    off_subspace = draw(200)[0] + np.r_[np.zeros(4), np.ones(12)] * np.abs(
+        rng.normal(0, 1, (200, 16))
+    )
+    between = np.abs(rng.normal(0, 0.5, (200, 16))) + 2.0 * np.r_[np.ones(3), np.zeros(13)]
+
+    def scores(h):
+        logits = h @ centres.T - 18.0
+        return literature.scores(logits, h)
+
+    np.testing.assert_allclose(scores(known)["maxlogit"], (known @ centres.T - 18.0).max(1))
+    inside = scores(known)
+    for name, strangers in (("vim", off_subspace), ("rmds", off_subspace),
+                            ("knn_penultimate", off_subspace), ("maxlogit", between),
+                            ("gen", between)):  # fmt: skip
+        auroc, _ = ood.auroc_fpr95(inside[name], scores(strangers)[name])
+        assert auroc > 0.95, (name, auroc)
+    # ReAct truncates large activations, so on these sparse features it ranks nothing well:
+    # pin its formula, the energy of the clipped features' logits
+    assert literature.clip == pytest.approx(np.quantile(train, 0.9))
+    clipped = np.minimum(known, literature.clip) @ centres.T - 18.0
+    expected = np.log(np.exp(clipped).sum(1))
+    np.testing.assert_allclose(inside["react"], expected, rtol=1e-6)
 
 
 def test_reject_cost_quick_mode_times_both_files(run_quick, tmp_path):
