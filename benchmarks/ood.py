@@ -229,9 +229,11 @@ class Literature:
     """
 
     def __init__(self, head, train: np.ndarray, labels: np.ndarray, k: int):
-        train = train.astype(np.float64)
+        from lightning_cls.inference import feature_rules
+
         self.w = head.weight.detach().double().numpy()
         self.b = head.bias.detach().double().numpy() if head.bias is not None else 0 * self.w[:, 0]
+        train = train.astype(np.float64)
         self.clip = np.quantile(train, 0.90)
         self.origin = -np.linalg.pinv(self.w) @ self.b
         centred = train - self.origin
@@ -239,41 +241,35 @@ class Literature:
         self.residual = vectors[:, np.argsort(values)[::-1][train.shape[1] // 2 :]]
         max_logit = (train @ self.w.T + self.b).max(1)
         self.alpha = max_logit.mean() / np.linalg.norm(centred @ self.residual, axis=1).mean()
-        unit = _unit(train)
-        classes = np.unique(labels)
-        self.means = np.stack([unit[labels == c].mean(0) for c in classes])
-        self.precision = _precision(unit - self.means[np.searchsorted(classes, labels)])
-        self.mean0, self.precision0 = unit.mean(0), _precision(unit - unit.mean(0))
-        self.k, self.bank = k, unit.T.astype(np.float32)
+        # the library's rules, fitted on the penultimate features: one Gaussian per class, one
+        # of all classes (RMDS's background) and a bank of every training image
+        self.rules = {
+            "classes": feature_rules.fit("mahalanobis", train, labels),
+            "background": feature_rules.fit("mahalanobis", train, np.zeros_like(labels)),
+            "bank": feature_rules.fit("knn", train, labels, k=k, bank_size=len(train)),
+        }
+        for name, rule in self.rules.items():
+            rule["score"] = "knn" if name == "bank" else "mahalanobis"
 
     def scores(self, z: np.ndarray, h: np.ndarray) -> dict[str, np.ndarray]:
         from scipy.special import logsumexp, softmax
 
+        from lightning_cls.inference import feature_rules
+
+        library = {name: feature_rules.scores(rule, h) for name, rule in self.rules.items()}
         h = h.astype(np.float64)
+        logits = h @ self.w.T + self.b
         p = softmax(z.astype(np.float64), axis=1)
-        unit = _unit(h)
-        distances = np.stack([_mahalanobis(unit - m, self.precision) for m in self.means], 1)
-        energy = logsumexp(h @ self.w.T + self.b, axis=1)
+        residual = np.linalg.norm((h - self.origin) @ self.residual, axis=1)
         return {
-            "maxlogit": (h @ self.w.T + self.b).max(1),
+            "maxlogit": logits.max(1),
             "gen": -((p**0.1) * (1 - p) ** 0.1).sum(1),
             "react": logsumexp(np.minimum(h, self.clip) @ self.w.T + self.b, axis=1),
-            "vim": energy - self.alpha * np.linalg.norm((h - self.origin) @ self.residual, axis=1),
-            "rmds": -(distances - _mahalanobis(unit - self.mean0, self.precision0)[:, None]).min(1),
-            "knn_penultimate": np.sort(unit.astype(np.float32) @ self.bank, axis=1)[:, -self.k],
+            "vim": logsumexp(logits, axis=1) - self.alpha * residual,
+            # min over classes of (d_class - d_all) = the mahalanobis rule's distance - d_all
+            "rmds": library["classes"] - library["background"],
+            "knn_penultimate": library["bank"],
         }
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-
-def _precision(centred: np.ndarray) -> np.ndarray:
-    return np.linalg.pinv(centred.T @ centred / len(centred), hermitian=True)
-
-
-def _mahalanobis(d: np.ndarray, precision: np.ndarray) -> np.ndarray:
-    return np.einsum("nd,de,ne->n", d, precision, d)
 
 
 def auroc_fpr95(known: np.ndarray, unknown: np.ndarray) -> tuple[float, float]:
