@@ -223,8 +223,8 @@ class Literature:
     - ``vim``: energy minus alpha times the norm of h - o outside the training features'
       principal subspace of half their dimension, o = -pinv(W) b, alpha = mean max logit / mean
       residual norm on train (Wang et al. 2022);
-    - ``rmds``: minus the smallest class Mahalanobis distance of the L2-normalised h, less the
-      distance to one Gaussian of all classes (relative Mahalanobis, Ren et al. 2021);
+    - ``rmds``: minus (the smallest class Mahalanobis distance of the L2-normalised h, minus
+      its distance to one Gaussian of all classes) (relative Mahalanobis, Ren et al. 2021);
     - ``knn_penultimate``: ``knn`` on the L2-normalised h alone (Sun et al. 2022 exactly).
     """
 
