@@ -30,6 +30,7 @@ from paired import cpu_name, paired_ratio
 from train_throughput import cycle, timed_loop
 
 from lightning_cls.models import create_model
+from lightning_cls.training.precision import cpu_has_native_bf16
 
 # Operator groups by the profiler's aten op names (self CPU time); anything else, the
 # autograd engine's and the Optimizer wrappers' own time included, is "other".
@@ -95,7 +96,7 @@ def layouts() -> dict[str, tuple[torch.memory_format, bool, bool]]:
         "channels_last": (torch.channels_last, False, False),
         "channels_last_fused": (torch.channels_last, False, True),
     }
-    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
+    if cpu_has_native_bf16():
         out["channels_last_fused_bf16"] = (torch.channels_last, True, True)
     return out
 
@@ -182,7 +183,7 @@ def main(argv=None) -> dict:
         "cpu": cpu_name(),
         "torch": torch.__version__,
         "threads": args.threads,
-        "bf16_native": "channels_last_bf16" in layouts(),
+        "bf16_native": cpu_has_native_bf16(),
         "rounds": rounds,
         "ratios_vs": base,
         "ratios": ratios,

@@ -52,6 +52,7 @@ from lightning_cls.data.memory import ArrayDataset
 from lightning_cls.data.synthetic import SyntheticDataModule
 from lightning_cls.models import create_model
 from lightning_cls.module import ClassificationModule
+from lightning_cls.training.precision import cpu_has_native_bf16
 
 REPO = Path(__file__).resolve().parents[1]
 DOC_START, DOC_END = "<!-- train_throughput:start -->", "<!-- train_throughput:end -->"
@@ -226,7 +227,7 @@ def run_lightning(
     ``seen_dtypes`` (a set) collects the dtype of every logits tensor the network produced,
     so the caller can tell whether bf16-mixed really ran in bf16.
     """
-    bf16 = fast and torch.cpu._is_avx512_bf16_supported()
+    bf16 = fast and cpu_has_native_bf16()
     module = ClassificationModule(net=make_model(channels_last=fast), classes=dm.classes)
     if seen_dtypes is not None:
         module.net.register_forward_hook(lambda mod, inp, out: seen_dtypes.add(str(out.dtype)))
@@ -356,7 +357,7 @@ def main(argv=None) -> dict:
         "rounds": [{v: round(r[v], 1) for v in variants} for r in rounds],
         "variants": list(variants),
         **paired(rounds),
-        "bf16_supported": bool(torch.cpu._is_avx512_bf16_supported()),
+        "bf16_supported": cpu_has_native_bf16(),
         "bf16_used": "torch.bfloat16" in fast_dtypes,
         "fast_logits_dtypes": sorted(fast_dtypes),
         "data": source,

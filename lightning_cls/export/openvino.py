@@ -27,6 +27,7 @@ from lightning_cls.inference.openvino import (
     spec_props,
 )
 from lightning_cls.inference.spec import InputSpec, Split
+from lightning_cls.training.precision import cpu_has_native_bf16
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class OpenVINOWriter(Writer):
     @classmethod
     def candidates(cls, config):
         found = {"ov_f32": cls()}
-        if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
+        if cpu_has_native_bf16():
             found["ov_bf16"] = cls(precision="bf16")
             found["ov_bf16"].file = "model_bf16.xml"
         return found

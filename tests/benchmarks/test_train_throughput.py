@@ -60,6 +60,16 @@ def test_profile_groups_ops_by_what_they_compute(benchmark_module):
     assert tp.group_of("ProfilerStep*") == "other"
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_profile_adds_the_bf16_layout_exactly_where_bf16_is_native(benchmark_module, monkeypatch,
+                                                                   native):
+    # Both branches on any CPU: the layout list is a decision on the capability, faked here.
+    tp = benchmark_module("train_profile")
+    monkeypatch.setattr(tp, "cpu_has_native_bf16", lambda: native)
+    assert ("channels_last_fused_bf16" in tp.layouts()) is native
+    assert tp.layouts()["channels_last_fused"] == (tp.torch.channels_last, False, True)
+
+
 def test_profile_quick_mode_times_and_profiles_every_layout(run_quick):
     out = run_quick("train_profile.py")
     names = {"nchw@8", "channels_last@8", "channels_last_fused@8"}

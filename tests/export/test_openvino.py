@@ -237,3 +237,14 @@ def test_a_model_freed_in_another_thread_leaves_the_compiling_thread_able_to_tak
     assert (guarded.returncode, guarded.stdout) == (0, "kept\nalive\n"), guarded.stderr[-2000:]
     outcomes = {(-signal.SIGSEGV, "swapped\n"), (0, "swapped\nalive\n"), (0, "kept\nalive\n")}
     assert (control.returncode, control.stdout) in outcomes, control.stderr[-2000:]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_offers_a_bf16_ir_exactly_where_the_cpu_runs_bf16_natively(monkeypatch, native):
+    # Both branches on any CPU: the candidate list is a decision on the capability, faked here.
+    from lightning_cls.export import openvino as ov_export
+
+    monkeypatch.setattr(ov_export, "cpu_has_native_bf16", lambda: native)
+    found = ov_export.OpenVINOWriter.candidates(None)
+    assert ("ov_bf16" in found) is native
+    assert found["ov_f32"].file != getattr(found.get("ov_bf16"), "file", None)
