@@ -83,6 +83,46 @@ def test_temperature_fit_ece_rescales_nll_temperature_to_lower_held_out_ece():
     assert ece(ece_t) < 0.5 * ece(nll_t), (nll_t, ece_t, ece(nll_t), ece(ece_t))  # 0.07, 0.18
 
 
+class FixedLogits(torch.nn.Module):
+    """A "network" answering each image with a row of ``logits``: image ``i`` (uint8, one
+    channel, 2 x 2) carries ``i`` in its first two pixels, and the spec normalises with mean 0
+    and std 1 (``x / 255``), so ``calibrate`` sees exactly the constructed logits."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.register_buffer("logits", logits)
+
+    def forward(self, x):  # (B, 1, 2, 2) -> (B, K)
+        pixels = torch.round(torch.flatten(x, 1) * 255).long()  # (B, 4)
+        return self.logits[pixels[:, 0] + 256 * pixels[:, 1]]
+
+    @staticmethod
+    def images(n: int) -> torch.Tensor:
+        index = torch.arange(n)
+        images = torch.zeros(n, 1, 2, 2, dtype=torch.uint8)  # (N, 1, 2, 2)
+        images[:, 0, 0, 0], images[:, 0, 0, 1] = index % 256, index // 256
+        return images
+
+
+def test_calibrate_with_temperature_fit_ece_rescales_the_nll_temperature():
+    """``calibrate(temperature_fit="ece")``, the fit behind the guide's ECE figures: on logits
+    whose NLL temperature (1.69) leaves 95% of the images under-confident, the ECE fit lands
+    near 1 and its validation ECE is well below the NLL fit's; the NLL's is recorded beside."""
+    logits, labels = confidently_wrong(4000, 0)
+    net = FixedLogits(logits)
+    spec = InputSpec(classes=list("abcde"), mean=[0.0], std=[1.0], image_size=2, num_channels=1)
+    val = Split(FixedLogits.images(len(logits)), labels)
+    nll = calibrate(net, spec, val, temperature_fit="nll")
+    ece = calibrate(net, spec, val, temperature_fit="ece")
+    assert nll.temperature == fit_temperature(logits, labels, create_task("multiclass")) > 1.5
+    assert ece.metrics["temperature_fit"] == "ece"
+    assert ece.metrics["temperature_nll"] == nll.temperature  # rescaled from the NLL's
+    assert ece.temperature < 1.2, ece.temperature  # 1.02: the rescale undid the softening
+    m, n = ece.metrics, nll.metrics
+    assert m["val_ece_after"] < 0.5 * n["val_ece_after"], (m, n)
+    assert m["val_accuracy_after"] == n["val_accuracy_after"]  # argmax unchanged
+
+
 def test_binned_ece_equals_torchmetrics_ece():
     from lightning_cls.training.calibration import binned_ece, expected_calibration_error
 
