@@ -61,8 +61,9 @@ def test_profile_groups_ops_by_what_they_compute(benchmark_module):
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_profile_adds_the_bf16_layout_exactly_where_bf16_is_native(benchmark_module, monkeypatch,
-                                                                   native):
+def test_profile_adds_the_bf16_layout_exactly_where_bf16_is_native(
+    benchmark_module, monkeypatch, native
+):
     # Both branches on any CPU: the layout list is a decision on the capability, faked here.
     tp = benchmark_module("train_profile")
     monkeypatch.setattr(tp, "cpu_has_native_bf16", lambda: native)
