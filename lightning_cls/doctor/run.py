@@ -55,6 +55,7 @@ def diagnose(
     if options.write_index:
         check_indexable(options.write_index, views, datamodule.name, root)
     classes = list(datamodule.classes)
+    _check_classes(datamodule, classes, options)
     where = {
         (v.name, r): v.files[r] for v in views.values() if v.files for r in range(len(v.files))
     }
@@ -91,6 +92,20 @@ def diagnose(
     result["mosaics"] = _mosaics(result, image_of, classes, out, options.mosaic_limit, where)
     write_report(result, out)
     return result
+
+
+def _check_classes(datamodule, classes: list, options: DoctorOptions) -> None:
+    """A multi-class label check needs two classes or more: one line naming the data, the
+    classes found and the fix (not torchmetrics' ``num_classes`` error from inside a fold)."""
+    if datamodule.task != "multiclass" or len(classes) > 1 or not options.label_errors:
+        return
+    root = getattr(datamodule, "root", None)
+    where = f"data.root={root}" if root is not None else f"data={datamodule.name}"
+    raise ValueError(
+        f"{where} has {len(classes)} class(es): {classes}; a classifier's label check needs at "
+        "least 2: add one folder per class under each split folder, or set "
+        "doctor.label_errors=false to check only the files and duplicates."
+    )
 
 
 def _file_checks(views, unreadable, datamodule, options, skipped) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from doctor_images import write_split
 
 from helpers.hydra_configs import compose
 from lightning_cls.doctor.__main__ import doctor
@@ -48,6 +49,22 @@ def test_help_stays_light(tmp_path):
     assert out.returncode == 0 and "doctor" in out.stdout, out.stderr[-2000:]
     imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if "|" in line}
     assert not imported & {"torch", "pytorch_lightning", "imagehash", "cleanlab"}
+
+
+def test_a_one_class_folder_is_one_line_naming_the_folder_and_the_fix(tmp_path):
+    root = tmp_path / "images"
+    write_split(root, "train", 6, classes=("cat",), seed=1)
+    write_split(root, "test", 2, classes=("cat",), seed=2)
+    overrides = ["data=imagefolder", f"data.root={root}", "data.cache=false", "doctor.folds=3"]
+    message = (
+        rf"^data.root={root} has 1 class\(es\): \['cat'\]; a classifier's label check needs "
+        r"at least 2: add one folder per class .* or set doctor.label_errors=false"
+    )
+    with pytest.raises(ValueError, match=message):
+        doctor(compose("doctor", overrides, tmp=tmp_path))
+    assert not (tmp_path / "run" / "report.md").exists()
+    files_only = doctor(compose("doctor", [*overrides, "doctor.label_errors=false"], tmp=tmp_path))
+    assert files_only["classes"] == ["cat"] and files_only["label_issues"] == []
 
 
 @pytest.mark.parametrize(
