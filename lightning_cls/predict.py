@@ -8,7 +8,9 @@ artifact without lightning_cls metadata (an ONNX file from another tool) takes
 ``+spec.classes=[...] +spec.mean=[...] +spec.std=[...] +spec.image_size=N
 +spec.num_channels=C``; the same overrides fix a wrong value the artifact carries. Files that are not
 readable images (FIFOs and other non-regular files included) are listed with the reason,
-never silently dropped, and never block. A user error (bad path, bad batch_size, missing or
+never silently dropped, and never block. ``+conformal=alpha`` asks for the prediction sets
+fitted at calibration (a ``set`` column); predict never fits them, so an artifact without sets
+at that alpha is refused, naming the calibration that fits them. A user error (bad path, bad batch_size, missing or
 inconsistent metadata, a corrupt or untrusted artifact) ends in one ``error:`` line on stderr
 and exit code 1."""
 
@@ -42,6 +44,11 @@ def predict(cfg: DictConfig) -> list[dict]:
 
     # A real boolean only: Hydra reads trust_artifact=no as the string "no", which bool() trusts.
     trust_artifact = check_trust_flag("trust_artifact", cfg.get("trust_artifact", False))
+    alpha = cfg.get("conformal")  # +conformal=alpha: the sets fitted at calibration, or a refusal
+    if alpha is not None:
+        from lightning_cls.inference.conformal import check_alpha
+
+        alpha = check_alpha(alpha)
 
     device = cfg.device
     if device == "auto":  # a GPU where there is one, for the PyTorch kinds
@@ -59,6 +66,7 @@ def predict(cfg: DictConfig) -> list[dict]:
         trust_artifact=trust_artifact,
     )
     log.info("Loaded %s", predictor)
+    check_sets(alpha, predictor.spec.conformal, str(cfg.ckpt_path))
     inputs = OmegaConf.to_container(cfg.inputs) if OmegaConf.is_list(cfg.inputs) else [cfg.inputs]
     files = find_images(inputs)
     rows, failures = predict_files(predictor, files, cfg.batch_size, cfg.top_k)
@@ -72,6 +80,27 @@ def predict(cfg: DictConfig) -> list[dict]:
     for path, reason in failures:
         log.warning("Skipped %s: %s", path, reason)
     return rows
+
+
+def check_sets(alpha: float | None, rule: dict | None, ckpt_path: str) -> None:
+    """``+conformal=alpha`` asks for prediction sets, which predict never fits (they need the
+    validation images): the artifact's own sets at that alpha are given, anything else is one
+    line naming the value and the calibration that fits them."""
+    if alpha is None:
+        return
+    source = ckpt_path if ckpt_path.endswith(".ckpt") else "<its .ckpt>"
+    fix = f"python -m lightning_cls.calibrate ckpt_path={source} conformal={alpha:g}"
+    if rule is None:
+        raise ValueError(
+            f"conformal={alpha:g}: {ckpt_path} has no prediction sets, and predict does not fit "
+            f"them; fit them on validation first ({fix}), then predict with the calibrated "
+            "checkpoint."
+        )
+    if rule["alpha"] != alpha:
+        raise ValueError(
+            f"conformal={alpha:g} but the prediction sets of {ckpt_path} were fitted at "
+            f"conformal={rule['alpha']:g}; drop conformal= to use them, or refit them ({fix})."
+        )
 
 
 @hydra.main(config_path=config_dir(), config_name="predict", version_base="1.3")
