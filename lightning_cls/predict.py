@@ -10,9 +10,9 @@ artifact without lightning_cls metadata (an ONNX file from another tool) takes
 readable images (FIFOs and other non-regular files included) are listed with the reason,
 never silently dropped, and never block. ``+conformal=alpha`` asks for the prediction sets
 fitted at calibration (a ``set`` column); predict never fits them, so an artifact without sets
-at that alpha is refused, naming the calibration that fits them. A user error (bad path, bad batch_size, missing or
-inconsistent metadata, a corrupt or untrusted artifact) ends in one ``error:`` line on stderr
-and exit code 1."""
+at that alpha is refused, naming the calibration that fits them. A user error (bad path, bad
+batch_size, missing or inconsistent metadata, a corrupt or untrusted artifact) ends in one
+``error:`` line on stderr and exit code 1."""
 
 from __future__ import annotations
 
