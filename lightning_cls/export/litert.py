@@ -35,19 +35,28 @@ from lightning_cls.export.writer import Writer
 from lightning_cls.inference.litert import METADATA_NAME
 
 DEFAULT_PYTHON = ".venv-litert/bin/python"
+# Where this lightning_cls is imported from: the checkout of a `make` (editable) install, whose
+# .venv-litert sits beside it and which the converter's Python must import too (its .pth file
+# adds .venv's site-packages, but not the editable install's own .pth hook inside them).
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 NO_CONVERTER = (
     "LiteRT converts with litert-torch, which lives in an environment of its own: run "
-    f"`make venv-litert` (or set LITERT_PYTHON to its python; {DEFAULT_PYTHON} does not exist)."
+    f"`make venv-litert` (or set LITERT_PYTHON to its python; {DEFAULT_PYTHON} does not exist "
+    f"here nor in {PACKAGE_ROOT})."
 )
 
 
 def converter_python() -> str | None:
     """The Python that converts: this one where ``litert_torch`` imports, else ``LITERT_PYTHON``
-    or ``.venv-litert/bin/python`` (None: neither exists)."""
+    or ``.venv-litert/bin/python`` in the working folder or beside the package's checkout
+    (None: none exists)."""
     if importlib.util.find_spec("litert_torch"):
         return sys.executable
-    candidate = os.environ.get("LITERT_PYTHON", DEFAULT_PYTHON)
-    return candidate if Path(candidate).is_file() else None
+    if "LITERT_PYTHON" in os.environ:
+        candidates = [os.environ["LITERT_PYTHON"]]
+    else:
+        candidates = [DEFAULT_PYTHON, str(PACKAGE_ROOT / DEFAULT_PYTHON)]
+    return next((c for c in candidates if Path(c).is_file()), None)
 
 
 def convert_program(program_path: str, out_path: str, shape: str, calibration: str = "") -> None:
@@ -134,14 +143,23 @@ def write_tflite(net, example, tmp: Path, spec, calibration: np.ndarray | None =
 
 
 def _convert_in(python: str, program: str, tmp: Path, shape: str, calibration: str) -> None:
-    """``convert_program`` run by ``python`` (the converter's environment)."""
-    code = "import sys; from lightning_cls.export.litert import convert_program; "
+    """``convert_program`` run by ``python`` (the converter's environment), importing this
+    lightning_cls from any working folder (``PACKAGE_ROOT`` appended: behind the environment's
+    own packages, which must shadow the project's). A module that environment lacks is one
+    line naming it and ``make venv-litert``; any other failure is the converter's own."""
+    code = "import sys; sys.path.append(sys.argv.pop(1)); "
+    code += "from lightning_cls.export.litert import convert_program; "
     code += "convert_program(*sys.argv[1:])"
     done = subprocess.run(
-        [python, "-c", code, program, str(tmp), shape, calibration],
+        [python, "-c", code, str(PACKAGE_ROOT), program, str(tmp), shape, calibration],
         capture_output=True,
         text=True,
     )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        if last.startswith("ModuleNotFoundError"):
+            raise ImportError(
+                f"LiteRT's converter environment ({python}) cannot import what it needs ({last}): "
+                f"run `make venv-litert` again (or `{python} -m pip install litert-torch`)."
+            )
         raise RuntimeError(f"litert-torch ({python}) could not convert the network: {last}")
