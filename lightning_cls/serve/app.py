@@ -32,9 +32,7 @@ from lightning_cls.serve.heatmaps import HeatMaps
 from lightning_cls.serve.inputs import (
     INLINE_DECODE_PIXELS,
     Reject,
-    content_kind,
     decode_all,
-    parse_json,
     request_pixels,
     too_large,
 )
@@ -43,11 +41,12 @@ from lightning_cls.serve.oip import V2_PREFIX, OpenInference
 from lightning_cls.serve.page import PAGE_HTML
 from lightning_cls.serve.responses import dumps
 from lightning_cls.serve.responses import send as _send
+from lightning_cls.serve.uploads import uploaded
 
 log = logging.getLogger(__name__)
 EXPLAIN_PATH = "/explain"
-# An admitted request's work: (content kind, body, deadline) -> its answer (the JSON body;
-# for the Open Inference Protocol, the body and the length of its JSON part).
+# An admitted request's work: (Content-Type header, body, deadline) -> its answer (the JSON
+# body; for the Open Inference Protocol, the body and the length of its JSON part).
 Work = Callable[[str, bytes, float], Awaitable[Any]]
 
 
@@ -82,12 +81,14 @@ class ServeApp:
         )
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            if scope["path"] == self.config.api_path:
-                return await self.predict(scope, receive, send)
-            if scope["path"] == EXPLAIN_PATH:
-                return await self.explain(scope, receive, send)
         path = scope.get("path", "")
+        if scope["type"] == "http" and path in (self.config.api_path, EXPLAIN_PATH):
+            if scope["method"] != "POST":
+                detail = f"{path} takes POST, not {scope['method']}; send the image in the body"
+                return await _send(send, 405, dumps({"detail": detail}), {"allow": "POST"})
+            if path == EXPLAIN_PATH:
+                return await self.explain(scope, receive, send)
+            return await self.predict(scope, receive, send)
         if scope["type"] == "http" and (path == V2_PREFIX or path.startswith(V2_PREFIX + "/")):
             return await self.v2(scope, receive, send)
         return await self.routes(scope, receive, send)
@@ -118,13 +119,12 @@ class ServeApp:
         await _send(send, 200, body)
         return 200
 
-    async def admit(self, scope, receive, work: Work, content=content_kind) -> Any:
+    async def admit(self, scope, receive, work: Work) -> Any:
         """The admission of every POST endpoint (``/predict``, ``/explain``, the Open
-        Inference Protocol's ``infer``): Content-Type (``content``: the header -> the kind
-        ``work`` is given, or a 415 ``Reject``) and Content-Length (413) from the headers, the
-        body within ``serve.body_timeout_s`` (408), then a queue slot (503 with Retry-After
-        while ``serve.max_queue`` requests are in flight, or draining) and
-        ``work(kind, body, deadline)`` within ``serve.timeout`` of admission (504)."""
+        Inference Protocol's ``infer``): Content-Length (413) from the headers, the body
+        within ``serve.body_timeout_s`` (408), then a queue slot (503 with Retry-After while
+        ``serve.max_queue`` requests are in flight, or draining) and ``work(Content-Type,
+        body, deadline)`` within ``serve.timeout`` of admission (504)."""
         config = self.config
         content_type, declared = b"", b""
         for name, value in scope["headers"]:
@@ -132,7 +132,6 @@ class ServeApp:
                 content_type = value
             elif name == b"content-length":
                 declared = value
-        kind = content(content_type.decode("latin-1"))
         if declared.isdigit() and int(declared) > config.max_body_bytes:
             raise too_large(int(declared), config.max_body_bytes)
         raw = await self._read_body(receive)
@@ -147,7 +146,8 @@ class ServeApp:
         self.in_flight += 1
         self.metrics.queue_depth(+1)
         try:  # serve.timeout runs from here: header checks, decoding and the model
-            return await work(kind, raw, time.monotonic() + config.timeout)
+            deadline = time.monotonic() + config.timeout
+            return await work(content_type.decode("latin-1"), raw, deadline)
         except (TimeoutError, Expired):  # asyncio's timeouts raise TimeoutError (Python 3.11)
             raise Reject(
                 504,
@@ -158,14 +158,12 @@ class ServeApp:
             self.in_flight -= 1
             self.metrics.queue_depth(-1)
 
-    async def _predicted(self, kind: str, raw: bytes, deadline: float) -> bytes:
-        """An admitted ``/predict`` body -> the JSON answer, from the batcher, before
-        ``deadline`` (``time.monotonic()``); ``TimeoutError`` or ``Expired`` after it."""
+    async def _predicted(self, content_type: str, raw: bytes, deadline: float) -> bytes:
+        """An admitted ``/predict`` body (any upload form, ``uploads.py``) -> the JSON answer,
+        from the batcher, before ``deadline`` (``time.monotonic()``); ``TimeoutError`` or
+        ``Expired`` after it."""
         config = self.config
-        if kind == "image":
-            encoded, top_k = [raw], config.top_k
-        else:
-            encoded, top_k = parse_json(raw, config.max_images_per_request, config.top_k)
+        encoded, top_k = uploaded(content_type, raw, config.max_images_per_request, config.top_k)
         images = await self.decode(encoded, deadline)
         predictions, batch_images = self.predictions(
             await self.batcher.predict(images, top_k, deadline)
@@ -194,12 +192,12 @@ class ServeApp:
             prediction["set"] = [classes[i] for i in members]
         return predictions, batch_images
 
-    async def _explained(self, kind: str, raw: bytes, deadline: float) -> bytes:
-        """An admitted ``/explain`` body (one image, raw or as ``{"image": base64}``) -> the
+    async def _explained(self, content_type: str, raw: bytes, deadline: float) -> bytes:
+        """An admitted ``/explain`` body (one image in any upload form, ``uploads.py``) -> the
         heat map's JSON, drawn in the explainer's own thread before ``deadline``. At the
         deadline a queued explanation is dropped unrun; a running one finishes (one image at
         the model's input size) while its request is answered 504."""
-        encoded = [raw] if kind == "image" else parse_json(raw, 1, self.config.top_k)[0]
+        encoded = uploaded(content_type, raw, 1, self.config.top_k)[0]
         image = (await self.decode(encoded, deadline))[0]  # (C, H, W) uint8
         loop = asyncio.get_running_loop()
         drawing = loop.run_in_executor(self.explainer, self.heatmaps.explain, image)

@@ -64,8 +64,8 @@ class Batcher:
         the class indices of each image's prediction set or None without a conformal rule,
         images in the largest model call that served it); ``Expired`` after
         ``timeout`` seconds, or at ``deadline`` (``time.monotonic()``: the server's clock runs
-        from admission, decoding included)."""
-        return await self._queued(images, top_k, deadline)
+        from admission, decoding included). ``top_k`` is capped at the number of classes."""
+        return await self._queued(images, min(top_k, self.predictor.spec.num_classes), deadline)
 
     async def logits(self, x: np.ndarray, deadline: float | None = None) -> tuple[np.ndarray, int]:
         """Normalized float32 (N, C, H, W), the model's own input -> (logits (N, K) with the

@@ -3,7 +3,8 @@
 Every check runs per request before anything reaches a batch, so one bad request never fails
 the others batched with it:
 
-- ``Content-Type`` not ``image/*`` or ``application/json`` -> 415;
+- a body that is no image, JSON or form -> 415 (``uploads.py``: the Content-Type, the form
+  and the sniffed magic numbers);
 - body over ``max_body_bytes`` -> 413 (from ``Content-Length``, or counted while reading);
 - bad JSON (also nested too deep, or numbers too large), bad base64, bytes PIL cannot
   decode -> 400 naming the reason;
@@ -55,20 +56,6 @@ class Reject(Exception):
     def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None):
         super().__init__(detail)
         self.status, self.detail, self.headers = status, detail, headers or {}
-
-
-def content_kind(content_type: str) -> str:
-    """``"image"`` or ``"json"`` from a ``Content-Type`` header; 415 otherwise."""
-    kind = content_type.split(";")[0].strip().lower()
-    if kind.startswith("image/"):
-        return "image"
-    if kind == "application/json":
-        return "json"
-    raise Reject(
-        415,
-        f"unsupported Content-Type '{kind or '(none)'}'; send raw image bytes as image/* or "
-        'JSON {"image": base64} / {"images": [base64, ...]} as application/json',
-    )
 
 
 def too_large(size: int, limit: int, at_least: bool = False) -> Reject:

@@ -58,6 +58,15 @@ class ServeMetrics:
         # Process ids of the server processes that loaded and warmed up their model.
         self.worker_pids = ctx.Array("i", MAX_WORKERS)
 
+    def close(self) -> None:
+        """Unlink the counters' semaphores now. A spawn-context lock is unlinked by a finalizer
+        when it is collected or at a normal interpreter exit; a drained server leaves through
+        ``os._exit`` (``server.exit_now``), which runs none, and the resource tracker then
+        warned of 'leaked semaphore objects' at every SIGTERM. Dropping the last references
+        runs the finalizers; the metrics are unusable afterwards."""
+        for name in ("status_counts", "latency", "batch_size", "in_flight", "worker_pids"):
+            self.__dict__.pop(name, None)
+
     def worker_ready(self, pid: int) -> None:
         with self.worker_pids.get_lock():
             slot = list(self.worker_pids).index(0)  # a free slot (ServeConfig caps workers)

@@ -90,12 +90,16 @@ class OpenInference:
 
     async def __call__(self, scope, receive, send_message) -> None:
         path, method = scope["path"].rstrip("/"), scope["method"]
-        if path == V2_PREFIX and method == "GET":
+        if path in (V2_PREFIX, "/v2/health/live", "/v2/health/ready") and method != "GET":
+            return await _error(
+                send_message, 405, f"{path} takes GET, not {method}", {"allow": "GET"}
+            )
+        if path == V2_PREFIX:
             body = {"name": "lightning_cls", "version": __version__, "extensions": EXTENSIONS}
             return await send(send_message, 200, dumps(body))
-        if path == "/v2/health/live" and method == "GET":
+        if path == "/v2/health/live":
             return await send(send_message, 200, b'{"live":true}')
-        if path == "/v2/health/ready" and method == "GET":
+        if path == "/v2/health/ready":
             return await self._ready(send_message, b'{"ready":true}')
         match = MODEL_PATH.fullmatch(path)
         if match is None:
@@ -133,10 +137,12 @@ class OpenInference:
                 raise Reject(400, "compressed request bodies are not supported; send it plain")
             length = header_length(headers.get(b"inference-header-content-length"))
 
-            async def work(kind, raw, deadline):
+            async def work(content_type, raw, deadline):
+                # Any Content-Type: the body is the protocol's JSON, or JSON and binary
+                # tensors (Inference-Header-Content-Length says which).
                 return await self._answer(raw, length, deadline)
 
-            body, json_length = await self.app.admit(scope, receive, work, content=_any)
+            body, json_length = await self.app.admit(scope, receive, work)
         except Reject as err:
             status = err.status
             await _error(send_message, err.status, err.detail, err.headers)
@@ -163,6 +169,13 @@ class OpenInference:
                 )
         if request.input == TENSOR_INPUT:
             logits, _ = await self.app.batcher.logits(request.data, deadline)
+            if not np.isfinite(logits).all():  # JSON would carry them as null
+                raise Reject(
+                    422,
+                    f"the model's logits for input '{TENSOR_INPUT}' are not finite (NaN or "
+                    "inf): its values are far outside what the model takes; send the "
+                    "normalized image, (pixels / 255 - mean) / std as in the model's metadata",
+                )
             values = {
                 "logits": lambda: logits,
                 "probabilities": lambda: self.spec.decision.probabilities(logits),
@@ -203,12 +216,6 @@ class OpenInference:
         k = min(k, self.spec.num_classes)
         strings = classification(np.asarray(data), k, list(self.spec.classes))
         return spec.name, "BYTES", [len(data), k], strings, binary
-
-
-def _any(content_type: str) -> str:
-    """Any Content-Type: the body is the protocol's JSON, or JSON and binary tensors
-    (``Inference-Header-Content-Length`` says which), whatever the header calls it."""
-    return "oip"
 
 
 async def _error(send_message, status: int, detail: str, headers=None) -> None:

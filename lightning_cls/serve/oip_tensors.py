@@ -91,14 +91,15 @@ def parse_request(
         raise Reject(400, f"send exactly one input, {known}; got {len(body['inputs'])}")
     tensor = body["inputs"][0]
     name = tensor.get("name")
-    if name not in inputs:
+    if not isinstance(name, str) or name not in inputs:
         raise Reject(400, f"unknown input {name!r}; this model takes {known}")
     spec = inputs[name]
     shape = _checked_shape(tensor, spec, max_batch)
-    size = (tensor.get("parameters") or {}).get("binary_data_size")
+    size = _parameters(tensor, f"input '{name}'").get("binary_data_size")
     if size is not None:
         rest = len(raw) - (json_length or len(raw))
-        if json_length is None or not isinstance(size, int) or not 0 <= size <= rest:
+        whole = isinstance(size, int) and not isinstance(size, bool)
+        if json_length is None or not whole or not 0 <= size <= rest:
             raise Reject(
                 400,
                 f"input '{name}': binary_data_size={size!r} but {rest} bytes "
@@ -109,16 +110,35 @@ def parse_request(
         data = _from_json(tensor["data"], spec, shape)
     else:
         raise Reject(400, f"input '{name}' has neither \"data\" nor binary_data_size")
-    outputs = body.get("outputs") or []
+    outputs = body.get("outputs")
+    outputs = [] if outputs is None else outputs
     if not isinstance(outputs, list) or not all(
         isinstance(o, dict) and isinstance(o.get("name"), str) for o in outputs
     ):
         raise Reject(400, '"outputs" must be a list of {"name": ...} objects')
-    parameters = body.get("parameters") or {}
-    if not isinstance(parameters, dict):
-        raise Reject(400, '"parameters" must be an object')
-    asked = {o["name"]: o.get("parameters") or {} for o in outputs}
+    parameters = _parameters(body, "the request")
+    asked = {o["name"]: _parameters(o, f"output '{o['name']}'") for o in outputs}
     return Request(name, data, asked, parameters, body.get("id"))
+
+
+def _parameters(entry: dict, which: str) -> dict:
+    """``entry``'s ``"parameters"`` (the request's, an input's or an output's): an object, or
+    absent / null (none); anything else is a 400 naming ``which``."""
+    parameters = entry.get("parameters")
+    if parameters is None:
+        return {}
+    if not isinstance(parameters, dict):
+        raise Reject(
+            400,
+            f'"parameters" of {which} is a {_json_type(parameters)}; send an object '
+            '({"name": value, ...}) or leave it out',
+        )
+    return parameters
+
+
+def _json_type(value: Any) -> str:
+    names = {str: "string", list: "list", bool: "boolean", int: "number", float: "number"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _checked_shape(tensor: dict, spec: TensorSpec, max_batch: int) -> tuple[int, ...]:
@@ -170,7 +190,7 @@ def _from_binary(chunk: bytes, spec: TensorSpec, shape: tuple[int, ...]):
             f"input '{spec.name}': {len(chunk)} binary bytes for shape "
             f"{list(shape)}; FP32 needs {count * 4}",
         )
-    return np.frombuffer(chunk, "<f4").reshape(shape).astype(np.float32)
+    return _finite(np.frombuffer(chunk, "<f4").reshape(shape).astype(np.float32), spec.name)
 
 
 def _from_json(data: Any, spec: TensorSpec, shape: tuple[int, ...]):
@@ -186,8 +206,9 @@ def _from_json(data: Any, spec: TensorSpec, shape: tuple[int, ...]):
         except (binascii.Error, ValueError) as err:
             raise Reject(400, f"input '{spec.name}': an element is not base64 ({err})") from err
     try:
-        array = np.asarray(data, dtype=np.float32)
-    except (ValueError, TypeError) as err:
+        with np.errstate(over="ignore", invalid="ignore"):  # 1e40 -> inf: refused below
+            array = np.asarray(data, dtype=np.float32)
+    except (ValueError, TypeError, OverflowError) as err:
         raise Reject(
             400, f"input '{spec.name}': data is not a (nested) list of numbers ({err})"
         ) from err
@@ -197,13 +218,31 @@ def _from_json(data: Any, spec: TensorSpec, shape: tuple[int, ...]):
             f"input '{spec.name}': {array.size} numbers for shape "
             f"{list(shape)}, which holds {count}",
         )
-    return array.reshape(shape)
+    return _finite(array.reshape(shape), spec.name)
+
+
+def _finite(array: np.ndarray, name: str) -> np.ndarray:
+    """``array`` when every value is a finite float32; else a 400 counting the others."""
+    bad = array.size - int(np.isfinite(array).sum())
+    if bad:
+        raise Reject(
+            400,
+            f"input '{name}' holds {bad} values that are not finite float32 numbers (NaN, inf, "
+            "or beyond +-3.4e38); send the normalized image, (pixels / 255 - mean) / std",
+        )
+    return array
 
 
 def _flat(data: Any) -> list:
-    if not isinstance(data, list):
-        return [data]
-    return [item for part in data for item in _flat(part)]
+    """Nested lists -> their items, depth first (no recursion: the nesting is the client's)."""
+    items, stack = [], [data]
+    while stack:
+        top = stack.pop()
+        if isinstance(top, list):
+            stack.extend(reversed(top))
+        else:
+            items.append(top)
+    return items
 
 
 def classification(values: np.ndarray, k: int, labels: list[str]) -> list[bytes]:

@@ -176,6 +176,13 @@ def bind(host: str, port: int, reuse_port: bool) -> socket.socket:
 def serve(config: ServeConfig) -> None:
     """Serve until SIGTERM/Ctrl+C (see the module docstring)."""
     metrics = ServeMetrics()
+    try:
+        _serve(config, metrics)
+    finally:
+        metrics.close()  # the process leaves through os._exit (exit_now): no finalizers
+
+
+def _serve(config: ServeConfig, metrics: ServeMetrics) -> None:
     if config.workers == 1:
         return run_worker(config, metrics, reuse_port=False)
     if not hasattr(socket, "SO_REUSEPORT"):

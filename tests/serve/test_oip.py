@@ -13,9 +13,10 @@ import struct
 import httpx
 import numpy as np
 import pytest
+from in_process import ask as _ask
+from in_process import serve_app as _app
 
 from helpers import png_bytes
-from lightning_cls.inference import load_artifact
 from lightning_cls.serve.app import ServeApp
 from lightning_cls.serve.config import ServeConfig
 from lightning_cls.serve.metrics import ServeMetrics
@@ -37,27 +38,6 @@ def _path(artifacts, kind, request):
     if kind == "openvino":
         return request.getfixturevalue("openvino_ir")
     return artifacts.paths[kind]
-
-
-def _app(path, **overrides) -> tuple[ServeApp, object]:
-    config = ServeConfig(artifact=str(path), trust_artifact=True, **overrides)
-    predictor = load_artifact(path, trust_artifact=True)
-    info = {"name": "tiny", "version": "abc123"}
-    return ServeApp(config, predictor, ServeMetrics(), info), predictor
-
-
-def _ask(app, calls: list[tuple]) -> list[httpx.Response]:
-    """(method, path, kwargs) each, in order, against ``app``; the app closed after."""
-
-    async def run():
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            return [await client.request(m, p, **kw) for m, p, kw in calls]
-
-    try:
-        return asyncio.run(run())
-    finally:
-        app.close()
 
 
 def _tensor_request(x: np.ndarray, **extra) -> dict:
