@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A one-node SLURM cluster on this machine, for tests/cluster (docs/guides/cluster.md).
-#   scripts/slurm_cluster.sh start   # munged, slurmctld, slurmd; waits until the node is idle
+#   scripts/slurm_cluster.sh start   # munged (unless one runs), slurmctld, slurmd; waits until idle
 #   scripts/slurm_cluster.sh stop
 # Needs Debian's packages (root): apt-get install slurmctld slurmd slurm-client munge.
 # No systemd: the daemons are started by hand. ProctrackType=proctrack/linuxproc and
@@ -26,19 +26,31 @@ stop() {
     done
 }
 
-start() {
-    for cmd in munged slurmctld slurmd sbatch; do
-        command -v "$cmd" > /dev/null || die "$cmd not found; install Debian's packages: apt-get install slurmctld slurmd slurm-client munge"
-    done
-    [[ $(id -u) == 0 ]] || die "run as root (the daemons run as root on this test cluster)"
-    stop
-    mkdir -p "$DIR/state" "$DIR/spool" /run/munge /var/lib/munge /var/log/munge "$(dirname "$CONF")"
+# A munge daemon that already answers (installing Debian's munge starts one, as on every host
+# with SLURM installed) is reused and left running by stop(): a second munged fails on its
+# socket lock ("Failed to lock ... munge.socket.2.lock"). Otherwise ours starts as the munge user.
+start_munge() {
+    if munge -n 2> /dev/null | unmunge > /dev/null 2>&1; then
+        echo "slurm_cluster.sh: reusing the munge daemon already running" >&2
+        return 0
+    fi
+    mkdir -p /run/munge /var/lib/munge /var/log/munge
     chown munge:munge /run/munge /var/lib/munge /var/log/munge
     [[ -s /etc/munge/munge.key ]] || { mungekey --create 2> /dev/null || /usr/sbin/create-munge-key -f; }
     runuser -u munge -- munged --pid-file="$DIR/munged.pid.tmp" 2> "$DIR/munged.err" \
         || die "munged did not start: $(cat "$DIR/munged.err")"
     # munged writes its pid file as the munge user; keep ours where stop() looks.
     cp "$DIR/munged.pid.tmp" "$DIR/munged.pid" 2> /dev/null || pgrep -n -x munged > "$DIR/munged.pid"
+}
+
+start() {
+    for cmd in munged slurmctld slurmd sbatch; do
+        command -v "$cmd" > /dev/null || die "$cmd not found; install Debian's packages: apt-get install slurmctld slurmd slurm-client munge"
+    done
+    [[ $(id -u) == 0 ]] || die "run as root (the daemons run as root on this test cluster)"
+    stop
+    mkdir -p "$DIR/state" "$DIR/spool" "$(dirname "$CONF")"
+    start_munge
     cat > "$CONF" << CONF
 # Written by scripts/slurm_cluster.sh: a one-node test cluster.
 ClusterName=lightningcls
@@ -84,6 +96,8 @@ CONF
     die "node $HOST is '${state:-unknown}', not idle after 20 s; see $DIR/slurmctld.log and $DIR/slurmd.log"
 }
 
+# Sourced (tests/cluster/test_slurm_script.py), it only defines its functions.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 case ${1:-} in
     start) start ;;
     stop) stop ;;
