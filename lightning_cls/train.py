@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
 from lightning_cls.cli.option_types import check_option_types
-from lightning_cls.cli.printing import print_config, to_floats
+from lightning_cls.cli.printing import print_run, to_floats
 from lightning_cls.cli.resolvers import register_resolvers
 from lightning_cls.fileio import atomic_write_text
 
@@ -87,8 +87,6 @@ def train(cfg: DictConfig) -> dict:
     from lightning_cls.training.resume import restore_fit_position
     from lightning_cls.training.trainer import build_trainer
 
-    if rank_zero_only.rank == 0:
-        print_config(OmegaConf.to_container(cfg, resolve=True))
     pl.seed_everything(cfg.seed, workers=True)
 
     apply_pretrained_preprocessing(cfg)
@@ -105,6 +103,8 @@ def train(cfg: DictConfig) -> dict:
     )
     with open_dict(cfg.trainer):  # the config logged and saved says what ran (auto resolved)
         cfg.trainer.precision = str(trainer.precision)
+    if rank_zero_only.rank == 0:  # after data, model, trainer: a wrong setting's error comes first
+        print_run(OmegaConf.to_container(cfg, resolve=True), verbose=cfg.get("verbose", False))
     datamodule.batch_size = per_device_batch_size(cfg.data.batch_size, trainer.world_size)
     for logger in trainer.loggers:  # the whole config, so runs compare in TensorBoard/MLflow
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
