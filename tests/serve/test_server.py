@@ -10,6 +10,7 @@ import time
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 import torch
 from PIL import Image
@@ -149,12 +150,14 @@ def test_sigterm_drains_accepted_requests(artifacts, tmp_path):
                 for img in artifacts.images[:6]
             ]
             await asyncio.sleep(0.5)  # accepted, waiting for the batch to fill
+            helpers.extend(psutil.Process(server.proc.pid).children())  # resource tracker
             server.proc.send_signal(15)
             await asyncio.sleep(0.2)
             health = await client.get("/health")  # a new connection while draining
             late = await client.post("/predict", **_png(artifacts.images[0]))
             return health, late, await asyncio.gather(*pending)
 
+    helpers = []
     health, late, responses = asyncio.run(run())
     assert health.status_code == 503 and "draining" in health.json()["detail"]
     assert late.status_code == 503 and "draining" in late.json()["detail"]
@@ -163,6 +166,8 @@ def test_sigterm_drains_accepted_requests(artifacts, tmp_path):
     assert server.proc.wait(timeout=8) == 0
     with pytest.raises(httpx.TransportError):
         httpx.get(server.url + "/health", timeout=2)
+    psutil.wait_procs(helpers, timeout=10)  # the tracker writes its warnings as it exits
+    assert "leaked semaphore" not in server.log.read_text()  # ServeMetrics.close
 
 
 def test_a_request_not_answered_within_the_timeout_gets_504(artifacts, tmp_path):
