@@ -104,6 +104,12 @@ class CoreMLWriter(Writer):
     features = False  # a classifier answers labels; a feature-space rule is not in it
 
     def refuses(self, spec):
+        if spec.reject is not None and spec.reject["score"] == "energy":
+            return (
+                "reject=energy scores the logits, which a Core ML classifier does not give back "
+                "(it answers probabilities: every image would get the same energy); calibrate "
+                "with reject=msp for Core ML, or use export=onnx|executorch|litert."
+            )
         if not spec.decision.needs_features:
             return ""
         return (

@@ -4,10 +4,17 @@ Any ONNX server (Triton, KServe, ONNX Runtime in another language) can run it wi
 Python: the graph takes uint8 NHWC images ``(batch, image_size, image_size, channels)`` (what
 an image decoder produces, resized by the client to ``image_size``), and does the /255,
 mean/std normalisation, the NHWC -> NCHW transpose, the artifact's test-time augmentation
-(``tta_flip``/``tta_translate``) and the softmax itself (a sigmoid per label for a
-multi-label model, whose threshold travels in the metadata). There is no resize in the graph:
-resizing photos stays with the client (``lightning_cls.inference.decode_image`` does it as in
+(``tta_flip``/``tta_translate``, only for the images below ``tta_threshold`` when the model
+has one) and the task's probabilities itself (``spec.decision``: the softmax after the
+calibrated temperature; a sigmoid per label, each after its own temperature, for a multi-label
+model, whose threshold travels in the metadata). There is no resize in the graph: resizing
+photos stays with the client (``lightning_cls.inference.decode_image`` does it as in
 training).
+
+Probabilities are all the file answers. A model calibrated with a rejection rule (``reject=``:
+its ``unknown`` verdict) or prediction sets (``conformal``) is refused in one line before any
+file is written (``OnnxE2EWriter.refuses``): a server running the file without lightning_cls
+would answer without the rule. ``export=onnx`` carries them (predict and serve apply them).
 
 The file carries the ``InputSpec`` in ``metadata_props`` like ``model.onnx``, with
 ``layout="NHWC"`` and ``preprocessing`` saying that the graph does it, so a reader never
@@ -27,7 +34,7 @@ from torch import nn
 
 from lightning_cls.export.onnx import OPSET, read_metadata, write_onnx
 from lightning_cls.export.writer import Writer
-from lightning_cls.inference.predictor import Predictor, probabilities, tta
+from lightning_cls.inference.predictor import Predictor, tta
 from lightning_cls.inference.runtimes import make_session
 from lightning_cls.inference.spec import InputSpec, normalize_constants
 
@@ -43,14 +50,16 @@ FILE = "model_e2e.onnx"
 
 
 class EndToEnd(nn.Module):
-    """uint8 (B, H, W, C) -> probabilities (B, classes): normalisation, TTA and softmax around
-    ``net``, with the same constants and the same TTA function as ``Predictor``."""
+    """uint8 (B, H, W, C) -> probabilities (B, classes): normalisation, TTA and the task's
+    probabilities (temperature included) around ``net``, with the same constants, the same
+    TTA function and the same decision object (``spec.decision``) as ``Predictor``."""
 
     def __init__(self, net: nn.Module, spec: InputSpec):
         super().__init__()
         self.net = net
         self.flip, self.translate = spec.tta_flip, spec.tta_translate
-        self.multilabel = spec.multilabel
+        self.tta_threshold = spec.tta_threshold if (self.flip or self.translate) else None
+        self.task = spec.decision  # probabilities after the model's temperature(s)
         scale, shift = normalize_constants(spec.mean, spec.std, spec.num_channels)
         self.register_buffer("scale", scale.view(1, 1, 1, -1).clone())  # (1, 1, 1, C)
         self.register_buffer("shift", shift.view(1, 1, 1, -1).clone())
@@ -58,8 +67,14 @@ class EndToEnd(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = images.float() * self.scale - self.shift  # (B, H, W, C), = spec.preprocess
         x = x.permute(0, 3, 1, 2)  # (B, C, H, W)
-        logits = tta(self.net, x, self.flip, self.translate)
-        return probabilities(logits, self.multilabel)  # (B, K)
+        logits = tta(self.net, x, self.flip, self.translate)  # (B, K)
+        if self.tta_threshold is not None:
+            # Selective TTA (``predictor.selective_tta``) without data-dependent control flow:
+            # the TTA logits where the plain pass is unsure, the plain ones elsewhere.
+            plain = self.net(x)  # (B, K)
+            unsure = self.task.confidence(plain, "msp") < self.tta_threshold  # (B,)
+            logits = torch.where(unsure[:, None], logits, plain)
+        return self.task.probabilities(logits)  # (B, K)
 
 
 def e2e_spec(spec: InputSpec) -> InputSpec:
@@ -87,6 +102,18 @@ class OnnxE2EWriter(Writer):
     @classmethod
     def from_config(cls, config, out):
         return [cls(config.opset)]
+
+    def refuses(self, spec):
+        decided = [f"reject={spec.reject['score']}"] if spec.reject is not None else []
+        decided += [f"conformal={spec.conformal['method']}"] if spec.conformal is not None else []
+        if not decided:
+            return ""
+        return (
+            f"the model is calibrated with {' and '.join(decided)}, which the end-to-end file "
+            "does not carry (it answers probabilities only: a server running it would answer "
+            "without the rule); use export=onnx, which predict and serve run with the rule, or "
+            "export a checkpoint calibrated without it."
+        )
 
     def write(self, net, example, tmp, spec):
         module = EndToEnd(net, spec).eval()

@@ -10,6 +10,9 @@ needs the DataModule's splits, or ``""``), ``modules`` (the packages it and its 
 ``ExportConfig`` asks of it). ``export_model`` orders the requested writers by ``requires``
 and runs each through ``Writer.export``, by default the skeleton here, once for every format:
 
+0. ``writer.refuses(spec)``: a format that cannot carry the model's decision (Core ML a
+   feature-space rule, ``onnx_e2e`` a rejection rule or prediction sets) is refused in one line
+   naming the fix, before anything is written (``export_model`` asks every writer first);
 1. the network in eval mode (its mode restored in ``finally``);
 2. ``writer.write`` writes under a hidden temp name in the target's folder (the suffix kept,
    so the runtime registry recognises it; companions such as OpenVINO's ``.bin`` beside it);
@@ -271,6 +274,9 @@ def write_verified(
     (and whatever ``writer.check`` checks without a network: INT8's accuracy gate).
     """
     path = Path(path)
+    reason = writer.refuses(spec)
+    if reason:  # export_format alone: export_model asked every writer before writing anything
+        raise ValueError(f"export={writer.key}: {reason}")
     files = [path.with_suffix(suffix) for suffix in writer.companions] + [path]
     was_training = net.training if net is not None else False
     if net is not None:
