@@ -79,6 +79,7 @@ class ClassificationModule(pl.LightningModule):
         tta: str = "full",  # full | selective (TTA only below a confidence threshold)
         tta_threshold: float | None = None,  # selective's threshold (chosen on validation)
         tta_tolerance: float = 0.002,  # selective: accuracy it may give up against full TTA
+        data_fingerprint: str | None = None,  # sha256 of the files trained on (data/fingerprint.py)
         **flat_task_options: Any,  # deprecated: a task's options given beside the module's
     ):
         super().__init__()
@@ -102,6 +103,7 @@ class ClassificationModule(pl.LightningModule):
                 image_size=spec.image_size,
                 num_channels=spec.num_channels,
                 resize_size=spec.resize_size,
+                data_fingerprint=spec.data_fingerprint,  # the files it learned from
             )
             classes, image_size = self.hparams.classes, spec.image_size
             num_channels = spec.num_channels

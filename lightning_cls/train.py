@@ -91,6 +91,11 @@ def train(cfg: DictConfig) -> dict:
 
     apply_pretrained_preprocessing(cfg)
     datamodule = instantiate(cfg.data)  # loads nothing yet: the Trainer calls prepare/setup
+    from lightning_cls.models import check_pretrained_preprocessing  # weights vs data: one line
+
+    allow = cfg.get("allow_preprocessing_mismatch", False)
+    model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
+    check_pretrained_preprocessing(model_kwargs, datamodule.spec, allow)
     module = build_module(cfg, datamodule.spec, optimizer, scheduler)
     run = RunCallbacks.from_config(cfg)
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
@@ -130,6 +135,7 @@ def train(cfg: DictConfig) -> dict:
         run.preemption.complete("test", tested, trainer)  # the last point a signal leaves at
 
     summary = run_summary(cfg, fit, tested, trainer, started)
+    summary["data_fingerprint"] = getattr(datamodule, "fingerprint", None)  # data/fingerprint.py
     if trainer.is_global_zero:
         write_results(cfg, summary)
     stages.clear(trainer.is_global_zero)  # complete: a rerun here runs every stage

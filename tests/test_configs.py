@@ -68,6 +68,7 @@ COMMON_VALUES = {
     "balanced_sampler": True,
     "flip": "random",  # alternate needs the tensor pipeline (pil above: refused, tested elsewhere)
     "translate_pad": "reflect",
+    "expect_fingerprint": "ab" * 32,
 }
 
 

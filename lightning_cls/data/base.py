@@ -23,6 +23,7 @@ import torch
 from torchvision import transforms as T
 
 from lightning_cls.data.augment import BatchAugment, check_flip_and_pad
+from lightning_cls.data.fingerprint import DataIndex, Fingerprint, check_fingerprint
 from lightning_cls.data.memory import carve_val, memory_loader, pil_auto_augment
 from lightning_cls.data.tensor_loader import batch_generator
 from lightning_cls.inference.spec import InputSpec, Split
@@ -63,6 +64,8 @@ class ImageDataModule(pl.LightningDataModule):
     # (predict/serve: Resize(this) + CenterCrop(image_size)); None: stored at image_size.
     resize_size: int | None = None
     config_note = ""  # after the fix in the config check's message
+    # Why ``fingerprint`` is None for this source (data/fingerprint.py; docs/data.md).
+    fingerprint_note = "its images are built in or downloaded by name, not read from local files"
 
     def __init__(
         self,
@@ -91,6 +94,7 @@ class ImageDataModule(pl.LightningDataModule):
         balanced_sampler: bool = False,
         flip: str = "random",
         translate_pad: str = "zeros",
+        expect_fingerprint: str | None = None,
     ):
         super().__init__()
         check_flip_and_pad(flip, hflip, translate_pad)
@@ -130,6 +134,9 @@ class ImageDataModule(pl.LightningDataModule):
             "image_size": image_size,
         }
         self.name = name or type(self).__name__
+        # data.expect_fingerprint: refuse other files than those a fingerprint was taken of.
+        self.expect_fingerprint = expect_fingerprint
+        self._fingerprint: Fingerprint | None = None
         self.splits: Mapping[str, Split] = {}
         self._train_loader = None  # its position travels in state_dict
         self._train_loader_state: dict | None = None  # from a checkpoint, for the next loader
@@ -149,7 +156,27 @@ class ImageDataModule(pl.LightningDataModule):
         self.setup()
         return memory_loader(self, self.splits[split], train)
 
+    def data_index(self) -> DataIndex | None:
+        """The local files this source reads, for its ``fingerprint``; None (the default:
+        in memory, downloaded, streamed) when it reads no index of files (``fingerprint_note``)."""
+        return None
+
     # -- derived facts -----------------------------------------------------------------------
+    @property
+    def fingerprint(self) -> str | None:
+        """sha256 of the data index (its files and their content hashes, ``data/fingerprint.py``),
+        computed once and checked against ``expect_fingerprint``; None: the source has no
+        index of files (``fingerprint_note`` says why)."""
+        if self._fingerprint is None:
+            index = self.data_index()
+            found = index.fingerprint() if index is not None else None
+            what = f"data={self.name}" + (f" at {index.root}" if index is not None else "")
+            check_fingerprint(found, self.expect_fingerprint, what, index, self.fingerprint_note)
+            if found is None:
+                return None
+            self._fingerprint = found
+        return self._fingerprint.hexdigest
+
     @property
     def num_classes(self) -> int:
         return len(self.classes)
@@ -166,6 +193,7 @@ class ImageDataModule(pl.LightningDataModule):
             num_channels=self.num_channels,
             resize_size=self.resize_size,
             task=self.task,
+            data_fingerprint=self.fingerprint,
         )
 
     def describe(self, key: str, value: Any) -> str:
@@ -186,6 +214,7 @@ class ImageDataModule(pl.LightningDataModule):
         if not self.splits:  # read once (splits set beforehand, e.g. shared, are kept)
             self.splits = self.read_splits()
         self._check_config()
+        _ = self.fingerprint  # data.expect_fingerprint refuses other files before any work
 
     def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:
         return BatchAugment.for_data(self, dtype)

@@ -33,6 +33,7 @@ from lightning_cls.data.file_index import (
     read_file_index,
     unreadable_of,
 )
+from lightning_cls.data.fingerprint import DataIndex
 from lightning_cls.data.memory import hold_out
 from lightning_cls.data.registry import register_dataset
 from lightning_cls.inference.images import IMAGE_SUFFIXES
@@ -184,16 +185,11 @@ class ImageFolderDataModule(ImageDataModule):
     def prepare_data(self) -> None:
         """Build the caches once (Lightning calls this on one process; DDP ranks then read them)."""
         if self.cache:
-            for name in ("train", "val", "test"):
-                if name == "train" or (self.root / name).is_dir():
-                    self._load(name)
+            for name in self._splits_on_disk():
+                self._load(name)
 
     def load_splits(self) -> dict[str, Split]:
-        splits = {"train": self._load("train")}
-        for name in ("val", "test"):
-            if (self.root / name).is_dir():
-                splits[name] = self._load(name)
-        return self._hold_out_test(splits)
+        return self._hold_out_test({name: self._load(name) for name in self._splits_on_disk()})
 
     def _hold_out_test(self, splits: dict[str, Split]) -> dict[str, Split]:
         if "test" not in splits:
@@ -213,7 +209,24 @@ class ImageFolderDataModule(ImageDataModule):
         """The image file behind each row of ``self.splits[name]`` (after ``setup``)."""
         return files_of_splits(self, self._split_files, self._split_labels)
 
-    def _load(self, split: str) -> Split:
+    def _splits_on_disk(self) -> list[str]:
+        return [
+            name
+            for name in ("train", "val", "test")
+            if name == "train" or (self.root / name).is_dir()
+        ]
+
+    def data_index(self) -> DataIndex:
+        """Every image of train/ (and val/, test/) that ``data.index`` keeps (all without one)."""
+        files = [str(f) for split in self._splits_on_disk() for f in self._listed(split)[1]]
+        return DataIndex(self.root, files, self._cache_dir())
+
+    def _cache_dir(self) -> Path | None:
+        root = str(self.root)
+        return image_cache.writable_cache_dir(root, self.cache_dir) if self.cache else None
+
+    def _listed(self, split: str) -> tuple[Path, list[Path], list[int]]:
+        """A split's folder, the image files it holds that ``data.index`` keeps, their labels."""
         split_dir = self.train_dir if split == "train" else self.root / split
         classes, files, labels = scan_split(split_dir)
         unknown = sorted(set(classes) - set(self.classes))
@@ -224,7 +237,10 @@ class ImageFolderDataModule(ImageDataModule):
             )
         index = {name: i for i, name in enumerate(self.classes)}
         labels = [index[classes[i]] for i in labels]
-        files, labels = self._filter_by_index(split_dir, files, labels)
+        return (split_dir, *self._filter_by_index(split_dir, files, labels))
+
+    def _load(self, split: str) -> Split:
+        split_dir, files, labels = self._listed(split)
         images, labels = self._decode_cached(split, [str(f) for f in files], labels)
         return Split(torch.from_numpy(images), torch.as_tensor(labels, dtype=torch.int64))
 
@@ -255,7 +271,7 @@ class ImageFolderDataModule(ImageDataModule):
             self.num_channels,
             json.dumps(labels) if cache_tag else "",
         )
-        cache_dir = image_cache.writable_cache_dir(root, self.cache_dir) if self.cache else None
+        cache_dir = self._cache_dir()
         if cache_dir is not None and (hit := image_cache.load_cache(cache_dir, name, key)):
             images, meta = hit
             self._handle_unreadable(meta["skipped"], split)

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from lightning_cls.data.fingerprint import DataIndex
 from lightning_cls.data.imagefolder import ImageFolderDataModule
 from lightning_cls.data.memory import hold_out
 from lightning_cls.data.registry import register_dataset
@@ -169,6 +170,16 @@ class MultiLabelDataModule(ImageFolderDataModule):
                     f"{self.index_path('train')} lists no labels at all; write {INDEX_HELP}."
                 )
         return self._classes
+
+    def data_index(self) -> DataIndex:
+        """The index files (they hold the labels) and every image they list (a missing one
+        is left to ``_load``'s error, which names its row)."""
+        files = []
+        for split in ("train", "val", "test"):
+            if (index := self.index_path(split)) is not None:
+                listed = [self.root / file for file, _, _ in read_index(index)]
+                files += [str(index)] + [str(f) for f in listed if f.is_file()]
+        return DataIndex(self.root, files, self._cache_dir())
 
     def prepare_data(self) -> None:
         if self.cache:

@@ -77,6 +77,9 @@ class InputSpec:
     # Prediction sets with guaranteed coverage (inference/conformal.py), fitted on validation
     # after the temperature: {method: aps|raps, alpha, qhat, lam, k_reg, images}; None: off.
     conformal: dict[str, Any] | None = None
+    # sha256 of the files the model was trained on (lightning_cls.data.fingerprint); None:
+    # a source without a local index of files (built-in, downloaded, streamed, in memory).
+    data_fingerprint: str | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the types once, here
@@ -93,6 +96,7 @@ class InputSpec:
             "task": lambda v: str(v or "multiclass"),
             "threshold": lambda v: None if v is None else float(v),
             "label_smoothing": lambda v: float(v or 0.0),
+            "data_fingerprint": lambda v: None if v is None else str(v),
         }
         for name, convert in conversions.items():
             value = getattr(self, name)
@@ -268,6 +272,7 @@ _KINDS = {
     "temperature": "a number > 0",
     "reject": "a rejection rule",
     "conformal": "a fitted prediction-set rule",
+    "data_fingerprint": "a hex digest",
 }
 
 

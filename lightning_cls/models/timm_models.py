@@ -64,7 +64,8 @@ def build_timm_model(
 
 
 def preprocessing(model: nn.Module | str) -> dict:
-    """The input a timm model's ``pretrained_cfg`` asks for: mean, std, crop and resize size.
+    """The input a timm model's ``pretrained_cfg`` asks for: mean, std, crop and resize size,
+    channels.
 
     ``model``: a built timm model, or a model name (its default pretrained tag's config,
     read without building the model or downloading anything).
@@ -74,11 +75,12 @@ def preprocessing(model: nn.Module | str) -> dict:
         cfg = found.to_dict() if found is not None else {}
     else:
         cfg = getattr(model, "pretrained_cfg", None) or {}
-    size = int(cfg.get("input_size", (3, 224, 224))[-1])
+    channels, _, size = (int(v) for v in cfg.get("input_size", (3, 224, 224)))
     crop_pct = float(cfg.get("crop_pct", 0.875))
     return {
         "mean": [float(v) for v in cfg.get("mean", (0.485, 0.456, 0.406))],
         "std": [float(v) for v in cfg.get("std", (0.229, 0.224, 0.225))],
         "image_size": size,
         "decode_size": int(math.floor(size / crop_pct)),  # timm's eval resize: size / crop_pct
+        "num_channels": channels,
     }

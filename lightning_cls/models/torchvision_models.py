@@ -82,6 +82,7 @@ def preprocessing(name: str, weights: str) -> dict:
         "std": [float(v) for v in transforms.std],
         "image_size": int(transforms.crop_size[0]),
         "decode_size": int(transforms.resize_size[0]),
+        "num_channels": 3,  # torchvision's classifiers take RGB
     }
 
 

@@ -24,6 +24,7 @@ def test_timm_weights_path_loads_offline_and_refits_the_head(tmp_path):
         "std": [0.229, 0.224, 0.225],
         "image_size": 224,
         "decode_size": 235,  # 224 / crop_pct 0.95
+        "num_channels": 3,
     }
 
 

@@ -110,6 +110,7 @@ def test_weights_preprocessing_is_torchvisions():
         "std": [0.229, 0.224, 0.225],
         "image_size": 224,
         "decode_size": 232,
+        "num_channels": 3,
     }
 
 
