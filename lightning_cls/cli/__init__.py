@@ -66,7 +66,7 @@ def run_cli(main: Callable[[], Any]) -> None:
         keys = suggest.flat_keys(_composed(config_name, args) or {})
         sys.stderr.write(f"error: {suggest.flag_hint(args, keys or None)}\n")
         sys.exit(1)
-    sys.argv = [sys.argv[0], *args, *user_config_override(args)]
+    sys.argv = [sys.argv[0], *_with_overrides(args, user_config_override(args))]
     os.environ[_FULL_ERROR_ENV] = "1" if full else "0"
     if any(a in VERBOSE_FLAGS for a in args):
         quiet.show_tips_once()
@@ -110,6 +110,12 @@ def user_config_override(args: list[str]) -> list[str]:
         return []
     path = f"file://{conf.resolve()}".replace("\\", "\\\\").replace("'", "\\'")
     return [f"hydra.searchpath=['{path}']"]
+
+
+def _with_overrides(args: list[str], extra: list[str]) -> list[str]:
+    """``args`` with ``extra`` overrides next to its own (argparse takes one run of them)."""
+    first = next((i for i, a in enumerate(args) if "=" in a and not a.startswith("-")), len(args))
+    return [*args[:first], *extra, *args[first:]]
 
 
 def _config_name(main: Callable) -> str | None:
