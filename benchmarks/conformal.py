@@ -2,8 +2,8 @@
 alpha 0.1 and 0.05, RAPS and APS, for several seeds (each seed carves its own val/test split
 and trains its own model).
 
-    python benchmarks/conformal.py --root /root/cifar10/train --per-class 1000 --epochs 5 \
-        --seeds 1 2 --resplits 300 --work /tmp/conformal
+    python benchmarks/conformal.py --root $CIFAR10/train --per-class 1000 --epochs 5 \
+        --seeds 1 2 --resplits 300 --work $WORK/conformal
     python benchmarks/conformal.py --quick     # generated images, seconds (tests/benchmarks)
 
 Scaled down for a shared 2-core CPU: the first ``--per-class`` JPEGs of each class folder
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -146,8 +147,8 @@ def generated_folder(root: Path, classes: int, per_class: int, size: int = 16) -
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="generated images, seconds")
-    parser.add_argument("--root", default="/root/cifar10/train")
-    parser.add_argument("--work", default="/tmp/conformal")
+    parser.add_argument("--root", default=str(Path.home() / "cifar10" / "train"))
+    parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "conformal"))
     parser.add_argument("--per-class", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])

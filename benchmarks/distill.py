@@ -22,8 +22,8 @@ Prints a markdown table; the last line is one JSON object.
 ``cifar10_fast`` run of benchmarks/trust.py; give ``--root`` its data root and
 ``--data-overrides`` its carve so the students are tested on the same images:
 
-    python benchmarks/distill.py --teacher-run /tmp/trust_fast/train \
-        --root /tmp/trust_fast/cifar_1000 \
+    python benchmarks/distill.py --teacher-run $WORK/trust_fast/train \
+        --root $WORK/trust_fast/cifar_1000 \
         --data-overrides "data.val_size=0.2 data.test_size=0.2" --student-epochs 4 --seeds 0 1
 """
 

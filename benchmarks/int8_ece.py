@@ -1,7 +1,7 @@
 """Calibration of the INT8 export: ECE of the fp32 ONNX file and of its static INT8 copy on the
 held-out test split, both with the same temperature, fitted on the run's validation split.
 
-    python benchmarks/int8_ece.py --work /tmp/ood      # the runs benchmarks/ood.py trained
+    python benchmarks/int8_ece.py --work $WORK/ood     # the runs benchmarks/ood.py trained
     python benchmarks/int8_ece.py --quick              # trains a tiny model first (tests)
 
 ``--temperature-fit`` (``auto`` | ``nll`` | ``ece``, as ``calibrate temperature_fit=``) fits the
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -89,7 +90,7 @@ def one_run(folder: Path, temperature_fit: str) -> dict:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a tiny model trained first")
-    parser.add_argument("--work", default="/tmp/ood")
+    parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "ood"))
     parser.add_argument("--temperature-fit", default="auto",
                         choices=["checkpoint", "auto", "nll", "ece"],
                         help="fit T again on validation this way (checkpoint: keep its T)")  # fmt: skip

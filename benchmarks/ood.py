@@ -1,6 +1,6 @@
 """Unknown images on real photos: near- and far-OOD AUROC and FPR95 of every rejection score.
 
-    python benchmarks/ood.py --per-class 2500 --epochs 10 --seeds 0 1 --work /tmp/ood
+    python benchmarks/ood.py --per-class 2500 --epochs 10 --seeds 0 1 --work $WORK/ood
     python benchmarks/ood.py --quick      # generated images, seconds (tests/benchmarks)
 
 Known: 6 CIFAR-10 classes (airplane, automobile, bird, cat, deer, dog: the first six, fixed
@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -341,7 +342,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="generated images, seconds")
     parser.add_argument("--cifar", default=str(Path.home() / "cifar10"),
                         help="the unpacked JPEGs (holds train/<class>/)")  # fmt: skip
-    parser.add_argument("--work", default="/tmp/ood")
+    parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "ood"))
     parser.add_argument("--per-class", type=int, default=2500)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--ood-images", type=int, default=1000)

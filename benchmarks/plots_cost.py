@@ -10,7 +10,7 @@ warm-up call; the figures are drawn in turn within each repeat, so a shared mach
 weighs on all alike.
 
     python benchmarks/plots_cost.py                  # 15 repeats
-    python benchmarks/plots_cost.py --out /tmp/p     # also keep the PNGs, to look at
+    python benchmarks/plots_cost.py --out $WORK/p    # also keep the PNGs, to look at
     python benchmarks/plots_cost.py --quick          # 1 repeat: the suite's smoke run
 
 The last output line is the JSON of the run (CPU name, load average before and after).

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 epoch, 3 rounds")
-    parser.add_argument("--work", default="/tmp/reject_cost")
+    parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "reject_cost"))
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--epochs", type=int, default=10)
     args = parser.parse_args(argv)

@@ -8,9 +8,9 @@ divided by the ``--baseline`` recipe's whole training time, both measured in the
 this script. Draws one PNG, prints a markdown table; the last line is one JSON object.
 
     python benchmarks/time_to_accuracy.py --baseline tutorial \\
-        --train "cifar10_fast=experiment=cifar10_fast data=imagefolder data.root=/tmp/cifar10 ..." \\
+        --train "cifar10_fast=experiment=cifar10_fast data=imagefolder data.root=$CIFAR10 ..." \\
         --train "tutorial=experiment=cifar10_simplecnn trainer.max_epochs=15 data=imagefolder ..."
-    python benchmarks/time_to_accuracy.py --run cifar10_fast=/tmp/a --run tutorial=/tmp/b
+    python benchmarks/time_to_accuracy.py --run cifar10_fast=$WORK/a --run tutorial=$WORK/b
     python benchmarks/time_to_accuracy.py --quick   # two 2-epoch runs on tiny synthetic data
 """
 

@@ -35,6 +35,7 @@ import logging
 import statistics
 import sys
 import tarfile
+import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -76,7 +77,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--data", type=Path, default=REPO.parent / "shared/data/cifar10-train-jpg.tar.gz"
     )
-    p.add_argument("--unpack-dir", type=Path, default=Path("/tmp/lightning_cls_bench/cifar10"))
+    p.add_argument(
+        "--unpack-dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "lightning_cls_bench" / "cifar10",
+    )
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=100, help="timed training steps per run")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps per run")

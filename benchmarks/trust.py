@@ -2,10 +2,10 @@
 out-of-distribution AUROC (energy and MSP) against the digits upscaled to 32x32 and uniform noise.
 
     python benchmarks/trust.py --archive ../shared/data/cifar10-train-jpg.tar.gz \
-        --per-class 500 --epochs 6 --work /tmp/trust
+        --per-class 500 --epochs 6 --work $WORK/trust
     python benchmarks/trust.py --model "experiment=cifar10_fast data.batch_size=128 \
         optimizer.lr=0.1875 tta_flip=false tta_translate=0" --per-class 1000 --epochs 4 \
-        --work /tmp/trust_fast
+        --work $WORK/trust_fast
     python benchmarks/trust.py --quick     # generated images, seconds (tests/benchmarks)
 
 Scaled down for a shared 2-core CPU (docs/guides/calibration.md says so next to the numbers):
@@ -23,6 +23,7 @@ import argparse
 import json
 import resource
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -168,7 +169,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="generated images, seconds")
     parser.add_argument("--archive", default="../shared/data/cifar10-train-jpg.tar.gz")
-    parser.add_argument("--work", default="/tmp/trust")
+    parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "trust"))
     parser.add_argument("--per-class", type=int, default=500)
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--ood-images", type=int, default=1000)
