@@ -23,7 +23,8 @@ def stats(cfg: DictConfig) -> dict[str, list[float]]:
     values = lambda xs: "[" + ", ".join(f"{x:.4f}" for x in xs) + "]"  # noqa: E731
     print(f"# per-channel statistics of data={cfg.data.name}, train split ({len(train)} images)")
     print(
-        "# paste into conf/data/<yours>.yaml, or pass data.mean=... data.std=... on the command line"
+        "# paste into ./conf/data/<yours>.yaml (a conf/ where you run is searched: data=<yours>),\n"
+        "# or pass data.mean=... data.std=... on the command line"
     )
     print(f"mean: {values(mean)}")
     print(f"std: {values(std)}")

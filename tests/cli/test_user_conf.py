@@ -67,3 +67,14 @@ def test_the_override_is_added_only_for_a_conf_of_the_users_own(tmp_path, monkey
     assert cli.user_config_override(["hydra.searchpath=[pkg://x]"]) == []  # the user's choice
     monkeypatch.chdir(Path(config_dir()).parent)  # a checkout: ./conf is the packaged one
     assert cli.user_config_override([]) == []
+
+
+def test_stats_says_where_to_paste_its_numbers(tmp_path, capsys):
+    from helpers.hydra_configs import compose
+    from lightning_cls.stats import stats
+
+    stats(compose("stats", ["data=digits"], tmp=tmp_path))
+    assert (
+        "# paste into ./conf/data/<yours>.yaml (a conf/ where you run is searched: data=<yours>)"
+        in capsys.readouterr().out
+    )
