@@ -35,17 +35,19 @@ install-dev: $(VPYTHON)
 	$(PIP) install $(CONSTRAIN) -e ".[dev,export,serve,sweep,streaming,timm,openvino,ray,doctor,executorch,coreml,litert]"
 
 # The LiteRT converter (litert-torch, export=litert) in an environment of its own, layered on
-# $(VENV): a .pth file puts $(VENV)'s packages (torch, lightning_cls, ai-edge-litert) behind its
-# own, so only what litert-torch needs differently (typing-extensions<4.13 for xdsl, pydantic
-# 2.11) is installed there, shadowing $(VENV)'s copies for this environment only; pip leaves
-# $(VENV) untouched ("outside environment"). Export with $(LITERT_VENV)/bin/python -m
-# lightning_cls.export export=litert; predict/serve the .tflite from $(VENV).
+# $(VENV): a .pth file adds $(VENV)'s site-packages (torch, ai-edge-litert, lightning_cls) behind
+# its own with site.addsitedir, so their .pth files run too (the editable install's hook: the
+# project imports from any folder), and only what litert-torch needs differently
+# (typing-extensions<4.13 for xdsl, pydantic 2.11) is installed there, shadowing $(VENV)'s copies
+# for this environment only; pip leaves $(VENV) untouched ("outside environment"). Export with
+# $(LITERT_VENV)/bin/python -m lightning_cls.export export=litert; predict/serve the .tflite
+# from $(VENV).
 LITERT_VENV ?= .venv-litert
 LITERT_TORCH := litert-torch==0.10.0
 
 venv-litert: install-dev
 	$(VPYTHON) -m venv $(LITERT_VENV)  # the same Python as $(VENV)
-	$(VPYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > \
+	$(VPYTHON) -c 'import sysconfig; print("import site; site.addsitedir(%r)" % sysconfig.get_paths()["purelib"])' > \
 	  "$$($(LITERT_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_lightning_cls_base.pth"
 	$(LITERT_VENV)/bin/python -m pip install $(LITERT_TORCH)
 	$(LITERT_VENV)/bin/python -c 'import litert_torch, torch; print("litert-torch ready, torch", torch.__version__)'
