@@ -26,6 +26,7 @@ from lightning_cls.inference.openvino import (
     signal_stack_kept,
     spec_props,
 )
+from lightning_cls.inference.runtimes import FEATURES_OUTPUT
 from lightning_cls.inference.spec import InputSpec, Split
 from lightning_cls.training.precision import cpu_has_native_bf16
 
@@ -109,12 +110,27 @@ class OpenVINOWriter(Writer):
         # bf16 rounds by design: the check runs the same file in f32, where it must be exact.
         import openvino as ov
 
-        compiled = compile_model(ov.Core().read_model(str(path)), precision="f32")
+        return _F32(compile_model(ov.Core().read_model(str(path)), precision="f32")), runtime.spec
 
-        def run(x: torch.Tensor) -> torch.Tensor:
-            return torch.from_numpy(compiled(x.numpy())[compiled.output(0)].copy())
 
-        return run, runtime.spec
+class _F32:
+    """A bf16 IR compiled in f32 for the check: logits, and ``outputs`` (logits, features) as
+    the runtime answers them (a feature-space rule's file has both)."""
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+        named = [o for o in compiled.outputs[1:] if FEATURES_OUTPUT in o.get_names()]
+        self.features_output = named[0] if named else None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.outputs(x)[0]
+
+    def outputs(self, x: torch.Tensor):
+        result = self.compiled(x.numpy())
+        logits = torch.from_numpy(result[self.compiled.output(0)].copy())
+        if self.features_output is None:
+            return logits, None
+        return logits, torch.from_numpy(result[self.features_output].copy())
 
 
 def copy_tagged(src: Path, dst: Path, key: str, text: str) -> Path:
