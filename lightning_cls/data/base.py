@@ -23,7 +23,7 @@ import torch
 from torchvision import transforms as T
 
 from lightning_cls.data.augment import BatchAugment, check_flip_and_pad
-from lightning_cls.data.fingerprint import DataIndex, Fingerprint, check_fingerprint
+from lightning_cls.data.fingerprint import DataIndex, check_fingerprint
 from lightning_cls.data.memory import carve_val, memory_loader, pil_auto_augment
 from lightning_cls.data.tensor_loader import batch_generator
 from lightning_cls.inference.spec import InputSpec, Split
@@ -136,7 +136,7 @@ class ImageDataModule(pl.LightningDataModule):
         self.name = name or type(self).__name__
         # data.expect_fingerprint: refuse other files than those a fingerprint was taken of.
         self.expect_fingerprint = expect_fingerprint
-        self._fingerprint: Fingerprint | None = None
+        self._fingerprint: tuple[str | None] | None = None  # (digest,) once computed
         self.splits: Mapping[str, Split] = {}
         self._train_loader = None  # its position travels in state_dict
         self._train_loader_state: dict | None = None  # from a checkpoint, for the next loader
@@ -172,10 +172,9 @@ class ImageDataModule(pl.LightningDataModule):
             found = index.fingerprint() if index is not None else None
             what = f"data={self.name}" + (f" at {index.root}" if index is not None else "")
             check_fingerprint(found, self.expect_fingerprint, what, index, self.fingerprint_note)
-            if found is None:
-                return None
-            self._fingerprint = found
-        return self._fingerprint.hexdigest
+            # Only the digest is kept: the file list of a large folder is not worth the memory.
+            self._fingerprint = (found.hexdigest if found is not None else None,)
+        return self._fingerprint[0]
 
     @property
     def num_classes(self) -> int:

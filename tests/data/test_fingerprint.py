@@ -87,6 +87,24 @@ def test_hashes_are_cached_by_path_size_and_mtime(full_root, monkeypatch):
     assert [p.rsplit("/", 2)[-2:] for p in hashed] == [["a", "new.png"]]  # only the new file
 
 
+def test_a_file_as_fresh_as_the_cache_is_hashed_again(full_root):
+    """A rewrite within the clock's granularity keeps size and mtime; git's racy rule: an entry
+    no older than the cache file is not trusted."""
+    image = full_root / "train" / "b" / "003.png"
+    tick = time.time_ns() - 10**9  # "now", on a coarse clock
+    os.utime(image, ns=(tick, tick))
+    _fingerprint(full_root)  # the entry records (size, tick)
+    (cache,) = (full_root / ".lightning_cls_cache").glob("fingerprint-*.json")
+    os.utime(cache, ns=(tick, tick))  # the cache was written in the same tick
+    before = _fingerprint(full_root)
+    os.utime(cache, ns=(tick, tick))
+    data = bytearray(image.read_bytes())
+    data[-1] ^= 0xFF  # same size, other bytes, same mtime
+    image.write_bytes(bytes(data))
+    os.utime(image, ns=(tick, tick))
+    assert _fingerprint(full_root) != before
+
+
 def test_an_unwritable_cache_costs_a_rehash_not_an_error(full_root, tmp_path, monkeypatch):
     blocked = tmp_path / "a_file"
     blocked.write_text("not a folder")
