@@ -68,10 +68,6 @@ def run_cli(main: Callable[[], Any]) -> None:
         sys.exit(1)
     sys.argv = [sys.argv[0], *_with_overrides(args, user_config_override(args))]
     os.environ[_FULL_ERROR_ENV] = "1" if full else "0"
-    if any(a in VERBOSE_FLAGS for a in args):
-        quiet.show_tips_once()
-    else:
-        quiet.hide_tips()
     # Hydra prints its own shortened traceback unless HYDRA_FULL_ERROR=1: let the error reach
     # us instead, and decide here how to show it.
     os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -80,8 +76,10 @@ def run_cli(main: Callable[[], Any]) -> None:
 
         share_group_repository()
     try:
-        with nullcontext() if full else quiet.drop_hydra_job_line():
-            main()
+        verbose = any(a in VERBOSE_FLAGS for a in args)
+        with quiet.lightning_messages(verbose):
+            with nullcontext() if full else quiet.drop_hydra_job_line():
+                main()
     except (*USER_ERRORS, ImportError) as err:
         if full:
             raise

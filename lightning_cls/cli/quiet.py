@@ -2,9 +2,9 @@
 
 Every ``Trainer`` logs and warns things a user cannot act on (the ``srun`` hint on any machine
 with SLURM installed, the add-on package tips, the logging-interval warning of a short run,
-deprecations inside torch). ``hide_tips()`` drops them; ``verbose=true`` on the command line
-keeps them, each at most once per process (``show_tips_once()``: the doctor's k-fold builds
-five trainers). ``drop_hydra_job_line`` keeps Hydra's ``Error executing job with overrides``
+deprecations inside torch). ``lightning_messages()`` drops them, and lets Lightning's other
+messages through once each (the doctor's k-fold builds five trainers); ``verbose=true`` on the
+command line keeps the tips too, each once. ``drop_hydra_job_line`` keeps Hydra's ``Error executing job with overrides``
 off stderr (the ``error:`` line says what went wrong), and ``remove_failed_run`` removes the run
 folder a failed command had just made when it holds nothing but Hydra's own files and logs.
 Part of the entry-point layer (``run_cli`` calls it; conf/hydra/default.yaml names ``RunFolder``).
@@ -17,6 +17,8 @@ import re
 import shutil
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -44,7 +46,7 @@ HYDRA_JOB_LINE = "Error executing job with overrides:"
 
 
 class _TipFilter(logging.Filter):
-    """Drops the tips (``hide=True``) or lets each message through once (``hide=False``)."""
+    """Lets each message through once, and none of the tips with ``hide=True``."""
 
     def __init__(self, hide: bool):
         super().__init__("lightning_cls.tips")
@@ -52,33 +54,29 @@ class _TipFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if self.hide:
-            return not message.startswith(TIPS)
-        if message in self.seen:
+        if (self.hide and message.startswith(TIPS)) or message in self.seen:
             return False
-        self.seen.add(message)
+        self.seen.add(message)  # a Trainer per fold (the doctor) says the same things again
         return True
 
 
-def hide_tips() -> None:
-    """Lightning's tips and the deprecations a user cannot act on, off from now on."""
-    _install(hide=True)
-
-
-def show_tips_once() -> None:
-    """Everything Lightning says, but each message at most once per process."""
-    _install(hide=False)
-
-
-def _install(hide: bool) -> None:
-    for name in TIP_LOGGERS:
-        logger = logging.getLogger(name)
-        for old in [f for f in logger.filters if isinstance(f, _TipFilter)]:
-            logger.removeFilter(old)
-        logger.addFilter(_TipFilter(hide))
-    action = "ignore" if hide else "once"
-    for tip in TIPS:
-        warnings.filterwarnings(action, message=re.escape(tip))
+@contextmanager
+def lightning_messages(verbose: bool = False) -> Iterator[None]:
+    """Within the block, Lightning's messages each at most once, and its tips and the
+    deprecations a user cannot act on not at all unless ``verbose``; afterwards as before."""
+    with warnings.catch_warnings():
+        for tip in TIPS:
+            warnings.filterwarnings("once" if verbose else "ignore", message=re.escape(tip))
+        installed = [
+            (logging.getLogger(name), _TipFilter(hide=not verbose)) for name in TIP_LOGGERS
+        ]
+        for logger, tip_filter in installed:
+            logger.addFilter(tip_filter)
+        try:
+            yield
+        finally:
+            for logger, tip_filter in installed:
+                logger.removeFilter(tip_filter)
 
 
 class drop_hydra_job_line:  # noqa: N801 - used as a context manager, like contextlib's
@@ -162,11 +160,12 @@ def remove_failed_run(made_after: float) -> bool:
         return False
     if not only_hydras_files(folder, made_after - 1):
         return False
-    for handler in logging.getLogger().handlers:  # Hydra's <task>.log is open: close it first
+    for handler in list(logging.getLogger().handlers):  # Hydra's <task>.log is open: close it
         if (
             isinstance(handler, logging.FileHandler)
             and folder in Path(handler.baseFilename).parents
         ):
+            logging.getLogger().removeHandler(handler)
             handler.close()
     shutil.rmtree(folder, ignore_errors=True)
     parent = folder.parent

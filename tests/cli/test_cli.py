@@ -156,11 +156,14 @@ def test_bad_training_settings_end_in_one_line_naming_the_key(
     assert capsys.readouterr().err == message + "\n"
 
 
-def test_disabling_the_progress_bar_on_the_command_line_is_honoured(clean_env, tmp_path):
+def test_disabling_the_progress_bar_on_the_command_line_is_honoured(clean_env, tmp_path, capsys):
     """trainer.enable_progress_bar=false with the default callbacks (which add a progress
-    bar) trains without a bar instead of failing in Lightning's Trainer."""
+    bar) trains without a bar instead of failing in Lightning's Trainer. The run prints its
+    summary, not the config tree (verbose=false)."""
     _train_cli(["trainer.enable_progress_bar=false", "test=false"], tmp_path)
     assert (tmp_path / "run" / "results.json").is_file()
+    out = capsys.readouterr().out
+    assert "trainer    max_epochs=1, accelerator=" in out and "conformal_method" not in out
 
 
 def test_a_missing_extra_is_one_line_and_other_import_errors_are_bugs(clean_env, capsys):

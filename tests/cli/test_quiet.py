@@ -23,37 +23,30 @@ SRUN = "The `srun` command is available on your system but is not used. HINT: ..
 RANK_ZERO = "pytorch_lightning.utilities.rank_zero"
 
 
-@pytest.fixture
-def tip_filters():
-    """Whatever a test installs on Lightning's loggers is taken off afterwards."""
-    yield
-    for name in quiet.TIP_LOGGERS:
-        logger = logging.getLogger(name)
-        for f in [f for f in logger.filters if isinstance(f, quiet._TipFilter)]:
-            logger.removeFilter(f)
-
-
-def _said(caplog, install) -> tuple[list[str], list[str]]:
-    """What Lightning's logger and warnings let through after ``install()``."""
+def _said(caplog, verbose: bool) -> tuple[list[str], list[str]]:
+    """What Lightning's logger and warnings let through within ``lightning_messages``."""
     caplog.set_level(logging.INFO, logger=RANK_ZERO)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
-        install()
-        for _ in range(3):  # the doctor's k-fold: a Trainer per fold
-            logging.getLogger(RANK_ZERO).info(TIP)
-            logging.getLogger(RANK_ZERO).info("GPU available: False, used: False")
-            warnings.warn(SRUN, UserWarning, stacklevel=1)
-    return [r.getMessage() for r in caplog.records], [str(w.message) for w in caught]
+        with quiet.lightning_messages(verbose):
+            for _ in range(3):  # the doctor's k-fold: a Trainer per fold
+                logging.getLogger(RANK_ZERO).info(TIP)
+                logging.getLogger(RANK_ZERO).info("GPU available: False, used: False")
+                warnings.warn(SRUN, UserWarning, stacklevel=1)
+        logging.getLogger(RANK_ZERO).info(TIP)  # after the block: as before
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged[-1] == TIP
+    return logged[:-1], [str(w.message) for w in caught]
 
 
-def test_lightnings_tips_are_hidden_by_default(caplog, tip_filters):
-    logged, warned = _said(caplog, quiet.hide_tips)
-    assert logged == ["GPU available: False, used: False"] * 3  # not a tip: kept
+def test_lightnings_tips_are_hidden_by_default(caplog):
+    logged, warned = _said(caplog, verbose=False)
+    assert logged == ["GPU available: False, used: False"]  # not a tip: kept, once
     assert warned == []
 
 
-def test_verbose_shows_each_tip_once(caplog, tip_filters):
-    logged, warned = _said(caplog, quiet.show_tips_once)
+def test_verbose_shows_each_tip_once(caplog):
+    logged, warned = _said(caplog, verbose=True)
     assert logged == [TIP, "GPU available: False, used: False"]
     assert warned == [SRUN]
 
@@ -99,10 +92,8 @@ def test_a_folder_with_older_files_or_outside_the_logs_is_kept(tmp_path):
 
 
 def test_a_data_error_is_the_only_line_on_stderr_and_leaves_no_run_folder(
-    tmp_path, monkeypatch, capsys
+    user_env, tmp_path, monkeypatch, capsys
 ):
-    for name in ("HYDRA_FULL_ERROR", "LIGHTNING_CLS_FULL_ERROR"):
-        monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["lightning_cls.stats", "data.batch_size=0"])
     with pytest.raises(SystemExit) as exit_info:

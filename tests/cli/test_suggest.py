@@ -19,12 +19,6 @@ def train_config() -> dict:
     return OmegaConf.to_container(compose("train"), resolve=False)
 
 
-@pytest.fixture
-def clean_env(monkeypatch):
-    for name in ("HYDRA_FULL_ERROR", "LIGHTNING_CLS_FULL_ERROR"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.mark.parametrize(
     "key, expected",
     [
@@ -102,13 +96,13 @@ def _run(main, argv: list[str], monkeypatch, capsys) -> str:
     ],
 )  # fmt: skip
 def test_a_command_answers_a_typo_with_the_closest_key_in_one_line(
-    main, argv, expected, clean_env, monkeypatch, capsys, tmp_path
+    main, argv, expected, user_env, monkeypatch, capsys, tmp_path
 ):
     monkeypatch.chdir(tmp_path)
     assert _run(main, argv, monkeypatch, capsys) == f"error: {expected}\n"
 
 
-def test_an_unknown_group_option_has_no_search_path(clean_env, monkeypatch, capsys, tmp_path):
+def test_an_unknown_group_option_has_no_search_path(user_env, monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(tmp_path)
     err = _run(train_main, ["model=resnet50"], monkeypatch, capsys)
     assert err.startswith("error: no model config named resnet50; ")
@@ -117,7 +111,7 @@ def test_an_unknown_group_option_has_no_search_path(clean_env, monkeypatch, caps
 
 
 def test_following_hydras_plus_hint_gets_the_key_first_and_leaves_no_run_folder(
-    clean_env, monkeypatch, capsys, tmp_path
+    user_env, monkeypatch, capsys, tmp_path
 ):
     """``+trainer.max_epoch=3`` reaches the Trainer's constructor: its TypeError is worded as
     the key, before anything else is printed, and the run folder Hydra had made is gone."""

@@ -11,12 +11,6 @@ from lightning_cls import cli, config_dir
 from lightning_cls.train import main as train_main
 
 
-@pytest.fixture
-def clean_env(monkeypatch):
-    for name in ("HYDRA_FULL_ERROR", "LIGHTNING_CLS_FULL_ERROR"):
-        monkeypatch.delenv(name, raising=False)
-
-
 def _job_config(argv: list[str], monkeypatch, capsys) -> str:
     """``python -m lightning_cls.train <argv> --cfg job``: the composed config Hydra prints."""
     monkeypatch.setattr(sys, "argv", ["lightning_cls.train", *argv, "--cfg", "job"])
@@ -25,7 +19,7 @@ def _job_config(argv: list[str], monkeypatch, capsys) -> str:
 
 
 def test_own_experiment_and_data_files_are_found_and_packaged_names_win(
-    clean_env, tmp_path, monkeypatch, capsys
+    user_env, tmp_path, monkeypatch, capsys
 ):
     (tmp_path / "conf" / "experiment").mkdir(parents=True)
     (tmp_path / "conf" / "data").mkdir()
@@ -46,7 +40,7 @@ def test_own_experiment_and_data_files_are_found_and_packaged_names_win(
 
 
 def test_a_typo_in_an_own_experiment_name_points_at_the_folder(
-    clean_env, tmp_path, monkeypatch, capsys
+    user_env, tmp_path, monkeypatch, capsys
 ):
     (tmp_path / "conf" / "experiment").mkdir(parents=True)
     (tmp_path / "conf" / "experiment" / "my_photos.yaml").write_text("# @package _global_\n")
