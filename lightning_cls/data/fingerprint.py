@@ -91,16 +91,19 @@ def fingerprint_files(
     hashes, stats, hashed = {}, {}, 0
     for file in files:
         name = Path(os.path.relpath(os.path.abspath(file), root)).as_posix()
-        st = os.stat(file)
-        stat = [st.st_size, st.st_mtime_ns]
-        entry = known.get(name)
-        # Trusted only if older than the cache file (git's "racy" rule): a file rewritten with
-        # the same size within the clock's granularity of the last run keeps its mtime.
-        if entry is not None and entry[:2] == stat and stat[1] < cache["written_ns"]:
-            hashes[name] = entry[2]
-        else:
-            hashes[name], hashed = file_sha256(file), hashed + 1
-        stats[name] = [*stat, hashes[name]]
+        try:
+            st = os.stat(file)
+            stat = [st.st_size, st.st_mtime_ns]
+            entry = known.get(name)
+            # Trusted only if older than the cache file (git's "racy" rule): a file rewritten
+            # with the same size within the clock's granularity of the last run keeps its mtime.
+            if entry is not None and entry[:2] == stat and stat[1] < cache["written_ns"]:
+                hashes[name] = entry[2]
+            else:
+                hashes[name], hashed = file_sha256(file), hashed + 1
+            stats[name] = [*stat, hashes[name]]
+        except OSError as err:  # the decode step names it (data.on_corrupt); not cached
+            hashes[name] = f"unreadable: {type(err).__name__}"
     found = Fingerprint(digest(hashes), hashes)
     if cache_file is not None and (hashed or found.hexdigest not in cache["manifests"]):
         manifests = {k: v for k, v in cache["manifests"].items() if k != found.hexdigest}

@@ -105,6 +105,20 @@ def test_a_file_as_fresh_as_the_cache_is_hashed_again(full_root):
     assert _fingerprint(full_root) != before
 
 
+def test_an_unreadable_image_is_left_to_the_decode_step(full_root, monkeypatch):
+    """Hashing does not decide what an unreadable file means (data.on_corrupt does)."""
+    readable = _fingerprint(full_root, cache=False)
+    real = fp.file_sha256
+
+    def denied(path):
+        if str(path).endswith("a/001.png"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(fp, "file_sha256", denied)
+    assert _fingerprint(full_root, cache=False) not in (None, readable)
+
+
 def test_an_unwritable_cache_costs_a_rehash_not_an_error(full_root, tmp_path, monkeypatch):
     blocked = tmp_path / "a_file"
     blocked.write_text("not a folder")
