@@ -290,3 +290,21 @@ def test_export_all_skips_coreml_for_a_feature_rule_and_says_why(trained, monkey
     assert "export=all skips coreml: reject=knn scores the network's features" in caplog.text
     plain = [w.key for w in accepted(config.writers(Path(".")), trained.spec, config)]
     assert "coreml" in plain  # a model without a feature rule keeps its Core ML file
+
+
+def test_coreml_refuses_an_energy_rule_naming_the_fix(trained, tmp_path):
+    """Core ML answers probabilities; its runtime's logits (log-probabilities x T) give every
+    image the same energy, so reject=energy would never (or always) answer unknown."""
+    pytest.importorskip("coremltools")
+    from lightning_cls.inference import InputSpec
+
+    rule = {"score": "energy", "threshold": 1.0, "keep": 0.95}
+    spec = InputSpec.from_dict({**trained.spec.to_dict(), "reject": rule})
+    with pytest.raises(
+        ValueError,
+        match=r"^export=coreml: reject=energy scores the logits, which a Core ML classifier "
+        r"does not give back .*; calibrate with reject=msp for Core ML, or use "
+        r"export=onnx\|executorch\|litert\.$",
+    ):
+        export_format("coreml", trained.net, spec, tmp_path / "model.mlpackage")
+    assert not list(tmp_path.iterdir())  # nothing written

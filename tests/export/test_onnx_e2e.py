@@ -130,3 +130,19 @@ def test_export_onnx_e2e_config_composes(helpers, tmp_path):
     assert config.formats == ["onnx_e2e"]
     config = instantiate(helpers.compose(["export=triton_e2e"], tmp_path).export)
     assert config.formats == ["onnx_e2e", "triton"] and config.triton.source == "onnx_e2e"
+
+
+@pytest.mark.parametrize("score", ["msp", "energy"])
+def test_e2e_refuses_a_rejection_rule_in_one_line_before_writing(trained, tmp_path, score):
+    """Probabilities are all the file answers: a server would answer without the rule. Refused
+    by the skeleton itself (``export_format`` alone), not only by ``export_model``."""
+    rule = {"score": score, "threshold": 0.5, "keep": 0.95}
+    spec = dataclasses.replace(trained.spec, reject=rule)
+    with pytest.raises(
+        ValueError,
+        match=rf"^export=onnx_e2e: the model is calibrated with reject={score}, which the "
+        r"end-to-end file does not carry .*; use export=onnx, which predict and serve run with "
+        r"the rule, or export a checkpoint calibrated without it\.$",
+    ):
+        export_format("onnx_e2e", trained.net, spec, tmp_path / "model_e2e.onnx")
+    assert not list(tmp_path.iterdir())
