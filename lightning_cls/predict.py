@@ -69,8 +69,11 @@ def predict(cfg: DictConfig) -> list[dict]:
     check_sets(alpha, predictor.spec.conformal, str(cfg.ckpt_path))
     inputs = OmegaConf.to_container(cfg.inputs) if OmegaConf.is_list(cfg.inputs) else [cfg.inputs]
     files = find_images(inputs)
-    rows, failures = predict_files(predictor, files, cfg.batch_size, cfg.top_k)
-    write_predictions_csv(cfg.output, rows, failures, cfg.top_k, predictor.spec)
+    # A 3-class model has 3 ranked labels: top_k=5 (the default) would leave label_4, label_5
+    # empty in every row. (A multi-label CSV has one column per class whatever top_k is.)
+    top_k = min(cfg.top_k, len(predictor.spec.classes))
+    rows, failures = predict_files(predictor, files, cfg.batch_size, top_k)
+    write_predictions_csv(cfg.output, rows, failures, top_k, predictor.spec)
     if cfg.get("mosaic"):  # opt-in picture of the predictions
         # Imported here: drawing loads matplotlib, which predict needs only for this.
         from lightning_cls.inference.mosaic import write_files_mosaic

@@ -1,5 +1,6 @@
 """``python -m lightning_cls.predict``'s own options beyond the artifact: ``+conformal=alpha``
-gives the sets fitted at calibration, and is refused in one line where they are not there."""
+gives the sets fitted at calibration, and is refused in one line where they are not there;
+``top_k`` beyond the model's classes writes no empty columns."""
 
 from __future__ import annotations
 
@@ -67,3 +68,21 @@ def test_the_command_ends_in_one_error_line(trained, images, tmp_path, user_comm
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert out.returncode == 1 and len(errors) == 1, out.stderr[-2000:]
     assert errors[0].startswith("error: conformal=0.1: ") and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("top_k", [5, 2])
+def test_top_k_columns_stop_at_the_number_of_classes(trained, images, tmp_path, top_k):
+    """A 4-class model ranks 4 labels: top_k=5 (the default) writes label_1..4 and prob_1..4,
+    every one filled, not a column that is empty in every row; top_k=2 writes 2."""
+    classes = len(trained.spec.classes)
+    assert classes == 4  # fewer than the default top_k=5: what the test is about
+    predict(_cfg(trained.ckpt, images, tmp_path, f"top_k={top_k}"))
+    with (tmp_path / "p.csv").open() as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    columns = min(top_k, classes)
+    labels = [c for c in reader.fieldnames if c.startswith("label_")]
+    probs = [c for c in reader.fieldnames if c.startswith("prob_")]
+    assert labels == [f"label_{i + 1}" for i in range(columns)]
+    assert probs == [f"prob_{i + 1}" for i in range(columns)]
+    assert len(rows) == 3 and all(row[c] for row in rows for c in labels + probs)
