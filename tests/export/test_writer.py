@@ -258,3 +258,75 @@ def test_the_final_name_check_catches_a_writer_that_writes_in_place(
             write_observed(inplace_format.InPlaceWriter(), trained.net, trained.spec, path)
     finally:
         inplace_format.unregister()
+
+
+def _tree(path):
+    """A folder artifact's (Core ML's ``.mlpackage``) entry and every file's bytes under it."""
+    if not path.is_dir():
+        return _stat(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    return path.stat().st_ino, [(str(p.relative_to(path)), p.read_bytes()) for p in files]
+
+
+def _observe_folder_writer(writer, net, spec, path, monkeypatch):
+    """``writer.export`` (a folder artifact through ``fileio.atomic_dir``) over a sentinel
+    folder at ``path``: unchanged after ``write`` and just before ``atomic_dir`` renames."""
+    import lightning_cls.export.coreml as module
+
+    path.mkdir()
+    (path / "sentinel.txt").write_text("an earlier export")
+    seen, real_dir, real_write = _tree(path), module.atomic_dir, writer.write
+
+    def unchanged(when):
+        assert _tree(path) == seen, f"{path.name} changed {when} (before the rename)"
+
+    @contextlib.contextmanager
+    def observed_dir(target):
+        with real_dir(target) as tmp:
+            yield tmp
+            unchanged("by the end of the writer's checks")
+
+    def write(*args):
+        real_write(*args)
+        unchanged(f"in {type(writer).__name__}.write")
+
+    monkeypatch.setattr(module, "atomic_dir", observed_dir)
+    monkeypatch.setattr(writer, "write", write)
+    writer.export(net, spec, path)
+    assert _tree(path) != seen, f"{path.name} was not replaced"
+
+
+SOURCED = ["onnx_int8", "torchscript_int8_dynamic", "openvino_int8"]  # gated on the data
+
+
+@pytest.mark.slow  # each converter takes seconds (ExecuTorch's XNNPACK lowering, Core ML, ...)
+@pytest.mark.parametrize("name", [*ON_DEVICE, *SOURCED])
+def test_no_on_device_or_int8_writer_touches_its_final_names_before_the_rename(
+    trained, tmp_path, write_observed, monkeypatch, name
+):
+    """The writers the test above leaves out: the on-device formats (ExecuTorch ``.pte``,
+    LiteRT, Core ML's ``.mlpackage`` folder) and the INT8 methods (gated on the trained model's
+    data), each over sentinels at its final names, after the sources it is made from. A format
+    this machine cannot write is skipped, naming why. (Mutation checked by hand:
+    ``ExecuTorchWriter.write`` writing ``tmp.parent / self.file`` first fails with
+    ``model.pte changed in ExecuTorchWriter.write``.)"""
+    from lightning_cls.export.writer import ExportData
+
+    reason = FORMATS.get(name).unavailable()
+    if reason:
+        pytest.skip(reason)
+    quantize = dict(latency_runs=0, calibration_batches=2, max_acc_drop=100.0)
+    sources = {"onnx_int8": ["onnx"], "openvino_int8": ["onnx", "openvino"]}.get(name, [])
+    config = ExportConfig(formats=[*sources, name], quantize=quantize)
+    splits = trained.data.splits
+    data, files, written = ExportData(splits["train"], splits["val"]), {}, []
+    for writer in config.writers(tmp_path):  # each after its sources
+        writer.bind(files, data)
+        path = tmp_path / writer.file
+        if type(writer).export is Writer.export:
+            write_observed(writer, trained.net, trained.spec, path)
+        else:  # Core ML: a folder, through fileio.atomic_dir
+            _observe_folder_writer(writer, trained.net, trained.spec, path, monkeypatch)
+        written.append(writer.key)
+        files[writer.key] = path
+    assert name in written, written
