@@ -55,6 +55,54 @@ def test_temperature_scaling_halves_the_ece_of_an_overconfident_model(overconfid
     assert result.reject is None and result.threshold is None
 
 
+def test_calibrating_on_few_validation_images_warns_once_naming_count_and_fix(
+    overconfident, caplog
+):
+    """15 validation images fit a temperature and thresholds that are noise: one warning
+    line with the count, the minimum and the fix; 128 images: none."""
+    net, spec, splits = overconfident
+    val = splits["val"]
+    logger = "lightning_cls.training.calibration"
+    with caplog.at_level("WARNING", logger=logger):
+        calibrate(net, spec, Split(val.images[:15], val.labels[:15]), reject="msp")
+    (record,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    message = record.getMessage()
+    assert message.startswith("Calibrating on 15 validation images, fewer than 100: ")
+    assert "data.val_size=0.2" in message and "\n" not in message
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=logger):
+        calibrate(net, spec, val)
+    assert len(val) >= 100 and not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_calibrate_logs_a_short_summary_with_only_the_lines_that_apply(overconfident, caplog):
+    """The log says T, ECE before -> after per split, the share the rejection rule keeps and
+    the sets' coverage, each only when it applies; never the raw dict (results.json has it)."""
+    net, spec, splits = overconfident
+    logger = "lightning_cls.training.calibration"
+    with caplog.at_level("INFO", logger=logger):
+        full = calibrate(net, spec, splits["val"], splits["test"], reject="msp", conformal=0.1)
+    (text,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Calibration")]
+    m = full.metrics
+    lines = text.splitlines()
+    assert lines[0] == "Calibration on 128 validation images:"
+    assert lines[1] == f"  temperature T = {full.temperature:.3g} (fitted: nll)"
+    assert f"  ECE (val) {m['val_ece_before']:.3f} -> {m['val_ece_after']:.3f}" in lines
+    assert f"  ECE (test) {m['test_ece_before']:.3f} -> {m['test_ece_after']:.3f}" in lines
+    kept = f"  rejection (msp): keeps 95.0% of val, {m['test_kept']:.1%} of test; the rest"
+    assert any(line.startswith(kept) for line in lines), lines
+    sets = f"  prediction sets (90% target): coverage {m['val_coverage']:.1%} on val"
+    assert any(line.startswith(sets) for line in lines), lines
+    assert len(lines) == 6 and "{" not in text
+    caplog.clear()
+    with caplog.at_level("INFO", logger=logger):
+        calibrate(net, spec, splits["val"], temperature=1.5)
+    (text,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Calibration")]
+    lines = text.splitlines()  # a set temperature, val only: no rule, no sets
+    assert len(lines) == 3 and lines[1] == "  temperature T = 1.5", lines
+    assert lines[2].startswith("  ECE (val) ")
+
+
 def confidently_wrong(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits, labels): 95% of images with labels drawn from softmax(logits) (calibrated at
     T = 1), 5% whose label is never the predicted class, a logit of 8 against 0. The NLL
