@@ -6,8 +6,9 @@ per-request validation models) behind one admission, ``admit``: read the body un
 deadline, take a queue slot (503 when full), answer within ``serve.timeout`` (504), the pixel
 budget checked from the headers and big images decoded off the event loop. ``/predict`` then
 awaits the ``Batcher``; ``/explain`` draws in its own thread, one image at a time. Both send
-pre-serialised JSON. ``/v2/...`` is the Open Inference Protocol (``serve/oip.py``), its
-``infer`` admitted the same way. Everything else (``GET /``, ``/health``, ``/info``,
+pre-serialised JSON. Both take an image however it is uploaded (raw, a form, JSON:
+``serve/uploads.py``); another method than POST is a 405 with ``Allow``. ``/v2/...`` is the
+Open Inference Protocol (``serve/oip.py``), its ``infer`` admitted the same way. Everything else (``GET /``, ``/health``, ``/info``,
 ``/metrics``) goes to a small Starlette app.
 """
 

@@ -20,8 +20,10 @@
 JSON and Triton's binary-data extension both ways (``oip_tensors.py``), and Triton's
 classification extension (an output's ``parameters.classification: k`` -> the top-k
 ``"value:index:label"`` strings). Errors are ``{"error": "..."}``: 404 for an unknown model or
-version, 405 with ``Allow`` for a wrong method, 400 naming the input, shape, datatype or
-output at fault (and for a compressed body), and admission's own statuses.
+version, 405 with ``Allow`` for a wrong method, 400 naming the input, shape, datatype,
+output or ``parameters`` at fault (and for a compressed body, and FP32 values that are not
+finite), 422 when finite values give logits that are not (JSON would carry them as
+``null``), and admission's own statuses.
 """
 
 from __future__ import annotations
