@@ -111,14 +111,14 @@ def unknown_key(key: str, config: Mapping | None, targets: Mapping[str, Iterable
     close = difflib.get_close_matches(leaf, accepted, n=1, cutoff=0.6)
     if close:  # not in the config yet: Hydra adds a key with "+"
         return f"unknown key {key}: did you mean +{above}{close[0]}?"
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.8)  # a misspelt group: modle.name
+    if close:
+        return f"unknown key {key}: did you mean {close[0]}?"
     by_leaf = {}
     for k in sorted(keys, key=len):  # a key at the wrong level: the shortest path wins
         by_leaf.setdefault(k.rpartition(".")[2], k)
     close = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.8)
-    if close:
-        return f"unknown key {key}: did you mean {by_leaf[close[0]]}?"
-    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.8)
-    return f"unknown key {key}: did you mean {close[0]}?" if close else ""
+    return f"unknown key {key}: did you mean {by_leaf[close[0]]}?" if close else ""
 
 
 def unknown_option(group: str, option: str, options: list[str]) -> str:

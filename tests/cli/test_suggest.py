@@ -25,6 +25,7 @@ def train_config() -> dict:
         ("trainer.max_epoch", "unknown key trainer.max_epoch: did you mean trainer.max_epochs?"),
         ("data.hflp", "unknown key data.hflp: did you mean data.hflip?"),
         ("max_epochs", "unknown key max_epochs: did you mean trainer.max_epochs?"),  # wrong level
+        ("modle.name", "unknown key modle.name: did you mean model.name?"),  # the group misspelt
         ("optimizer.learning_rate", ""),  # nothing close: Hydra's own words
     ],
 )
