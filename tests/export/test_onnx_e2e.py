@@ -146,3 +146,28 @@ def test_e2e_refuses_a_rejection_rule_in_one_line_before_writing(trained, tmp_pa
     ):
         export_format("onnx_e2e", trained.net, spec, tmp_path / "model_e2e.onnx")
     assert not list(tmp_path.iterdir())
+
+
+def test_e2e_graph_applies_the_temperature_and_selective_tta_like_the_predictor(trained, tmp_path):
+    """A calibrated model (T != 1) with selective TTA: the graph's probabilities are the
+    checkpoint's as predict computes them (the export's own check compares them too)."""
+    calibrated = dataclasses.replace(trained.spec, temperature=0.5)
+    images = example_images(calibrated, 32, seed=4)
+    nchw = images.permute(0, 3, 1, 2).contiguous()
+    plain = load_artifact(trained.ckpt, spec=calibrated).predict_images(nchw)
+    confidence = plain.max(1).values.sort().values
+    threshold = (confidence[15] + confidence[16]).item() / 2  # half get the TTA, none on the edge
+    tta = dict(tta_flip=True, tta_translate=1, tta_threshold=threshold)
+    spec = dataclasses.replace(calibrated, **tta)
+    path = export_format("onnx_e2e", trained.net, spec, tmp_path / "e2e.onnx")
+    (probs,) = make_session(path).run(None, {INPUT_NAME: images.numpy()})
+    expected = load_artifact(trained.ckpt, spec=spec).predict_images(nchw)
+    torch.testing.assert_close(torch.from_numpy(probs), expected, atol=1e-5, rtol=1e-4)
+    # Each part matters here: TTA on every image, or on none, or T = 1 answers otherwise.
+    for other in (
+        dict(tta_threshold=None),
+        dict(tta_flip=False, tta_translate=0),
+        dict(temperature=1.0),
+    ):
+        changed = load_artifact(trained.ckpt, spec=dataclasses.replace(spec, **other))
+        assert not torch.allclose(changed.predict_images(nchw), expected, atol=1e-4), other
