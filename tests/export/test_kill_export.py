@@ -1,6 +1,7 @@
 """An export killed at any moment leaves every final-named file complete and loadable.
 
-``python -m lightning_cls.export`` (ONNX, TorchScript, .pt2, OpenVINO, INT8 of each) first runs
+``python -m lightning_cls.export`` (ONNX, TorchScript, .pt2, OpenVINO, INT8 of each, and the
+on-device formats this machine can write: ExecuTorch ``.pte``, LiteRT, Core ML) first runs
 to the end once (the reference: which files, how long it wrote, the size of each ``.bin``).
 Then the same command is SIGKILLed at random moments spread over the whole export (uniform
 over the reference's writing time, counted from the run's first write: in a write,
@@ -22,6 +23,7 @@ schedule skips anyway.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -53,6 +55,10 @@ FINAL_NAMES = {
     "model_int8.xml",
     "model_int8.bin",
 }
+# The on-device formats (``export=all`` writes them where their extra is installed; CI's
+# ``make install-dev`` installs them) and their final names; one this machine cannot write is
+# left out of the export and named in the test's output.
+ON_DEVICE = {"executorch": "model.pte", "litert": "model.tflite", "coreml": "model.mlpackage"}
 CONTROL_NAMES = {"meta.json", "model.inplace"}
 EXPORT = ["-m", "lightning_cls.export"]  # run as `python ...`, forked (ForkServer.popen)
 CONTROL = [str(Path(inplace_format.__file__))]
@@ -70,14 +76,26 @@ def _command(program, ckpt, out, tmp_path, *options):
     ]
 
 
+@functools.cache  # asked once: the skipped ones are printed once
+def _on_device() -> dict[str, str]:
+    """The on-device formats this machine writes, by name, with their final names."""
+    from lightning_cls.export.writer import FORMATS
+
+    skipped = {n: FORMATS.get(n).unavailable() for n in ON_DEVICE if FORMATS.get(n).unavailable()}
+    if skipped:
+        print(f"the kill test leaves out {skipped}")
+    return {n: f for n, f in ON_DEVICE.items() if n not in skipped}
+
+
 def _full_export(ckpt, out, tmp_path):
+    formats = ",".join(["onnx", "torchscript", "pt2", "openvino", *_on_device()])
     return _command(
         EXPORT,
         ckpt,
         out,
         tmp_path,
         "export=openvino",
-        "export.formats=[onnx,torchscript,pt2,openvino]",
+        f"export.formats=[{formats}]",
         "export.quantize.static=true",
         "export.quantize.dynamic=true",
         "export.quantize.latency_runs=2",
@@ -185,6 +203,14 @@ def _check_folder(out: Path, names: set[str], bin_sizes: dict[str, int]) -> set[
             json.loads(path.read_text())
         elif name.endswith(".bin"):  # loaded with its .xml below; a lone one must be whole too
             assert path.stat().st_size == bin_sizes[name], f"{name} is truncated"
+        elif name.endswith(".mlpackage"):  # a folder; Core ML predicts on macOS only
+            from lightning_cls.export.coreml import read_coreml
+
+            try:
+                spec = read_coreml(path).spec
+            except Exception as err:
+                raise AssertionError(f"{name} does not load: {err}") from err
+            assert spec.num_classes == 4, name
         else:
             if name.endswith(".xml"):
                 assert path.with_suffix(".bin").name in final, f"{name} without its .bin"
@@ -201,12 +227,13 @@ def test_an_export_killed_at_random_moments_leaves_only_complete_files(
     trained, tmp_path, fork_server, fork_env
 ):
     server, env = fork_server, fork_env
+    names = FINAL_NAMES | set(_on_device().values())
     reference_dir, fresh = tmp_path / "reference", tmp_path / "fresh"
     reference = _run(
         server, _full_export(trained.ckpt, reference_dir, tmp_path), reference_dir, env
     )
     sizes = _bin_sizes(reference_dir)
-    assert _check_folder(reference_dir, FINAL_NAMES, sizes) == FINAL_NAMES
+    assert _check_folder(reference_dir, names, sizes) == names
     # Two kills: one into an empty folder, one over the reference's finished files.
     with _fresh_seed() as seed:
         first, second = _kill_moments(reference, 2, seed)
@@ -224,8 +251,8 @@ def test_an_export_killed_at_random_moments_leaves_only_complete_files(
             ),
         ]
         assert all(k.killed for k in kills), (reference, kills)
-        _check_folder(fresh, FINAL_NAMES, sizes)
-        _check_folder(reference_dir, FINAL_NAMES, sizes)
+        _check_folder(fresh, names, sizes)
+        _check_folder(reference_dir, names, sizes)
 
 
 @pytest.fixture
