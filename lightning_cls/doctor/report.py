@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lightning_cls.doctor.index import relative_path
 from lightning_cls.fileio import atomic_write_text
 
 LIST_LIMIT = 20  # rows per list in the Markdown (the JSON has every one)
@@ -28,6 +29,8 @@ def markdown(result: dict) -> str:
     splits = ", ".join(f"{name} {n}" for name, n in result["splits"].items())
     lines = [f"# Data check: data={result['data']}", "", f"Splits: {splits}.", ""]
     lines += _distrust_banner(result.get("label_probe", {}))
+    if result.get("root"):  # one path style: every file below is relative to the root
+        lines += [f"Files are named relative to data.root={result['root']}.", ""]
     lines += _files_section(result)
     lines += _duplicates_section(result)
     lines += _balance_section(result)
@@ -64,7 +67,12 @@ def _files_section(result: dict) -> list[str]:
             continue
         found = files[key]
         lines.append(f"**{title}: {len(found)}**")
-        lines += _bullets(found, lambda r: ", ".join(f"{k}: {v}" for k, v in r.items() if v))
+        lines += _bullets(
+            found,
+            lambda r: ", ".join(
+                f"{k}: {shown(v, result) if k == 'path' else v}" for k, v in r.items() if v
+            ),
+        )
         lines.append("")
     if "flagged" in result["mosaics"]:
         lines += ["![flagged images](flagged.png)", ""]
@@ -83,7 +91,10 @@ def _duplicates_section(result: dict) -> list[str]:
     ]
 
     def render(group):
-        names = [f or f"{s}:{r}" for f, (s, r) in zip(group["files"], group["members"])]
+        names = [
+            shown(f, result) if f else f"{s}:{r}"
+            for f, (s, r) in zip(group["files"], group["members"])
+        ]
         return f"{group['kind']} ({group['distance']} bits), {'/'.join(group['splits'])}: " + (
             ", ".join(names[:6]) + (" ..." if len(names) > 6 else "")
         )
@@ -145,15 +156,36 @@ def _labels_section(result: dict) -> list[str]:
     return lines
 
 
+def shown(file: str, result: dict) -> str:
+    """``file`` as report.md names every file: relative to ``data.root`` (as given when the
+    data has no root, or the file lies outside it)."""
+    root = result.get("root")
+    return relative_path(file, root) if root else file
+
+
+def _reason(probe: dict) -> str:
+    relation = "at or above" if probe["reliable"] else "below"
+    return (
+        f"the {probe['probe']} probe is {probe['out_of_fold_accuracy']:.3f} accurate out of "
+        f"fold, {relation} doctor.min_probe_accuracy={probe['min_probe_accuracy']}"
+    )
+
+
+def probe_verdict(probe: dict) -> tuple[bool, str]:
+    """(trusted, the line saying so and why), as the report's banner says it; the label
+    mosaic draws it over its tiles."""
+    if probe["reliable"]:
+        return True, f"Label findings TRUSTED: {_reason(probe)}."
+    return False, (
+        f"Label findings NOT TRUSTED: {_reason(probe)}; most flags may be the probe's own "
+        "mistakes (the cleaned index keeps these images)."
+    )
+
+
 def _distrust_banner(probe: dict) -> list[str]:
     if not probe or probe["reliable"]:
         return []
-    return [
-        f"> **Label findings not trusted**: the {probe['probe']} probe is "
-        f"{probe['out_of_fold_accuracy']:.3f} accurate out of fold, below "
-        f"doctor.min_probe_accuracy={probe['min_probe_accuracy']} (see Likely label errors).",
-        "",
-    ]
+    return [f"> **Label findings not trusted**: {_reason(probe)} (see Likely label errors).", ""]
 
 
 def _planted_note(planted: dict | None) -> list[str]:

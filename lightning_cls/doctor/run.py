@@ -64,6 +64,7 @@ def diagnose(
         "task": datamodule.task,
         "classes": classes,
         "splits": {name: len(v.images) for name, v in views.items()},
+        "root": str(root) if root is not None and where else None,  # report.md's paths: below it
         "options": asdict(options),
         "skipped": {},
     }
@@ -227,19 +228,26 @@ def _name_files(records: list[dict], where: dict, root) -> None:
 
 
 def _mosaics(result, image_of, classes, out: Path, limit: int, where) -> dict[str, str]:
-    def caption(split, row):
-        return f"{split}:{row}" + (f"\n{Path(where[(split, row)]).name}" if where else "")
+    def caption(split, row):  # the file's name, and its split (a copy across splits is a leak)
+        file = where.get((split, row))
+        return f"{Path(file).name}\n{split}" if file else f"{split}:{row}"
 
     drawn = {
         "duplicates": duplicates_mosaic(
             result["duplicates"], image_of, caption, out / "duplicates.png", limit
         ),
         "label_issues": label_issues_mosaic(
-            result["label_issues"], image_of, classes, out / "label_issues.png", limit
+            result["label_issues"],
+            image_of,
+            classes,
+            out / "label_issues.png",
+            limit,
+            result.get("label_probe"),
         ),
     }
     flagged = [
-        ("gray", r["split"], r["row"], "") for r in result["files"].get("grayscale_content", [])
+        ("gray", r["split"], r["row"], Path(r["path"]).name if r.get("path") else "")
+        for r in result["files"].get("grayscale_content", [])
     ]
     drawn["flagged"] = flagged_mosaic(flagged, image_of, out / "flagged.png", limit)
     return {name: path.name for name, path in drawn.items() if path is not None}

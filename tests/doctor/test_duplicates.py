@@ -73,5 +73,5 @@ def test_duplicates_planted_across_train_and_test_are_all_found(folder, tmp_path
     assert len(groups) == 5  # and no distinct pictures grouped
     report = (tmp_path / "report" / "report.md").read_text()
     assert "5 groups of copies (10 images); 4 across splits" in report
-    assert str(planted["jpeg"][1]) in report
+    assert f"{planted['jpeg'][1].relative_to(folder).as_posix()}" in report  # below data.root
     assert (tmp_path / "report" / "duplicates.png").stat().st_size > 0

@@ -68,6 +68,6 @@ def test_every_planted_file_problem_is_named(folder, tmp_path):
     # the gray file is also equal-channel content (found on the pixels, for any source)
     assert str(planted["gray"]) in {r["path"] for r in files["grayscale_content"]}
     report = (out / "report.md").read_text()
-    for path in planted.values():
-        assert str(path) in report
+    for path in planted.values():  # named relative to data.root, as every file in report.md
+        assert f"path: {path.relative_to(folder).as_posix()}" in report
     assert "Unreadable, truncated or empty files (left out of training): 3" in report
