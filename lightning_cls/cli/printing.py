@@ -7,6 +7,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+LOG_WIDTH = 10_000  # columns of the config tree printed into a log (no terminal to fit)
+
 
 def to_floats(metrics: Mapping) -> dict[str, float]:
     """Tensor/number metrics -> plain floats (for JSON and logs)."""
@@ -25,7 +27,7 @@ def print_config(cfg: Mapping, title: str = "config") -> None:
     """Print a resolved config (nested plain containers) as a rich tree, a branch per group."""
     # Imported here: only train prints its config; the other commands do not load rich.
     import yaml
-    from rich import print as rich_print
+    from rich.console import Console
     from rich.syntax import Syntax
     from rich.tree import Tree
 
@@ -33,12 +35,13 @@ def print_config(cfg: Mapping, title: str = "config") -> None:
     for key, value in cfg.items():
         branch = tree.add(str(key), style="bold")
         text = (
-            yaml.safe_dump(value, sort_keys=False)
+            yaml.safe_dump(value, sort_keys=False, width=LOG_WIDTH)
             if isinstance(value, (dict, list))
             else str(value)
         )
         branch.add(Syntax(text.rstrip(), "yaml", theme="ansi_dark", background_color="default"))
-    rich_print(tree)
+    # Into a file or pipe (a job's log), whole lines: rich would crop them at 80 columns.
+    Console(width=None if sys.stdout.isatty() else LOG_WIDTH).print(tree)
 
 
 def print_run(cfg: Mapping, verbose: bool = False) -> None:

@@ -119,3 +119,8 @@ def test_a_run_prints_a_short_summary_and_the_tree_only_when_verbose(tmp_path, c
     print_run(cfg, verbose=True)
     tree = capsys.readouterr().out
     assert "optimized_metric" in tree and "conformal_method" in tree
+
+
+def test_the_verbose_tree_keeps_long_values_whole_in_a_log(capsys):
+    print_run({"data": {"root": "/data/" + "x" * 150}}, verbose=True)
+    assert "/data/" + "x" * 150 in capsys.readouterr().out  # not cropped at 80 columns
