@@ -21,13 +21,18 @@ from omegaconf import DictConfig
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
-from lightning_cls.cli.run_config import checkpoint_datamodule, with_checkpoint_data
+from lightning_cls.cli.run_config import (
+    checkpoint_datamodule,
+    checkpoint_file,
+    with_checkpoint_data,
+)
 from lightning_cls.fileio import atomic_write_text
 
 log = logging.getLogger(__name__)
 
 
 def calibrate_checkpoint(cfg: DictConfig) -> dict:
+    cfg.ckpt_path = checkpoint_file(cfg.ckpt_path)  # a training run's folder: its best .ckpt
     ckpt = Path(str(cfg.ckpt_path))
     if not ckpt.is_file():
         raise FileNotFoundError(
@@ -93,7 +98,7 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
         "calibration": result.report(),
     }
     atomic_write_text(out / "results.json", json.dumps(report, indent=2) + "\n")
-    log.info("Calibrated checkpoint: %s", target)
+    log.info("Calibrated checkpoint: %s (every number: %s)", target, out / "results.json")
     return report
 
 
