@@ -22,7 +22,11 @@ from omegaconf import DictConfig
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
 from lightning_cls.cli.printing import to_floats
-from lightning_cls.cli.run_config import checkpoint_datamodule, with_checkpoint_data
+from lightning_cls.cli.run_config import (
+    checkpoint_datamodule,
+    checkpoint_file,
+    with_checkpoint_data,
+)
 from lightning_cls.fileio import atomic_write_text
 
 if TYPE_CHECKING:
@@ -32,6 +36,7 @@ log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
+    cfg.ckpt_path = checkpoint_file(cfg.ckpt_path)  # a training run's folder: its best .ckpt
     if not Path(str(cfg.ckpt_path)).is_file():
         raise FileNotFoundError(
             f"Checkpoint not found: ckpt_path={cfg.ckpt_path!r}; pass the path of a .ckpt file "

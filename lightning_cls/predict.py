@@ -24,11 +24,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
+from lightning_cls.cli.run_config import checkpoint_file
 
 log = logging.getLogger(__name__)
 
 
 def predict(cfg: DictConfig) -> list[dict]:
+    cfg.ckpt_path = checkpoint_file(cfg.ckpt_path)  # a training run's folder: its best .ckpt
     for key in ("batch_size", "top_k"):
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise ValueError(f"{key}={cfg[key]} must be an integer >= 1; e.g. {key}=32.")

@@ -393,7 +393,7 @@ def test_serve_of_an_onnx_file_never_imports_torch(onnx_and_png, tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    cmd = [sys.executable, "-X", "importtime", "-m", "lightning_cls.serve", f"artifact={model}"]
+    cmd = [sys.executable, "-X", "importtime", "-m", "lightning_cls.serve", f"ckpt_path={model}"]
     cmd += [f"serve.port={port}", f"hydra.run.dir={tmp_path}/run"]
     log = tmp_path / "stderr.txt"
     with log.open("w") as err:

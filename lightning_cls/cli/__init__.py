@@ -8,7 +8,8 @@ its traceback. Part of the entry-point layer: it knows Hydra's exception types.
 
 Before Hydra sees the command line, ``run_cli`` also: answers an argparse-style flag
 (``--epochs 3``) with the override it stands for; adds ``./conf`` (the working folder's own
-config files) to the search path, after the packaged configs (``user_config_override``); hides
+config files) to the search path, after the packaged configs (``user_config_override``); spells
+a renamed key (serve's ``artifact=``) as its new name, with one warning line (``renamed.py``); hides
 Lightning's tips unless ``verbose=true`` (``quiet.py``). After a user error it removes the run
 folder the command had just made if nothing but Hydra's files is in it, and words an unknown key
 or group option as the closest one (``suggest.py``).
@@ -35,6 +36,7 @@ from hydra.errors import (
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from lightning_cls.cli import quiet, suggest
+from lightning_cls.cli.renamed import renamed
 
 # What a user can fix from the command line; anything else is a bug and keeps its traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
@@ -62,6 +64,7 @@ def run_cli(main: Callable[[], Any]) -> None:
     args = [a for a in sys.argv[1:] if a not in DEBUG_FLAGS]
     full = _full_error_requested(debug=len(args) < len(sys.argv) - 1)
     config_name = _config_name(main)
+    args = renamed(config_name, args)  # artifact= -> ckpt_path= (serve), with one warning line
     if not full and suggest.unknown_flag(args) is not None:
         keys = suggest.flat_keys(_composed(config_name, args) or {})
         sys.stderr.write(f"error: {suggest.flag_hint(args, keys or None)}\n")

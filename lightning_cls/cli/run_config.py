@@ -8,11 +8,14 @@ the checkpoint and puts the run's ``data`` (and ``seed``: validation is carved f
 seed) into ``cfg``, unless the command line named them (``data=...``, ``data.<key>=...``,
 ``seed=...``: an explicit value always wins). ``checkpoint_datamodule(cfg, spec)`` then builds
 that data for the model (``lightning_cls.data.for_model``: the model's mean/std, one check).
+``checkpoint_file(ckpt_path)`` lets every command that takes ``ckpt_path=`` take a training
+run's folder too: the best checkpoint its ``results.json`` names.
 Part of the command layer: it reads Hydra's state.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from functools import partial
@@ -30,6 +33,40 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 SAVED_CONFIG = Path(".hydra") / "config.yaml"
 LEVELS = 4  # run/checkpoints/<experiment>/x.ckpt: the run folder is 3 levels above
+RESULTS = "results.json"  # a training run's summary (train.py): best_ckpt names its best
+FOLDER_SUFFIXES = (".mlpackage",)  # artifacts that are folders (inference/runtimes.py)
+
+
+def checkpoint_file(ckpt_path: str | Path) -> str:
+    """``ckpt_path`` as given, or for a training run's folder the best checkpoint its
+    ``results.json`` names (a clear error when the folder has none)."""
+    folder = Path(str(ckpt_path))
+    if not folder.is_dir() or folder.suffix in FOLDER_SUFFIXES:
+        return str(ckpt_path)
+    results = folder / RESULTS
+    fix = "pass a .ckpt file (or an exported artifact), or a training run's folder"
+    if not results.is_file():
+        raise FileNotFoundError(f"ckpt_path={ckpt_path} is a folder without {RESULTS}; {fix}.")
+    try:
+        best = json.loads(results.read_text()).get("best_ckpt") or ""
+    except (ValueError, AttributeError):
+        best = ""
+    if not best:
+        raise FileNotFoundError(f"ckpt_path={ckpt_path}: {results} names no best_ckpt; {fix}.")
+    path = Path(best)
+    if not path.is_file() and not path.is_absolute():
+        path = folder / best  # written relative to the run folder
+    if not path.is_file():  # the run folder was moved: its checkpoint moved with it
+        saved = json.loads(results.read_text()).get("run_dir") or ""
+        inside = Path(best).is_relative_to(saved) if saved else False
+        path = folder / Path(best).relative_to(saved) if inside else path
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"ckpt_path={ckpt_path}: its {RESULTS} names best_ckpt={best}, which does not exist; "
+            f"{fix}."
+        )
+    log.info("ckpt_path=%s: the run's best checkpoint, %s", ckpt_path, path)
+    return str(path)
 
 
 def run_config_of(ckpt: str | Path) -> Path | None:

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
+from lightning_cls.cli.run_config import checkpoint_file
 from lightning_cls.export.errors import AccuracyDropError
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 def export(cfg: DictConfig) -> ExportResult:
     """Run the export described by ``cfg``; raises ``AccuracyDropError`` on an INT8 failure."""
+    cfg.ckpt_path = checkpoint_file(cfg.ckpt_path)  # a training run's folder: its best .ckpt
     # Imported here (torch): --help and config errors stay light (tests/test_layers.py).
     from lightning_cls.export.exporter import ExportConfig, export_model
     from lightning_cls.inference.torch_models import load_torch_model

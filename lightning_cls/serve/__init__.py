@@ -1,4 +1,4 @@
-"""Serving: ``python -m lightning_cls.serve artifact=...`` — batched HTTP inference on one CPU.
+"""Serving: ``python -m lightning_cls.serve ckpt_path=...`` — batched HTTP inference on one CPU.
 
 ``ServeConfig`` (``config.py``) holds every option; ``ServeApp`` (``app.py``) is the ASGI app
 (``/predict``, ``/``, ``/health``, ``/info``, ``/metrics``), and ``oip.py`` the Open Inference

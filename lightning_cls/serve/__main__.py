@@ -1,4 +1,4 @@
-"""``python -m lightning_cls.serve artifact=model.onnx [serve.port=8000 serve.workers=1 ...]``.
+"""``python -m lightning_cls.serve ckpt_path=model.onnx [serve.port=8000 serve.workers=1 ...]``.
 
 Reads top to bottom: compose the config → a ``ServeConfig`` (checked: host, port, limits,
 thread budget) → ``serve`` (loads and warms up the model, binds the port, serves until
@@ -12,12 +12,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
+from lightning_cls.cli.run_config import checkpoint_file
 from lightning_cls.serve.config import ServeConfig
 
 
 def make_config(cfg: DictConfig) -> ServeConfig:
     return ServeConfig(
-        artifact=str(cfg.artifact),
+        artifact=checkpoint_file(cfg.ckpt_path),  # a run folder: its best checkpoint
+        trust_artifact=cfg.trust_artifact,
         model_name=cfg.get("model_name"),
         spec=OmegaConf.to_container(cfg.spec) if cfg.get("spec") else {},
         **OmegaConf.to_container(cfg.serve, resolve=True),

@@ -60,8 +60,8 @@ class ServeConfig:
         # Imported here: `serve --help` imports this module and needs no inference package.
         from lightning_cls.inference.flags import check_trust_flag
 
-        # A real boolean only: Hydra reads serve.trust_artifact=no as "no", which bool() trusts.
-        self.trust_artifact = check_trust_flag("serve.trust_artifact", self.trust_artifact)
+        # A real boolean only: Hydra reads trust_artifact=no as "no", which bool() trusts.
+        self.trust_artifact = check_trust_flag("trust_artifact", self.trust_artifact)
         if self.engine not in ENGINES:
             raise ValueError(
                 f"serve.engine={self.engine!r}; use one of {', '.join(ENGINES)} (LitServe was "

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import uvicorn
 
-from lightning_cls.inference.predictor import Predictor, UntrustedArtifactError, load_artifact
+from lightning_cls.inference.predictor import Predictor, load_artifact
 from lightning_cls.serve.app import ServeApp
 from lightning_cls.serve.batcher import warm_up
 from lightning_cls.serve.config import ServeConfig
@@ -45,19 +45,14 @@ def load_predictor(config: ServeConfig, threads: int) -> Predictor:
         import torch
 
         torch.set_num_threads(threads)  # PyTorch's pool is process-wide; ORT's is per session
-    try:
-        predictor = load_artifact(
-            config.artifact,
-            model_name=config.model_name,
-            spec=config.spec,
-            threads=threads,
-            device=config.accelerator,
-            trust_artifact=config.trust_artifact,
-        )
-    except UntrustedArtifactError as err:  # the key on this command line is serve.'s
-        raise UntrustedArtifactError(
-            str(err).replace("pass trust_artifact=true", "pass serve.trust_artifact=true")
-        ) from err
+    predictor = load_artifact(
+        config.artifact,
+        model_name=config.model_name,
+        spec=config.spec,
+        threads=threads,
+        device=config.accelerator,
+        trust_artifact=config.trust_artifact,  # trust_artifact=true: the key predict's too
+    )
     if predictor.kind == "onnx" and threads > 1:
         # ORT's intra-op threads spin after each call by default (burning the cores the event
         # loop needs); serve.ort_spinning, chosen by benchmarks/serve_load.py, decides.

@@ -32,7 +32,7 @@ class ServerProcess:
             sys.executable,
             "-m",
             "lightning_cls.serve",
-            f"artifact={artifact}",
+            f"ckpt_path={artifact}",
             f"serve.port={self.port}",
             f"hydra.run.dir={run_dir}",
             f"serve.workers={workers}",

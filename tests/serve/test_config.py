@@ -57,26 +57,29 @@ def test_serving_library_imports_neither_hydra_nor_lightning():
 
 
 def test_cli_user_error_is_one_line_and_exit_1(tmp_path, user_command):
-    argv = ["-m", "lightning_cls.serve", f"artifact={tmp_path}/missing.onnx"]
+    argv = ["-m", "lightning_cls.serve", f"ckpt_path={tmp_path}/missing.onnx"]
     out = user_command([*argv, f"hydra.run.dir={tmp_path}/run"], tmp_path)
     assert out.returncode == 1
     assert "Model artifact not found" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_cli_refuses_an_untrusted_pt2_naming_the_serve_key(artifacts, tmp_path, user_command):
-    argv = ["-m", "lightning_cls.serve", f"artifact={artifacts.paths['pt2']}"]
+def test_cli_refuses_an_untrusted_pt2_naming_the_key_predict_uses(
+    artifacts, tmp_path, user_command
+):
+    argv = ["-m", "lightning_cls.serve", f"ckpt_path={artifacts.paths['pt2']}"]
     out = user_command([*argv, f"hydra.run.dir={tmp_path}/run"], tmp_path)
     assert out.returncode == 1, out.stderr[-2000:]
-    assert "can run arbitrary code" in out.stderr and "serve.trust_artifact=true" in out.stderr
+    assert "can run arbitrary code" in out.stderr and "pass trust_artifact=true" in out.stderr
+    assert "serve.trust_artifact" not in out.stderr
     assert "Traceback" not in out.stderr
 
 
 @pytest.mark.parametrize("value", ["no", "off", "false", "true", 1, 0, None], ids=repr)
 def test_trust_artifact_takes_a_real_boolean_only(value):
-    """``serve.trust_artifact=no`` reaches ServeConfig as the string "no" (Hydra): refused."""
+    """``trust_artifact=no`` reaches ServeConfig as the string "no" (Hydra): refused."""
     message = (
-        rf"^serve\.trust_artifact={re.escape(repr(value))} is not a boolean; .* set "
-        r"serve\.trust_artifact=true \(you trust its source\) or serve\.trust_artifact=false\.$"
+        rf"^trust_artifact={re.escape(repr(value))} is not a boolean; .* set "
+        r"trust_artifact=true \(you trust its source\) or trust_artifact=false\.$"
     )
     with pytest.raises(TypeError, match=message):
         ServeConfig(artifact="m.pt2", trust_artifact=value)
@@ -84,10 +87,10 @@ def test_trust_artifact_takes_a_real_boolean_only(value):
 
 
 def test_cli_refuses_trust_artifact_no_in_one_line(artifacts, tmp_path, user_command):
-    argv = ["-m", "lightning_cls.serve", f"artifact={artifacts.paths['pt2']}"]
-    argv += ["serve.trust_artifact=no", f"hydra.run.dir={tmp_path}/run"]
+    argv = ["-m", "lightning_cls.serve", f"ckpt_path={artifacts.paths['pt2']}"]
+    argv += ["trust_artifact=no", f"hydra.run.dir={tmp_path}/run"]
     out = user_command(argv, tmp_path)
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert out.returncode == 1 and len(errors) == 1, out.stderr[-2000:]
-    assert errors[0].startswith("error: serve.trust_artifact='no' is not a boolean;"), errors
+    assert errors[0].startswith("error: trust_artifact='no' is not a boolean;"), errors
     assert "Traceback" not in out.stderr

@@ -1,0 +1,38 @@
+"""Keys a command renamed: the old spelling still works, with one line naming the new key.
+
+``serve`` took the model file as ``artifact=`` and trust as ``serve.trust_artifact=`` while
+predict, eval, export, calibrate and explain say ``ckpt_path=`` and ``trust_artifact=``; one
+name now serves every command. ``renamed(config_name, args)`` rewrites the old spelling on the
+command line before Hydra composes (so sweeps, ``+``/``~`` prefixes and the saved overrides all
+use the new key) and writes one ``warning:`` line per old key to stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+
+# {primary config: {old key: new key}}
+RENAMED: dict[str, dict[str, str]] = {
+    "serve": {"artifact": "ckpt_path", "serve.trust_artifact": "trust_artifact"},
+}
+
+
+def renamed(config_name: str | None, args: list[str]) -> list[str]:
+    """``args`` with each old key of ``config_name``'s command spelt as its new key."""
+    table = RENAMED.get(config_name or "", {})
+    out = []
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        prefix = key[: len(key) - len(key.lstrip("+~"))]
+        new = table.get(key.lstrip("+~")) if eq and not arg.startswith("-") else None
+        if new is None:
+            out.append(arg)
+            continue
+        old = key.lstrip("+~")
+        sys.stderr.write(
+            f"warning: {old}= is deprecated and will be removed; use {new}= (same meaning): "
+            f"{new}={value}\n"
+        )
+        # ``+artifact=`` added a key serve's config never had; ckpt_path is in it
+        out.append(f"{'' if prefix == '+' else prefix}{new}={value}")
+    return out
