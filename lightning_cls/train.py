@@ -93,6 +93,8 @@ def train(cfg: DictConfig) -> dict:
     datamodule = instantiate(cfg.data)  # loads nothing yet: the Trainer calls prepare/setup
     from lightning_cls.models import check_pretrained_preprocessing  # weights vs data: one line
 
+    if hasattr(datamodule, "check_config"):  # data.num_classes=5 on 3 folders: named as set
+        datamodule.check_config(("num_classes",))
     allow = cfg.get("allow_preprocessing_mismatch", False)
     model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
     check_pretrained_preprocessing(model_kwargs, datamodule.spec, allow)

@@ -199,8 +199,12 @@ class ImageDataModule(pl.LightningDataModule):
         """What the data holds, for the config check's message ("... but <this>; set ...")."""
         return f"{type(self).__name__} has {key}={value}"
 
-    def _check_config(self) -> None:
+    def check_config(self, keys: tuple[str, ...] | None = None) -> None:
+        """Refuse a config value (``data.num_classes``, ...) the data contradicts, naming both;
+        ``keys``: only those (``num_classes`` needs no split read: train checks it first)."""
         for key, expected in self.expected.items():
+            if keys is not None and key not in keys:
+                continue
             actual = getattr(self, key)
             if expected is not None and expected != actual:
                 raise ValueError(
@@ -212,7 +216,7 @@ class ImageDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if not self.splits:  # read once (splits set beforehand, e.g. shared, are kept)
             self.splits = self.read_splits()
-        self._check_config()
+        self.check_config()
         _ = self.fingerprint  # data.expect_fingerprint refuses other files before any work
 
     def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:

@@ -84,6 +84,7 @@ def scan_split(split_dir: Path) -> tuple[list[str], list[Path], list[int]]:
 @register_dataset("imagefolder")
 class ImageFolderDataModule(ImageDataModule):
     class_source = "class folders"  # what train_dir holds the classes as (error messages)
+    config_note = " or leave it unset"  # null: one class per folder (label)
 
     def __init__(
         self,
@@ -178,7 +179,8 @@ class ImageFolderDataModule(ImageDataModule):
 
     def describe(self, key: str, value) -> str:
         if key == "num_classes":
-            return f"{self.train_dir} has {value} {self.class_source}"
+            names = ", ".join(self.classes[:10]) + (", ..." if len(self.classes) > 10 else "")
+            return f"{self.train_dir} has {value} {self.class_source}: {names}"
         return super().describe(key, value)
 
     # -- splits --------------------------------------------------------------------------------

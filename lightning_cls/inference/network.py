@@ -44,14 +44,15 @@ def class_names(classes: Sequence[str] | None, num_classes: int | None) -> list[
     if classes:
         if num_classes is not None and num_classes != len(classes):
             raise ValueError(
-                f"model_kwargs.num_classes={num_classes} but {len(classes)} classes are named "
-                f"({list(classes)[:10]}); set model.num_classes={len(classes)}."
+                f"num_classes={num_classes} but {len(classes)} classes are named "
+                f"({list(classes)[:10]}); set model.num_classes={len(classes)} (or "
+                f"data.num_classes={len(classes)}, which it follows) or leave it unset."
             )
         return [str(c) for c in classes]
     if not num_classes:
         raise ValueError(
             "Cannot tell the number of classes: pass classes (the data's class names) or "
-            "model_kwargs.num_classes."
+            "num_classes (model.num_classes)."
         )
     return [str(i) for i in range(num_classes)]
 

@@ -104,7 +104,7 @@ def load_torch_model(
         details = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
         raise ValueError(
             f"The weights in {path} do not fit {model_name} built with {kwargs}: {details}. "
-            "Pass the model options the weights were trained with (model_kwargs=...)."
+            "Pass the model options the weights were trained with (model.* of its training run)."
         ) from err
     spec = InputSpec.from_dict({**spec.to_dict(), "model_name": model_name, "model_kwargs": kwargs})
     return net.eval(), spec
