@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torchmetrics import MetricCollection
+from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from lightning_cls.inference.tasks import MultiClass
@@ -78,8 +78,12 @@ class MultiClassTraining(TrainingTask):
         self.criterion: nn.Module = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         if class_weights is not None and class_weights != "auto":  # "auto": in setup()
             self._weigh(resolve_class_weights(class_weights, None, num_classes))
-        # Keyed "<stage>_metrics": a ModuleDict key may not be "train" (nn.Module.train).
-        self.metrics = nn.ModuleDict({f"{s}_metrics": _accuracy(num_classes, s) for s in STAGES})
+        # Keyed "<stage>_metrics": a ModuleDict key may not be "train" (nn.Module.train). Train
+        # accuracy is updated every step: one metric counts top-1 and top-5 in one pass.
+        self.metrics = nn.ModuleDict(
+            {f"{s}_metrics": _accuracy(num_classes, s) for s in STAGES if s != "train"}
+        )
+        self.metrics["train_metrics"] = TopKHits(num_classes, prefix="train/")
         # Predictions per (true, predicted) class of the last val and test epochs: per-class
         # precision/recall in results.json; TrainingPlots draws the test one.
         self.confusion = nn.ModuleDict(
@@ -162,6 +166,35 @@ class MultiClassTraining(TrainingTask):
             "confusion_matrix.png": confusion,
             "per_class_accuracy.png": partial(plots.plot_per_class_accuracy, matrix, classes),
         }
+
+
+class TopKHits(Metric):
+    """Top-1 (and top-5, above 5 classes) micro accuracy counted in one pass per batch:
+    ``{prefix}acc`` and ``{prefix}acc_top5``, the values of ``MulticlassAccuracy(average="micro",
+    top_k=k)`` (hits / images, integer counts summed over DDP ranks), at the per-step cost of one
+    ``topk`` and no argument checks (the loss has already refused labels out of range). A
+    ``MetricCollection`` of the two accuracies cost twice its update on short training steps
+    (``benchmarks/step_overhead.py``)."""
+
+    full_state_update = False
+
+    def __init__(self, num_classes: int, prefix: str = ""):
+        super().__init__()
+        self.ks = (1, 5) if num_classes > 5 else (1,)
+        self.prefix = prefix
+        self.add_state("hits", torch.zeros(len(self.ks), dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("total", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, logits: torch.Tensor, target: torch.Tensor) -> None:
+        top = logits.topk(self.ks[-1], dim=1).indices  # (B, k)
+        found = (top == target[:, None]).cumsum(1)  # (B, k): label among the first j + 1
+        self.hits += found[:, [k - 1 for k in self.ks]].sum(0)
+        self.total += target.shape[0]
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        rates = self.hits.float() / self.total.float()
+        names = [f"{self.prefix}acc", f"{self.prefix}acc_top5"]
+        return dict(zip(names, rates))
 
 
 def _accuracy(num_classes: int, stage: str) -> MetricCollection:

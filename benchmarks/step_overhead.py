@@ -1,0 +1,363 @@
+"""Where a Lightning training step's time goes beyond the bare loop's, on short steps.
+
+    python benchmarks/step_overhead.py                                 # SimpleCNN, batch 64
+    python benchmarks/step_overhead.py --model cifar10_fast --batch-size 512
+    python benchmarks/step_overhead.py --quick      # smoke run: 2 rounds of 3 steps at batch 16
+
+Variants, built as ``benchmarks/train_throughput.py`` builds its ``plain`` and ``tensor``, timed
+in interleaved rounds (the order rotated per round) on the same in-memory tensor pipeline:
+
+    plain         the bare PyTorch loop (Adam, cross-entropy) over the DataModule's loader
+    lightning     ClassificationModule + pl.Trainer (no logger, bar or checkpoint: train_throughput's
+                  ``tensor``)
+    no_log        lightning with ``self.log`` a no-op            -> the cost of logging
+    no_metrics    lightning with the task's metric updates a no-op -> the cost of train accuracy
+    user          lightning plus the per-step parts of the defaults a user gets (conf/): the
+                  RichProgressBar, the CSV logger at ``log_every_n_steps=10``, NanGuard and
+                  ModelCheckpoint
+
+Each ratio is computed inside one round (both runs saw the same machine load) and reported as
+median [min, max] over the rounds: ``lightning_overhead`` = 1 - lightning/plain (the figure of
+issue 55), ``log_share`` = 1 - lightning/no_log, ``metrics_share`` = 1 - lightning/no_metrics,
+``user_overhead`` = 1 - user/plain. Then one lightning run (and one plain run) under cProfile
+splits the step into parts (``PARTS``: the network's forward, loss, backward, optimizer, the
+batch's hand-off and augmentation, logging, metrics, hooks, the progress bar, the loop itself),
+as milliseconds per step; cProfile's own cost inflates the Python-heavy parts, so the split says
+where the time goes, the paired rounds how much. Data: the synthetic task of CIFAR-10's shape
+(timings do not depend on the pixels). The last output line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import logging
+import pstats
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+
+import pytorch_lightning as pl
+import torch
+from paired import cpu_name, summarize  # sibling files in benchmarks/
+from pytorch_lightning.callbacks import ModelCheckpoint, RichProgressBar
+from train_throughput import MODEL, MODELS, cycle, make_model
+
+from lightning_cls.callbacks import NanGuard
+from lightning_cls.data.synthetic import SyntheticDataModule
+from lightning_cls.module import ClassificationModule
+from lightning_cls.training.loggers import CSVLogger
+from lightning_cls.training.precision import cpu_has_native_bf16
+
+VARIANTS = ("plain", "lightning", "no_log", "no_metrics", "user")
+# name -> (numerator, denominator): reported as 1 - num/den, paired per round
+RATIOS = {
+    "lightning_overhead": ("lightning", "plain"),
+    "log_share": ("lightning", "no_log"),
+    "metrics_share": ("lightning", "no_metrics"),
+    "user_overhead": ("user", "plain"),
+}
+# Parts of a step in the cProfile run: (file suffix, function name) whose cumulative time is the
+# part's. None calls another, so the parts and the rest add up to the step.
+PARTS = {
+    "fetch (loader -> Lightning)": [("loops/fetchers.py", "__next__")],
+    "hand-off + augment (batch_to_device, on_after_batch_transfer)": [
+        ("strategies/strategy.py", "batch_to_device")
+    ],
+    "forward": [("lightning_cls/module.py", "forward")],
+    "loss": [("torch/nn/modules/loss.py", "forward")],
+    "log (self.log)": [("core/module.py", "log")],
+    "metrics (task.update)": [("lightning_cls/training/tasks/multiclass.py", "update")],
+    "backward": [("torch/_tensor.py", "backward")],
+    "optimizer (Adam update)": [("torch/optim/adam.py", "adam")],
+    "zero_grad": [("torch/optim/optimizer.py", "zero_grad")],
+    "progress bar": [("callbacks/progress/rich_progress.py", "on_train_batch_end")],
+    "CSV logger": [("trainer/connectors/logger_connector/logger_connector.py", "log_metrics")],
+    "NanGuard": [
+        ("lightning_cls/callbacks/nan_guard.py", "on_before_optimizer_step"),
+        ("lightning_cls/callbacks/nan_guard.py", "on_before_backward"),
+    ],
+}
+log = logging.getLogger("step_overhead")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", choices=MODELS, default="simplecnn")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=60, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=10, help="untimed steps per run")
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    p.add_argument("--no-profile", action="store_true", help="skip the cProfile split")
+    p.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="cpu: this process's CPU seconds (what the step costs, nearly blind to other "
+        "processes on a shared machine: every variant runs in this one process, 1 thread); "
+        "wall: perf_counter",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (1: on a shared machine a descheduled second OpenMP thread "
+        "stalls every parallel region; the Python-side costs measured here are single-threaded)",
+    )
+    p.add_argument("--quick", action="store_true", help="2 rounds of 3 steps at batch 16")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.steps, args.warmup, args.batch_size = 2, 3, 1, 16
+    if args.rounds < 1 or args.steps < 1 or args.batch_size < 1:
+        p.error(f"--rounds, --steps and --batch-size must be >= 1, got {args}")
+    return args
+
+
+def recipe(args) -> tuple[str, bool]:
+    """(precision, channels_last) of the model's recipe: cifar10_fast trains in bf16 where the
+    CPU runs it natively (conf/experiment/cifar10_fast.yaml: precision auto) and channels_last;
+    SimpleCNN's tutorial recipe in float32, NCHW."""
+    if args.model == "cifar10_fast":
+        return ("bf16-mixed" if cpu_has_native_bf16() else "32-true"), True
+    return "32-true", False
+
+
+def datamodule(args, splits=None) -> SyntheticDataModule:
+    """The synthetic task's DataModule; ``splits`` (another's) shares its decoded images."""
+    size = (args.warmup + args.steps + 1) * args.batch_size  # one epoch holds every step
+    dm = SyntheticDataModule(
+        10, 3, 32, train_size=size, test_size=64, batch_size=args.batch_size,
+        crop_padding=4, hflip=True, seed=0, channels_last=recipe(args)[1],
+    )  # fmt: skip
+    if splits is None:
+        dm.setup()
+    else:
+        dm.splits = splits
+    return dm
+
+
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
+class _Clock(pl.Callback):
+    """Images per second of the steps after ``warmup``, on ``clock``."""
+
+    def __init__(self, warmup: int, clock):
+        self.warmup, self.clock, self.start, self.end, self.seen = warmup, clock, None, None, 0
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if trainer.global_step == self.warmup and self.start is None:
+            self.start = self.clock()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if self.start is not None:
+            self.seen += batch[0].shape[0]
+            self.end = self.clock()
+
+    def rate(self) -> float:
+        return self.seen / (self.end - self.start)
+
+
+def bare_loop(batches, net, steps: int, warmup: int, clock, opt=None, autocast=nullcontext):
+    """train_throughput's ``timed_loop`` (Adam lr 1e-3, cross-entropy) on ``clock``."""
+    opt = opt or torch.optim.Adam(net.parameters(), lr=1e-3)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    seen, start = 0, clock()
+    for i, (x, y) in enumerate(batches):
+        if i == warmup:
+            start = clock()
+        opt.zero_grad(set_to_none=True)
+        with autocast():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        opt.step()
+        seen += x.shape[0] if i >= warmup else 0
+        if i + 1 == warmup + steps:
+            break
+    return seen / (clock() - start)
+
+
+class _NoLog(ClassificationModule):
+    def log(self, *args, **kwargs) -> None:  # the ablation: nothing reaches Lightning's results
+        return None
+
+
+def build_module(variant: str, dm, channels_last: bool) -> ClassificationModule:
+    cls = _NoLog if variant == "no_log" else ClassificationModule
+    module = cls(net=make_model(channels_last), classes=dm.classes)
+    if variant == "no_metrics":
+        module.task.update = lambda stage, logits, target: None
+    return module
+
+
+def run_lightning(variant: str, dm, args, out_dir: str, extra=()) -> float:
+    """img/s of a ClassificationModule fit of ``warmup + steps`` steps (timed after warmup);
+    ``extra``: more callbacks (the profiler's)."""
+    clock = _Clock(args.warmup, CLOCKS[args.clock])
+    callbacks: list[pl.Callback] = [clock, *extra]
+    user = variant == "user"
+    if user:
+        callbacks += [RichProgressBar(), NanGuard(), ModelCheckpoint(dirpath=out_dir)]
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=args.warmup + args.steps,
+        limit_val_batches=0,
+        precision=recipe(args)[0],
+        logger=CSVLogger(out_dir, name="csv", version="") if user else False,
+        log_every_n_steps=10,
+        enable_checkpointing=user,
+        enable_progress_bar=user,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        default_root_dir=out_dir,
+    )
+    trainer.fit(build_module(variant, dm, recipe(args)[1]), datamodule=dm)
+    return clock.rate()
+
+
+def plain_loop(dm, args):
+    """(batches, net, autocast) of the bare loop: ``dm``'s loader (never attached to a
+    Trainer, it augments each batch itself, as train_throughput's ``plain``), the recipe's
+    layout and autocast."""
+    precision, channels_last = recipe(args)
+    bf16 = precision == "bf16-mixed"
+    autocast = (lambda: torch.autocast("cpu", torch.bfloat16)) if bf16 else nullcontext
+    return cycle(dm.train_dataloader()), make_model(channels_last), autocast
+
+
+def run_plain(dm, args) -> float:
+    """img/s of the bare loop over the same loader."""
+    batches, net, autocast = plain_loop(dm, args)
+    return bare_loop(batches, net, args.steps, args.warmup, CLOCKS[args.clock], autocast=autocast)
+
+
+def paired(rounds: list[dict[str, float]]) -> dict[str, dict]:
+    """Each ratio of RATIOS as 1 - num/den inside each round, then median, min and max."""
+    return {
+        name: summarize([1 - r[num] / r[den] for r in rounds])
+        for name, (num, den) in RATIOS.items()
+        if num in rounds[0] and den in rounds[0]
+    }
+
+
+class _Profiled(pl.Callback):
+    """cProfile over the steps after ``warmup`` (steady state: no first-call imports)."""
+
+    def __init__(self, warmup: int, steps: int, clock):
+        self.warmup, self.end, self.clock = warmup, warmup + steps, clock
+        self.profiler, self.start, self.seconds = cProfile.Profile(clock), None, 0.0
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if trainer.global_step == self.warmup and self.start is None:
+            self.start = self.clock()
+            self.profiler.enable()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.end and self.start is not None:  # the last step's end
+            self.profiler.disable()
+            self.seconds = self.clock() - self.start
+
+
+def split(stats: pstats.Stats, seconds: float, steps: int) -> dict[str, float]:
+    """Milliseconds per step of each part of PARTS, and ``Lightning loop + hooks`` for the
+    rest of the step's wall time (``seconds`` over ``steps``, profiler's cost included)."""
+
+    def cumulative(suffix: str, name: str) -> float:
+        return sum(
+            value[3]
+            for (path, _, func), value in stats.stats.items()
+            if func == name and path.endswith(suffix)
+        )
+
+    ms = {
+        part: 1000 * sum(cumulative(*where) for where in wheres) / steps
+        for part, wheres in PARTS.items()
+    }
+    total = 1000 * seconds / steps  # the parts do not nest: each is a leaf of the step
+    ms["Lightning loop + hooks (the rest)"] = total - sum(ms.values())
+    ms["step (total)"] = total
+    return {k: round(v, 3) for k, v in ms.items()}
+
+
+def profile(variant: str, dm, args, out_dir: str) -> dict[str, float]:
+    """The cProfile split of one ``variant`` fit's steps after warmup."""
+    profiled = _Profiled(args.warmup, args.steps, CLOCKS[args.clock])
+    run_lightning(variant, dm, args, out_dir, extra=[profiled])
+    return split(pstats.Stats(profiled.profiler), profiled.seconds, args.steps)
+
+
+def profile_plain(dm, args) -> float:
+    """ms per step of the bare loop under the same profiler (its own cost included)."""
+    batches, net, autocast = plain_loop(dm, args)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    clock = CLOCKS[args.clock]
+    bare_loop(batches, net, args.warmup, 0, clock, opt, autocast)
+    profiler = cProfile.Profile(clock)
+    start = clock()
+    profiler.enable()
+    bare_loop(batches, net, args.steps, 0, clock, opt, autocast)
+    profiler.disable()
+    return round(1000 * (clock() - start) / args.steps, 3)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    MODEL.clear()
+    MODEL.update(MODELS[args.model])
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for name in ("pytorch_lightning", "lightning_fabric", "lightning_cls"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    torch.set_num_threads(args.threads)
+    dm = datamodule(args)
+    plain_dm = datamodule(args, dm.splits)
+    variants = tuple(v for v in VARIANTS if v in args.variants)
+    rounds: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as out_dir:
+        for r in range(args.rounds):
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
+            rounds.append({})
+            for v in order:
+                if v == "plain":
+                    rounds[-1][v] = run_plain(plain_dm, args)
+                else:
+                    rounds[-1][v] = run_lightning(v, dm, args, out_dir)
+                log.info("round %d %-10s %8.0f img/s", r + 1, v, rounds[-1][v])
+        profiles = {}
+        if not args.no_profile:
+            profiles = {v: profile(v, dm, args, out_dir) for v in ("lightning", "user")}
+            profiles["plain"] = {"step (total)": profile_plain(plain_dm, args)}
+    ratios = paired(rounds)
+    if "lightning" in variants and "plain" in variants:  # the same, as ms per step
+        ms = [1000 * args.batch_size * (1 / r["lightning"] - 1 / r["plain"]) for r in rounds]
+        ratios["lightning_overhead_ms"] = summarize(ms)
+    for name, st in ratios.items():
+        scale, unit = (1, " ms") if name.endswith("_ms") else (100, "%")
+        values = (scale * st[k] for k in ("median", "min", "max"))
+        log.info("%-22s %+.2f [%+.2f, %+.2f]%s", name, *values, unit)
+    for v, parts in profiles.items():
+        log.info("cProfile %s (ms/step): %s", v, parts)
+    out = {
+        "quick": args.quick,
+        "model": args.model,
+        "batch_size": args.batch_size,
+        "steps": args.steps,
+        "cpu": cpu_name(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "precision": recipe(args)[0],
+        "clock": args.clock,
+        "channels_last": recipe(args)[1],
+        "rounds": [{v: round(x, 1) for v, x in r.items()} for r in rounds],
+        **ratios,
+        "profile_ms_per_step": profiles,
+    }
+    print(json.dumps(out), flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
