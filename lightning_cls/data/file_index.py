@@ -65,9 +65,13 @@ def files_of_splits(data, files_by_folder: dict[str, list[str]], labels_by_folde
     files = {name: list(found) for name, found in files_by_folder.items()}
     rows = {}
     for name, found in files.items():
-        multiclass = data.task == "multiclass"  # folds stratify by class, as setup() did
-        labels = labels_by_folder[name] if multiclass else [0] * len(found)
-        rows[name] = Split(torch.arange(len(found)), torch.as_tensor(labels))  # (N,) row numbers
+        # Class indices stratify the carve and the folds as setup() did; other tasks' rows
+        # stand in as (N, 1), which hold_out carves at random, as it did their label rows.
+        if data.task == "multiclass":
+            labels = torch.as_tensor(labels_by_folder[name])  # (N,)
+        else:
+            labels = torch.zeros(len(found), 1)  # (N, 1)
+        rows[name] = Split(torch.arange(len(found)), labels)  # (N,) row numbers
     if data.folds and "val" in rows:  # carve_val pools train and val before the folds
         rows["val"] = Split(rows["val"].images + len(files["train"]), rows["val"].labels)
         files["train"] += files.pop("val")

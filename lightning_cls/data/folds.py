@@ -1,4 +1,4 @@
-"""Stratified k-fold assignment that is the same on every machine.
+"""Stratified k-fold assignment and hold-out carve, the same on every machine.
 
 ``fold_ids(labels, k, seed)`` gives each sample the fold it validates in. Within each class the
 samples are put in a seeded random order and dealt round-robin to the folds, starting where the
@@ -7,6 +7,13 @@ one per class, fold sizes by at most one overall). The order comes from numpy's 
 generator with a fixed seed, whose stream numpy documents as stable across versions and
 platforms (``numpy.random.Generator.permutation`` on a PCG64); torch's CPU generator is not used
 because its stream is not promised across releases.
+
+``stratified_pick(labels, size, seed)`` picks the images a validation or test carve holds out
+of train: each class gives ``round(size * its count)`` (a fraction) or its proportional share
+of ``size`` images (a count, largest remainders first), at least one where a fraction is asked
+of a class of two or more, never a class's last image (unless a count asks for more than
+that leaves); so a balanced folder gives a balanced
+validation set. Seeded the same way, so every DDP rank and every resumed run carves the same.
 """
 
 from __future__ import annotations
@@ -36,6 +43,42 @@ def fold_ids(labels, k: int, seed: int) -> np.ndarray:
         out[members] = (start + np.arange(len(members))) % k
         start = (start + len(members)) % k
     return out
+
+
+def stratified_pick(labels, size: int | float, seed: int) -> np.ndarray:
+    """(M,) int64, sorted: the samples held out of ``labels`` (N,) class indices. ``size`` is a
+    fraction in (0, 1) or a count in [1, N)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    classes, counts = np.unique(labels, return_counts=True)  # sorted: independent of data order
+    if isinstance(size, float):
+        take = np.rint(size * counts).astype(np.int64)  # round half to even, as round()
+        take = np.where((counts >= 2) & (size > 0), np.maximum(take, 1), take)
+        take = np.minimum(take, counts - 1)  # a class keeps at least one train image
+        if not take.any():  # every class a single image: hold out the fraction of all
+            take = _apportion(int(round(size * len(labels))), counts)
+    else:
+        take = _apportion(int(size), counts)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    held = [np.empty(0, dtype=np.int64)]
+    for cls, n_take in zip(classes, take):
+        members = np.flatnonzero(labels == cls)
+        held.append(members[rng.permutation(len(members))[:n_take]])  # one draw per class
+    return np.sort(np.concatenate(held))
+
+
+def _apportion(k: int, counts: np.ndarray) -> np.ndarray:
+    """``k`` images split across classes in proportion to ``counts`` (Hamilton's largest
+    remainders, ties to the lower class). A class gives its last image only when ``k`` cannot
+    be met otherwise (a count larger than the images beyond one per class)."""
+    share = k * counts / counts.sum()
+    take = np.minimum(np.floor(share).astype(np.int64), counts - 1)
+    order = np.lexsort((np.arange(len(counts)), -(share - np.floor(share))))
+    for limit in (counts - 1, counts):
+        while take.sum() < min(k, limit.sum()):  # a capped class's share goes to the next
+            for c in order:
+                if take.sum() < k and take[c] < limit[c]:
+                    take[c] += 1
+    return take
 
 
 def split_fold(split: Split, k: int, fold: int, seed: int) -> tuple[Split, Split]:

@@ -1,7 +1,7 @@
 """The in-memory source: splits held as uint8 tensors, and the loaders built over them.
 
 ``ImageDataModule``'s default reader and loader (``read_splits``/``make_loader``) call these:
-validation carved out of train with a fixed seed (``carve_val``), and batches served by one of
+validation carved out of train with a fixed seed, stratified by class (``carve_val``), and batches served by one of
 two pipelines (``memory_loader``): ``TensorBatchLoader`` slices uint8 batches by a seeded
 permutation (``pipeline="tensor"``), ``ArrayDataset`` in a ``DataLoader`` applies per-sample
 PIL transforms (``pipeline="pil"``).
@@ -16,7 +16,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
-from lightning_cls.data.folds import split_fold
+from lightning_cls.data.folds import split_fold, stratified_pick
 from lightning_cls.data.tensor_loader import TensorBatchLoader
 from lightning_cls.inference.spec import Split
 from lightning_cls.inference.threads import configure_threads, worker_init_fn
@@ -116,15 +116,31 @@ def pil_auto_augment(policy: str | None) -> list:
 def hold_out(
     split: Split, size: int | float, seed: int, what: str, hint: str = ""
 ) -> tuple[Split, Split]:
-    """Split off ``size`` (a fraction or a count) at random with a fixed ``seed``:
-    returns (rest, held out)."""
+    """Split off ``size`` (a fraction or a count) with a fixed ``seed``: returns (rest, held out).
+
+    Single-label splits are stratified by class (``folds.stratified_pick``), so each class is
+    held out in proportion. Multi-label splits ((N, K) label rows) are held out at random."""
     n = len(split)
     k = int(round(size * n)) if isinstance(size, float) else size
-    if not 0 < k < n:
-        raise ValueError(
-            f"data.{what}_size={size} leaves no train or no {what} data out of {n} training "
-            f"images; set data.{what}_size to a fraction in (0, 1) or a count from 1 to {n - 1}"
-            f"{hint}."
-        )
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-    return split.subset(perm[k:]), split.subset(perm[:k])
+    fraction_ok = not isinstance(size, float) or 0 < size < 1
+    if split.labels.ndim != 1:  # multi-label: no single class to stratify by
+        if not (0 < k < n and fraction_ok):
+            raise ValueError(_size_error(size, n, what, hint))
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+        return split.subset(perm[k:]), split.subset(perm[:k])
+    if not (fraction_ok and (isinstance(size, float) or 0 < k < n)):
+        raise ValueError(_size_error(size, n, what, hint))
+    held = torch.from_numpy(stratified_pick(split.labels.numpy(), size, seed))  # (M,)
+    if not 0 < len(held) < n:
+        raise ValueError(_size_error(size, n, what, hint))
+    rest = torch.ones(n, dtype=torch.bool)
+    rest[held] = False
+    return split.subset(torch.nonzero(rest).squeeze(1)), split.subset(held)
+
+
+def _size_error(size: int | float, n: int, what: str, hint: str) -> str:
+    return (
+        f"data.{what}_size={size} leaves no train or no {what} data out of {n} training "
+        f"images; set data.{what}_size to a fraction in (0, 1) or a count from 1 to {n - 1}"
+        f"{hint}."
+    )
