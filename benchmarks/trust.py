@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> dict:
             out = work / f"eval_{name}_{score}"
             run("eval", [*data, f"ckpt_path={summary['best_ckpt']}", f"ood={folder}",
                          f"ood_score={score}", "prediction_mosaic=false", *QUIET[:4]], out)  # fmt: skip
-            ood = json.loads((out / "results.json").read_text())["ood"]
+            ood = json.loads((out / "results.json").read_text())["ood"][folder.name]
             report[f"auroc_{name}_{score}"] = ood["auroc"]
-            if "false_accept_rate" in ood:
+            if ood["false_accept_rate"] is not None:
                 report[f"false_accept_{name}"] = ood["false_accept_rate"]
     report["wall_s"], report["cpu_s"] = round(time.time() - started, 1), round(_cpu() - cpu, 1)
     print(json.dumps(report))

@@ -89,12 +89,13 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             explain = Explainer(module.net, spec, cfg.explain).heatmaps
         mosaic = out / f"predictions_{split}.png"
         write_split_mosaic(module, datamodule, split, mosaic, explain=explain)
-    if cfg.get("ood"):  # out-of-distribution images: AUROC and false accepts of the rule
-        from lightning_cls.training.calibration import ood_report  # only with ood=
+    from lightning_cls.inference.open_set_report import ood_report, ood_sets
 
-        images = datamodule.splits[split].images
-        results["ood"] = ood_report(cfg.ckpt_path, images, cfg.ood, cfg.get("ood_score"))
-        log.info("Out-of-distribution (%s): %s", cfg.ood, json.dumps(results["ood"]))
+    ood = ood_sets(cfg.get("ood"))  # ood=DIR: short for ood.far=DIR
+    if ood:  # folders of unknown classes: the open-set report, its figures in the run folder
+        known = datamodule.splits[split]
+        results["ood"] = ood_report(cfg.ckpt_path, known, ood, cfg.get("ood_score"), out)
+        log.info("Out-of-distribution (open-set report): %s", json.dumps(results["ood"]))
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
     log.info("%s metrics of %s (%s): %s", split, cfg.ckpt_path, tta, json.dumps(metrics))
     return metrics

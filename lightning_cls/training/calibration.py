@@ -50,7 +50,6 @@ from lightning_cls.inference.spec import InputSpec, Split
 from lightning_cls.inference.tasks import Task
 from lightning_cls.inference.trust import (
     check_keep,
-    check_score,
     check_temperature,
     check_temperature_fit,
     quantile_threshold,
@@ -424,48 +423,3 @@ def update_checkpoint(source: str | Path, target: str | Path, updates: dict[str,
     verb = "Replaced" if target.resolve() == source.resolve() else "Wrote"
     log.info("%s %s (atomically) with the calibration: %s", verb, target, updates)
     return target
-
-
-def ood_report(
-    ckpt_path: str | Path, known: torch.Tensor, folder: str | Path, score: str | None = None
-) -> dict[str, Any]:
-    """How well the model's confidence separates ``known`` uint8 (N, C, H, W) in-distribution
-    images from the images under ``folder``: AUROC (in-distribution positive; 0.5 = chance)
-    and, at the checkpoint's rejection threshold, the share of OOD images answered with a
-    label (false accepts) and of known images kept. ``score``: ``msp`` | ``energy`` | the
-    checkpoint's own feature-space rule (``knn``, ``mahalanobis``); default the checkpoint's
-    rule's, else ``msp``."""
-    from torchmetrics.functional.classification import binary_auroc
-
-    from lightning_cls.inference import find_images, load_artifact
-    from lightning_cls.inference.images import load_image_batch
-
-    predictor = load_artifact(ckpt_path)
-    spec, task = predictor.spec, predictor.task
-    score = check_score(score or (spec.reject or {}).get("score") or "msp")
-    files = find_images([folder])
-    odd, _, failed = load_image_batch(files, spec.image_size, spec.num_channels, spec.resize_size)
-    if len(odd) == 0:
-        raise ValueError(f"ood={folder}: none of its {len(files)} files could be read as an image.")
-
-    def confidence(images: torch.Tensor) -> torch.Tensor:  # (N,) by ``score``
-        logits, features = predictor.image_outputs(images)  # features: a feature-space rule
-        return task.confidence(logits, score, features)
-
-    inside, outside = confidence(known), confidence(torch.from_numpy(odd))  # (N,), (M,)
-    scores = torch.cat([inside, outside])
-    truth = torch.cat([torch.ones(len(inside)), torch.zeros(len(outside))]).int()
-    report: dict[str, Any] = {
-        "folder": str(folder),
-        "score": score,
-        "known_images": len(inside),
-        "ood_images": len(outside),
-        "unreadable": len(failed),
-        "auroc": round(binary_auroc(scores, truth).item(), 6),
-    }
-    if spec.reject is not None and spec.reject["score"] == score:
-        threshold = spec.reject["threshold"]
-        report["threshold"] = threshold
-        report["false_accept_rate"] = round((outside >= threshold).float().mean().item(), 6)
-        report["known_kept"] = round((inside >= threshold).float().mean().item(), 6)
-    return report

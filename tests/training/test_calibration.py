@@ -238,7 +238,7 @@ def test_the_calibrate_command_writes_a_new_checkpoint(trained, tmp_path):
     results = json.loads((tmp_path / "run" / "results.json").read_text())["calibration"]
     assert {"val_ece_before", "val_ece_after", "test_ece_before", "test_ece_after"} <= set(results)
     assert (tmp_path / "run" / "reliability.png").is_file()
-    # eval ood=<folder>: AUROC of known vs. odd images and the rule's false accepts
+    # eval ood=<folder> (short for ood.far=): AUROC of known vs. odd images, the rule's false accepts
     from lightning_cls.eval import evaluate
 
     odd = tmp_path / "odd"
@@ -249,8 +249,10 @@ def test_the_calibrate_command_writes_a_new_checkpoint(trained, tmp_path):
     cfg = compose("eval", [f"ckpt_path={out}", f"ood={odd}", "prediction_mosaic=false",
                            *QUIET_TRAINER[:4], *as_overrides(LEARNABLE)], tmp_path / "e")  # fmt: skip
     evaluate(cfg)
-    ood = json.loads((tmp_path / "e" / "run" / "results.json").read_text())["ood"]
-    assert (ood["score"], ood["ood_images"], ood["known_images"]) == ("msp", 12, 64)
+    ood = json.loads((tmp_path / "e" / "run" / "results.json").read_text())["ood"]["odd"]
+    assert (ood["kind"], ood["score"], ood["ood_images"], ood["known_images"]) == (
+        "far", "msp", 12, 64,
+    )  # fmt: skip
     assert ood["threshold"] == spec.reject["threshold"]
     assert ood["auroc"] > 0.75 and 0 <= ood["false_accept_rate"] < 0.6, ood  # 0.87 here
     assert 0.7 <= ood["known_kept"] <= 1.0
