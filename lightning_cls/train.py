@@ -255,12 +255,18 @@ class RunCallbacks:
         metrics = metrics or to_floats(trainer.callback_metrics)
         best = self.best_metric.best
         calibration = self.calibration.result if self.calibration else None
+        score, best_val = _best_record(trainer, self.best_metric.state_key)
+        last_val = {k: v for k, v in metrics.items() if k.startswith("val/")}
         return {
             "best_ckpt": trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else "",
-            "best_val_acc": _best_score(trainer),
+            "best_val_acc": score,
             "objective": best if best is not None else metrics.get(cfg.optimized_metric),
             "pruned_at_epoch": self.pruning.pruned_epoch if self.pruning else None,
-            "val": {k: v for k, v in metrics.items() if k.startswith("val/")},
+            # The tested (best) checkpoint's validation metrics, as saved in it (BestMetric's
+            # state); without one (no checkpoint, an older file) the last epoch's.
+            "val": best_val or last_val,
+            "val_of": "best_ckpt" if best_val else "last_epoch",
+            "val_last": last_val,
             # ECE before/after, the temperature and rejection rule (training/calibration.py)
             "calibration": calibration.report() if calibration else None,
             "position": fit_position(trainer),
@@ -296,6 +302,8 @@ def run_summary(cfg: DictConfig, fit: dict, tested: dict, trainer, started: floa
         **{k: fit[k] for k in ("best_ckpt", "best_val_acc")},
         "optimized_metric": cfg.optimized_metric,
         **{k: fit[k] for k in ("objective", "pruned_at_epoch", "val")},
+        "val_of": fit.get("val_of", "last_epoch"),  # a requeued job's record may predate it
+        "val_last": fit.get("val_last", fit["val"]),
         **tested,
         "calibration": fit["calibration"],
         "wall_time_s": round(time.time() - started, 2),
@@ -313,7 +321,14 @@ def write_results(cfg: DictConfig, summary: dict) -> None:
     atomic_write_text(output_dir / "results.json", json.dumps(summary, indent=2) + "\n")
     log.info("Run directory: %s", output_dir)
     log.info("Best checkpoint: %s", summary["best_ckpt"] or "(none)")
-    log.info("Final metrics: %s", json.dumps({**summary["val"], **summary["test"]}))
+    which = (
+        f"the best checkpoint's ({summary['best_ckpt']}), the one tested"
+        if summary["val_of"] == "best_ckpt"
+        else "the last epoch's validation; test of the model tested"
+    )
+    log.info("Final metrics, %s: %s", which, json.dumps({**summary["val"], **summary["test"]}))
+    if summary["val_last"] != summary["val"]:
+        log.info("Last epoch's validation metrics: %s", json.dumps(summary["val_last"]))
 
 
 def _continue_next_to(ckpt_path: str | None, trainer, module) -> None:
@@ -378,18 +393,26 @@ def _resume_from(cfg: DictConfig) -> str | None:
     return resolve_ckpt_path(ckpt_path, Path(cfg.paths.ckpt_root), pattern=cfg.paths.ckpt_last_glob)
 
 
-def _best_score(trainer: pl.Trainer) -> float | None:
-    """The best checkpoint's monitored score. A spawned DDP fit (``trainer=ddp_sim``) hands the
-    main process only the best checkpoint's path, so the score is read back from that file's
-    ModelCheckpoint state."""
+def _best_record(trainer: pl.Trainer, metrics_key: str) -> tuple[float | None, dict]:
+    """The best checkpoint's monitored score and its validation metrics, read from the file:
+    ``BestMetric``'s state under ``metrics_key`` holds the metrics of the epoch it was saved
+    at. A spawned DDP fit (``trainer=ddp_sim``) hands the main process only the best
+    checkpoint's path, so its score comes from the file's ModelCheckpoint state too."""
     callback = trainer.checkpoint_callback
     score = getattr(callback, "best_model_score", None)
-    if score is None and callback is not None and Path(callback.best_model_path or "").is_file():
+    metrics: dict = {}
+    if callback is not None and Path(callback.best_model_path or "").is_file():
         import torch
 
-        state = torch.load(callback.best_model_path, map_location="cpu", weights_only=False)
-        score = state.get("callbacks", {}).get(callback.state_key, {}).get("best_model_score")
-    return float(score) if score is not None else None
+        # mmap: the weights are not read, only the callbacks' small state
+        state = torch.load(
+            callback.best_model_path, map_location="cpu", weights_only=False, mmap=True
+        )
+        saved = state.get("callbacks", {})
+        if score is None:
+            score = saved.get(callback.state_key, {}).get("best_model_score")
+        metrics = dict((saved.get(metrics_key) or {}).get("metrics") or {})
+    return (float(score) if score is not None else None), metrics
 
 
 register_resolvers()  # ${run_stamp:...} in conf/hydra/train.yaml

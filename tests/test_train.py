@@ -44,6 +44,10 @@ def test_default_training_reaches_high_accuracy(trained):
     assert Path(summary["best_ckpt"]).parent == tmp / RUN / "checkpoints" / "digits_simplecnn"
     # main() returns the best val/acc of the run (optimized_metric) to sweepers.
     assert summary["objective"] == pytest.approx(summary["best_val_acc"])
+    # `val`: the tested (best) checkpoint's validation metrics, read from it; the last epoch's
+    # beside them (issue 56: they were the last epoch's, beside the best checkpoint's test).
+    assert results["val_of"] == "best_ckpt" and set(results["val_last"]) == set(results["val"])
+    assert results["val"]["val/acc"] == pytest.approx(results["best_val_acc"])
     # The whole config reached the loggers (hparams.yaml of the CSV logger).
     hparams = (tmp / RUN / "csv" / "hparams.yaml").read_text()
     assert "optimizer:" in hparams and "experiment_name: digits_simplecnn" in hparams
@@ -62,6 +66,8 @@ def test_eval_on_the_val_split_reproduces_the_best_val_metric(trained, tmp_path)
     overrides = [f"ckpt_path={summary['best_ckpt']}", "split=val", *QUIET_TRAINER[:4]]
     metrics = evaluate(compose("eval", overrides, tmp=tmp_path))
     assert metrics["val/acc"] == pytest.approx(summary["best_val_acc"], abs=1e-4)
+    # The run's results.json holds this checkpoint's validation metrics, every one of them.
+    assert metrics == pytest.approx(summary["val"], abs=1e-4)
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["split"] == "val" and results["val"] == pytest.approx(metrics)
 
@@ -347,3 +353,41 @@ def test_final_weights_export_with_classes_read_from_the_folders(tmp_path):
     model = load_artifact(tmp_path / "run" / "export" / "model.onnx")
     assert model.spec.classes == ("cat", "dog", "owl")
     assert model.spec.model_kwargs["num_classes"] == 3
+
+
+def test_results_val_is_the_tested_checkpoints_not_the_last_epochs(tmp_path, caplog):
+    """A run whose last epoch (val/acc 0.333) is worse than its best checkpoint (0.60): `val`
+    and the "Final metrics" line are the best checkpoint's, the one tested; `val_last` the last
+    epoch's (issue 56)."""
+    from types import SimpleNamespace
+
+    from lightning_cls.callbacks.best_metric import BestMetric
+    from lightning_cls.callbacks.preemption import Preemption
+    from lightning_cls.train import RunCallbacks, run_summary, write_results
+
+    best = tmp_path / "epoch002.ckpt"
+    saved_at_best = {"best": 0.6, "best_epoch": 2, "metrics": {"val/acc": 0.6, "val/loss": 0.9}}
+    state = {"best_model_score": torch.tensor(0.6)}
+    torch.save({"callbacks": {"ModelCheckpoint": state, "BestMetric": saved_at_best}}, best)
+    checkpoint = SimpleNamespace(best_model_path=str(best), best_model_score=None,
+                                 state_key="ModelCheckpoint")  # fmt: skip
+    last = {"val/acc": torch.tensor(0.333), "val/loss": torch.tensor(1.5)}
+    loop = SimpleNamespace(epoch_loop=SimpleNamespace(_batches_that_stepped=30))
+    trainer = SimpleNamespace(checkpoint_callback=checkpoint, callback_metrics=last,
+                              precision="32-true", current_epoch=4, fit_loop=loop)  # fmt: skip
+    run = RunCallbacks([], Preemption(tmp_path, requeue_signals=(), stop_signals=()), BestMetric())
+    cfg = compose(overrides=[f"paths.output_dir={tmp_path}/run"], tmp=tmp_path)
+    fit = run.fit_record(cfg, trainer)
+    assert fit["val"] == pytest.approx({"val/acc": 0.6, "val/loss": 0.9})
+    assert fit["val_last"] == pytest.approx({"val/acc": 0.333, "val/loss": 1.5})
+    assert fit["best_val_acc"] == pytest.approx(0.6) and fit["val_of"] == "best_ckpt"
+    tested = {"test": {"test/acc": 0.6}, "per_class_test": {}}
+    summary = run_summary(cfg, fit, tested, trainer, started=0.0)
+    caplog.set_level("INFO", logger="lightning_cls.train")
+    write_results(cfg, summary)
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["val"]["val/acc"] == pytest.approx(0.6)
+    assert results["val_last"]["val/acc"] == pytest.approx(0.333)
+    assert f"Final metrics, the best checkpoint's ({best}), the one tested: " in caplog.text
+    assert '"val/acc": 0.6' in caplog.text
+    assert 'Last epoch\'s validation metrics: {"val/acc": 0.333' in caplog.text

@@ -133,7 +133,7 @@ def test_offline_run_holds_the_resolved_config_and_metrics(wandb_offline, tmp_pa
         if r.WhichOneof("record_type") == "history"
     ]
     val_acc = [row[("val/acc",)] for row in history if ("val/acc",) in row]
-    assert val_acc and val_acc[-1] == pytest.approx(summary["val"]["val/acc"])
+    assert val_acc and val_acc[-1] == pytest.approx(summary["val_last"]["val/acc"])
     test_acc = [row[("test/acc",)] for row in history if ("test/acc",) in row]
     assert test_acc == [pytest.approx(summary["test"]["test/acc"])]
 
@@ -195,4 +195,4 @@ def test_two_process_ddp_logs_one_offline_run(wandb_offline, tmp_path):
     ]
     assert any(("train/loss_epoch",) in row for row in history)  # logged by the fit spawn
     val_acc = [row[("val/acc",)] for row in history if ("val/acc",) in row]
-    assert val_acc and val_acc[-1] == pytest.approx(summary["val"]["val/acc"])
+    assert val_acc and val_acc[-1] == pytest.approx(summary["val_last"]["val/acc"])
