@@ -99,7 +99,8 @@ def steps(quick: bool, data_root: Path | None, work: Path) -> dict[str, list[str
     if quick:
         tests.append("--collect-only")
         recipe = f"{RECIPE} trainer=cpu data=synthetic data.train_size=256 data.test_size=64 "
-        recipe += "data.batch_size=64 trainer.max_epochs=1 optimizer.lr=0.1 seed=0"
+        recipe += "data.batch_size=64 trainer.max_epochs=1 trainer.check_val_every_n_epoch=1 "
+        recipe += "optimizer.lr=0.1 seed=0"
         target = "0.0"
     else:
         recipe = f"{RECIPE} trainer=gpu data=imagefolder data.root={data_root} "

@@ -16,10 +16,14 @@ in interleaved rounds (the order rotated per round) on the same in-memory tensor
                   RichProgressBar, the CSV logger at ``log_every_n_steps=10``, NanGuard and
                   ModelCheckpoint
 
-Each ratio is computed inside one round (both runs saw the same machine load) and reported as
+Clock: by default this process's CPU time (``--clock cpu``), with one torch thread
+(``--threads 1``): every variant runs in this one process and loads its batches there, so its
+CPU seconds are the step's cost, nearly blind to other processes on a shared machine (on a
+2-vCPU machine at load 8-10 wall-clock overheads spread from -270% to +33% over 5 rounds,
+CPU-clock ones over 1 point). Each ratio is computed inside one round (both runs saw the same machine load) and reported as
 median [min, max] over the rounds: ``lightning_overhead`` = 1 - lightning/plain (the figure of
 issue 55), ``log_share`` = 1 - lightning/no_log, ``metrics_share`` = 1 - lightning/no_metrics,
-``user_overhead`` = 1 - user/plain. Then one lightning run (and one plain run) under cProfile
+``user_overhead`` = 1 - user/plain, and ``lightning_overhead_ms`` (the same in ms per step). Then one lightning run (and one plain run) under cProfile
 splits the step into parts (``PARTS``: the network's forward, loss, backward, optimizer, the
 batch's hand-off and augmentation, logging, metrics, hooks, the progress bar, the loop itself),
 as milliseconds per step; cProfile's own cost inflates the Python-heavy parts, so the split says

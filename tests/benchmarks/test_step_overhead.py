@@ -53,7 +53,10 @@ def test_quick_mode_times_every_variant_and_splits_the_step(run_quick):
     lightning, user = out["profile_ms_per_step"]["lightning"], out["profile_ms_per_step"]["user"]
     # the network's own work is found in the Lightning run; the user's defaults add a bar
     assert lightning["forward"] > 0 and lightning["backward"] > 0
-    assert lightning["log (self.log)"] > 0 and lightning["metrics (task.update)"] > 0
+    assert lightning["metrics (task.update)"] > 0  # train accuracy: counted every step
+    # train/loss_step is logged only on the steps the loggers write (every 10th): none of the
+    # quick run's 4 steps (warmup included) calls self.log
+    assert lightning["log (self.log)"] == 0
     assert lightning["progress bar"] == 0 and user["progress bar"] > 0
     assert user["NanGuard"] > 0
     assert out["profile_ms_per_step"]["plain"]["step (total)"] > 0
