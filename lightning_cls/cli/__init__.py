@@ -75,9 +75,11 @@ def run_cli(main: Callable[[], Any]) -> None:
     # us instead, and decide here how to show it.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     if any(a in HELP_FLAGS for a in args):  # Hydra's help text, without its repository copies
-        from lightning_cls.cli.hydra_help import share_group_repository  # only for --help
+        from lightning_cls.cli import command_help  # only for --help
+        from lightning_cls.cli.hydra_help import share_group_repository
 
         share_group_repository()
+        command_help.register()  # ${command_help:} in conf/hydra/default.yaml's help template
     try:
         verbose = any(a in VERBOSE_FLAGS for a in args)
         with quiet.lightning_messages(verbose):
