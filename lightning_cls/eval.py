@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 import hydra
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
+from lightning_cls.cli.option_types import check_annotated_types
 from lightning_cls.cli.printing import to_floats
 from lightning_cls.cli.run_config import (
     checkpoint_datamodule,
@@ -53,6 +54,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     from lightning_cls.module import ClassificationModule
     from lightning_cls.training.trainer import build_trainer
 
+    trainer_options = OmegaConf.to_container(cfg.trainer, resolve=True)
+    check_annotated_types(pl.Trainer.__init__, trainer_options, "trainer")  # max_epochs=abc
     cfg = with_checkpoint_data(cfg, cfg.ckpt_path)  # the run's data unless data= was given
     pl.seed_everything(cfg.seed, workers=True)
     module = ClassificationModule.load_from_checkpoint(cfg.ckpt_path, map_location="cpu")

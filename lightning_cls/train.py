@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lightning_cls import config_dir
 from lightning_cls.cli import run_cli
-from lightning_cls.cli.option_types import check_option_types
+from lightning_cls.cli.option_types import check_annotated_types, check_option_types
 from lightning_cls.cli.printing import print_run, to_floats
 from lightning_cls.cli.resolvers import register_resolvers
 from lightning_cls.fileio import atomic_write_text
@@ -87,6 +87,8 @@ def train(cfg: DictConfig) -> dict:
     from lightning_cls.training.resume import restore_fit_position
     from lightning_cls.training.trainer import build_trainer
 
+    trainer_options = OmegaConf.to_container(cfg.trainer, resolve=True)
+    check_annotated_types(pl.Trainer.__init__, trainer_options, "trainer")  # max_epochs=abc
     pl.seed_everything(cfg.seed, workers=True)
 
     apply_pretrained_preprocessing(cfg)
