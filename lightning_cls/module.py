@@ -256,8 +256,8 @@ class ClassificationModule(pl.LightningModule):
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         """``train/loss_step`` on the steps the loggers write (``trainer.log_every_n_steps``;
         also the step a callback stops at, and every step of ``fast_dev_run``), synced over
-        ranks as before: a ``self.log`` costs ~0.1 ms of Python per call, ~3% of a SimpleCNN
-        step at batch 64 (benchmarks/step_overhead.py). The progress bar's step loss follows
+        ranks as before: a ``self.log`` per step cost 4.2 ms of a 65 ms SimpleCNN step at batch
+        64 under cProfile (docs/benchmarks.md, benchmarks/step_overhead.py). The progress bar's step loss follows
         the same rhythm."""
         trainer = self.trainer
         every = trainer.log_every_n_steps
