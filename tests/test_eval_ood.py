@@ -73,8 +73,7 @@ def test_an_onnx_export_gives_the_same_report(trained, tmp_path):
 
     near, far = near_and_far(tmp_path)
     onnx = export_model(trained.net, trained.spec, tmp_path / "x", ExportConfig(formats=["onnx"]))
-    trained.data.setup("test")
-    known = trained.data.splits["test"]
+    known = trained.data.splits["test"]  # the 64 images eval reads (read once, at fit)
     sets = [("near", near), ("far", far)]
     from_ckpt = ood_report(trained.ckpt, known, sets)
     from_onnx = ood_report(onnx.paths["onnx"], known, sets, out_dir=tmp_path / "figs")
