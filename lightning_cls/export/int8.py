@@ -75,6 +75,10 @@ class Int8Writer(Writer):
         except AccuracyDropError as err:
             report.accepted, report.error = False, str(err)
             raise
+        return (
+            f"checked: val {report.metric} {100 * report.acc_before:.2f}% -> "
+            f"{100 * report.acc_after:.2f}% against its source"
+        )
 
     def calibration(self, spec) -> SplitCalibrationReader:
         q = self.quantize

@@ -114,12 +114,18 @@ class Writer:
         """Write the file at ``path`` through the skeleton (a step overrides this)."""
         return write_verified(self, net, spec, path, **check)
 
-    def check(self, model, run, spec: InputSpec, path: Path, batch_sizes, atol, rtol) -> None:
+    def check(self, model, run, spec: InputSpec, path: Path, batch_sizes, atol, rtol) -> str:
         """The file read back (``run``) against eager ``model``: parity at each batch size
-        (``model=None``, a file converted from another verified file: the spec alone)."""
-        if model is not None:
-            what = f"{self.title} {path.name}"  # the final name, not the temp one
-            compare(self, model, run, spec, batch_sizes, atol, rtol, what)
+        (``model=None``, a file converted from another verified file: the spec alone). Returns
+        what was checked, for the export's log line."""
+        if model is None:
+            return "checked: its input spec (converted from a verified file)"
+        if not batch_sizes:
+            return "checked: its input spec (no batch sizes to compare at)"
+        what = f"{self.title} {path.name}"  # the final name, not the temp one
+        diff = compare(self, model, run, spec, batch_sizes, atol, rtol, what)
+        sizes = " and ".join(str(b) for b in batch_sizes)
+        return f"checked: {self.title} vs eager PyTorch at batch {sizes}, max abs diff {diff:.2g}"
 
     def copy_tagged(self, src: Path, dst: Path, key: str, text: str) -> Path:
         """Copy the file at ``src`` (companions too) to ``dst`` with ``text`` under ``key`` in the
@@ -293,17 +299,19 @@ def write_verified(
                     f"The input spec did not survive the round trip: {stored} != "
                     f"{writer.stored_spec(spec)}."
                 )
-            writer.check(model, run, spec, path, check_batch_sizes, atol, rtol)
+            checked = writer.check(model, run, spec, path, check_batch_sizes, atol, rtol)
     finally:
         if net is not None:
             net.train(was_training)
-    log.info("Exported %s to %s", writer.title, path)
+    log.info("Exported %s to %s%s", writer.title, path, f" ({checked})" if checked else "")
     return path
 
 
-def compare(writer, net, run, spec, batch_sizes, atol, rtol, what) -> None:
+def compare(writer, net, run, spec, batch_sizes, atol, rtol, what) -> float:
     """``run`` (the file read back) must match eager ``net`` at each batch size (a
-    ``FeatureNet``: its logits, and its features against the runtime's ``outputs``)."""
+    ``FeatureNet``: its logits, and its features against the runtime's ``outputs``); returns
+    the largest absolute difference of the logits."""
+    worst = 0.0
     for seed, batch_size in enumerate(batch_sizes):
         x = writer.example(spec, batch_size, seed=seed)
         with torch.no_grad():
@@ -315,7 +323,9 @@ def compare(writer, net, run, spec, batch_sizes, atol, rtol, what) -> None:
                 expected, actual = expected[0], actual[0]
             else:
                 actual = run(x)
-        check_outputs_close(expected, actual, atol, rtol, f"{what} at batch {batch_size}")
+        diff = check_outputs_close(expected, actual, atol, rtol, f"{what} at batch {batch_size}")
+        worst = max(worst, diff)
+    return worst
 
 
 @contextmanager

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import onnx
 import pytest
 import torch
@@ -48,6 +50,17 @@ def test_onnx_parity_at_two_batch_sizes(trained, tmp_path):
         with torch.no_grad():
             expected = trained.net(x)
         torch.testing.assert_close(run_session(session, x), expected, atol=1e-4, rtol=1e-3)
+
+
+def test_export_logs_what_its_check_compared(trained, tmp_path, caplog):
+    caplog.set_level("INFO", logger="lightning_cls.export.writer")
+    export_format("onnx", trained.net, trained.spec, tmp_path / "m.onnx", check_batch_sizes=(1, 7))
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Exported")]
+    match = re.search(
+        r"checked: ONNX vs eager PyTorch at batch 1 and 7, max abs diff (\S+)\)$", line
+    )
+    assert match, line
+    assert 0 <= float(match.group(1)) < 1e-4  # the diff the check measured, not a constant
 
 
 def test_onnx_metadata_round_trip(trained, tmp_path):
