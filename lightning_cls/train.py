@@ -324,11 +324,11 @@ def write_results(cfg: DictConfig, summary: dict) -> None:
     log.info("Run directory: %s", output_dir)
     log.info("Best checkpoint: %s", summary["best_ckpt"] or "(none)")
     which = (
-        f"the best checkpoint's ({summary['best_ckpt']}), the one tested"
+        f"validation and test of the best checkpoint, {summary['best_ckpt']}"
         if summary["val_of"] == "best_ckpt"
-        else "the last epoch's validation; test of the model tested"
+        else "validation of the last epoch; test of the model tested"
     )
-    log.info("Final metrics, %s: %s", which, json.dumps({**summary["val"], **summary["test"]}))
+    log.info("Final metrics: %s (%s)", json.dumps({**summary["val"], **summary["test"]}), which)
     if summary["val_last"] != summary["val"]:
         log.info("Last epoch's validation metrics: %s", json.dumps(summary["val_last"]))
 

@@ -388,6 +388,7 @@ def test_results_val_is_the_tested_checkpoints_not_the_last_epochs(tmp_path, cap
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["val"]["val/acc"] == pytest.approx(0.6)
     assert results["val_last"]["val/acc"] == pytest.approx(0.333)
-    assert f"Final metrics, the best checkpoint's ({best}), the one tested: " in caplog.text
-    assert '"val/acc": 0.6' in caplog.text
+    final = next(r.getMessage() for r in caplog.records if r.msg.startswith("Final metrics"))
+    assert final.startswith('Final metrics: {"val/acc": 0.6, "val/loss": 0.9, "test/acc": 0.6}')
+    assert final.endswith(f" (validation and test of the best checkpoint, {best})")
     assert 'Last epoch\'s validation metrics: {"val/acc": 0.333' in caplog.text
