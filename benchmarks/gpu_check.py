@@ -1,4 +1,4 @@
-"""The checks that need a CUDA GPU, in one script (about 10 minutes on one GPU).
+"""The checks that need a CUDA GPU, in one script (meant to fit in 10 minutes on one GPU).
 
     python benchmarks/gpu_check.py                  # on a machine with a CUDA GPU
     python benchmarks/gpu_check.py --data /path/to/cifar10-train-jpg.tar.gz

@@ -1,7 +1,8 @@
 """Where a Lightning training step's time goes beyond the bare loop's, on short steps.
 
     python benchmarks/step_overhead.py                                 # SimpleCNN, batch 64
-    python benchmarks/step_overhead.py --model cifar10_fast --batch-size 512
+    python benchmarks/step_overhead.py --model cifar10_fast --batch-size 1024 --steps 6 --warmup 2 \
+        --variants plain lightning --no-profile    # the recipe's net at its batch, bf16
     python benchmarks/step_overhead.py --quick      # smoke run: 2 rounds of 3 steps at batch 16
 
 Variants, built as ``benchmarks/train_throughput.py`` builds its ``plain`` and ``tensor``, timed
