@@ -61,6 +61,16 @@ def test_eval_reproduces_test_metric(trained, tmp_path):
     assert metrics["test/loss"] == pytest.approx(summary["test"]["test/loss"], abs=1e-4)
 
 
+def test_eval_of_the_run_folder_is_eval_of_its_best_checkpoint(trained, tmp_path):
+    """ckpt_path=<run folder>: the best checkpoint its results.json names (issue 56)."""
+    tmp, summary = trained
+    cfg = compose("eval", [f"ckpt_path={tmp / RUN}", *QUIET_TRAINER[:4]], tmp=tmp_path)
+    metrics = evaluate(cfg)
+    assert metrics["test/acc"] == pytest.approx(summary["test"]["test/acc"], abs=1e-4)
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["ckpt_path"] == summary["best_ckpt"]
+
+
 def test_eval_on_the_val_split_reproduces_the_best_val_metric(trained, tmp_path):
     _, summary = trained
     overrides = [f"ckpt_path={summary['best_ckpt']}", "split=val", *QUIET_TRAINER[:4]]
