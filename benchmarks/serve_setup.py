@@ -120,7 +120,7 @@ class Server:
             sys.executable,
             "-m",
             "lightning_cls.serve",
-            f"artifact={artifact}",
+            f"ckpt_path={artifact}",
             f"serve.port={self.port}",
             f"hydra.run.dir={run_dir}",
             *overrides,

@@ -108,7 +108,7 @@ def serve_once(onnx: Path, work: Path, env: dict) -> tuple[float, float]:
         sys.executable,
         "-m",
         "lightning_cls.serve",
-        f"artifact={onnx}",
+        f"ckpt_path={onnx}",
         f"serve.port={port}",
         "serve.log_level=error",
         f"hydra.run.dir={work}/serve_run",
