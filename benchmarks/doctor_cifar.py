@@ -65,14 +65,24 @@ def generated_root(folder: Path, classes: int = 3, count: int = 30) -> Path:
     return folder
 
 
-def build_subset(root: Path, out: Path, per_class: int, test_per_class: int) -> Path:
-    """Symlinks: train/ from the first ``per_class`` files of each class, test/ the next."""
-    for cls in sorted(p.name for p in (root / "train").iterdir() if p.is_dir()):
+def build_subset(
+    root: Path, out: Path, per_class: int, test_per_class: int, classes=None, seed=None
+) -> Path:
+    """Symlinks: train/ from the first ``per_class`` files of each class (of ``classes``, or
+    all), test/ the next; with ``seed``, from a seeded random order of each class's files."""
+    known = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
+    for cls in classes or known:
+        if cls not in known:
+            raise ValueError(f"--classes: {cls!r} is not a class of {root}/train; known: {known}")
         files = sorted((root / "train" / cls).iterdir())
+        if seed is not None:
+            files = [files[i] for i in np.random.default_rng(seed).permutation(len(files))]
         for split, chosen in (
             ("train", files[:per_class]),
             ("test", files[per_class : per_class + test_per_class]),
         ):
+            if not chosen:  # --test-per-class 0: a train/ folder alone, as users have
+                continue
             (out / split / cls).mkdir(parents=True, exist_ok=True)
             for f in chosen:
                 (out / split / cls / f.name).symlink_to(f.resolve())
@@ -108,7 +118,8 @@ def flip_labels(subset: Path, fraction: float, seed: int) -> set[str]:
     for i in rng.choice(len(files), int(round(fraction * len(files))), replace=False):
         src = files[i]
         others = [c for c in classes if c != src.parent.name]
-        dst = subset / "train" / others[rng.integers(len(others))] / f"flipped_{src.name}"
+        new = others[rng.integers(len(others))]  # the name keeps the class it came from:
+        dst = subset / "train" / new / f"flipped_{src.parent.name}_{src.name}"  # no clash
         os.replace(src, dst)
         moved.add(str(dst))
     return moved
@@ -204,6 +215,9 @@ def _label_numbers(result: dict, data, flipped: set[str]) -> dict:
         "label_recall": round(hits / max(1, len(flipped)), 3),
         "label_precision": round(hits / max(1, len(issues)), 3),
         "probe_accuracy": result["label_probe"]["out_of_fold_accuracy"],
+        "self_test": result["label_probe"]["self_test"],
+        "trusted": result["label_probe"]["reliable"],
+        "chosen_from": result["label_probe"].get("chosen_from"),
         "planted_labels": planted.get("moved", 0),
         "planted_precision": planted.get("precision"),
         "planted_recall": planted.get("recall"),
@@ -220,6 +234,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--root", type=Path, help="CIFAR-10 JPEG root (holds train/<class>/)")
     parser.add_argument("--per-class", type=int, default=1000)
     parser.add_argument("--test-per-class", type=int, default=100)
+    parser.add_argument("--classes", help="comma-separated class folders (default: all)")
+    parser.add_argument("--seed", type=int,
+                        help="draw each class's images and the moved files by this seed "
+                        "(default: the first files, moves seeded 1)")  # fmt: skip
     parser.add_argument("--plant", type=int, default=20)
     parser.add_argument("--flip", type=float, default=0.05)
     parser.add_argument("--folds", type=int, default=5)
@@ -228,7 +246,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--prepare-only", action="store_true", help="build --workdir, stop")
     parser.add_argument("--features-from", help="the embedding probe's checkpoint")
     parser.add_argument("--probes", default="pixels",
-                        help="doctor.probe of each run, comma-separated: kfold,pixels,embedding")  # fmt: skip
+                        help="doctor.probe of each run, comma-separated: "
+                        "kfold,pixels,embedding,patches,knn,auto")  # fmt: skip
     parser.add_argument("--plant-noise", type=float, default=0.0, help="doctor.plant_noise")
     parser.add_argument("--model", default="simplecnn", help="kfold: the network (registry)")
     parser.add_argument("--epochs", type=int, default=10, help="kfold: doctor.probe_epochs")
@@ -254,9 +273,12 @@ def main(argv=None) -> dict:
         elif args.root is None:
             parser.error("--root is required (or --quick, or a --workdir built before)")
         else:
-            build_subset(args.root.expanduser(), subset, args.per_class, args.test_per_class)
+            classes = args.classes.split(",") if args.classes else None
+            build_subset(args.root.expanduser(), subset, args.per_class, args.test_per_class,
+                         classes, args.seed)  # fmt: skip
             planted = plant_copies(subset, args.plant, seed=0)
-            flipped = flip_labels(subset, args.flip, seed=1)
+            flip_seed = 1 if args.seed is None else args.seed + 1
+            flipped = flip_labels(subset, args.flip, seed=flip_seed)
             record = {"planted": planted, "flipped": sorted(flipped)}
             manifest.write_text(json.dumps(record))
         out = {"quick": args.quick, **vars(args), "root": str(args.root)}
@@ -279,7 +301,7 @@ def main(argv=None) -> dict:
 
 
 LABEL_KEYS = ("probe", "label_seconds", "flipped", "label_issues", "label_recall",
-              "label_precision", "probe_accuracy", "planted_labels", "planted_precision",
+              "label_precision", "probe_accuracy", "self_test", "trusted", "chosen_from", "planted_labels", "planted_precision",
               "planted_recall", "planted_precision_at_recall_0.7", "planted_precision_at")  # fmt: skip
 
 

@@ -1,9 +1,10 @@
 """Likely label errors from out-of-fold predicted probabilities, planted errors to measure
 the check with, and class counts.
 
-The probabilities come from a probe (``doctor/probes.py``: the network trained per fold, or a
-linear probe on pixels or embeddings); the ranking is cleanlab's ``find_label_issues``
-(confident learning, Northcutt et al. 2021), ordered by self-confidence.
+The probabilities come from a probe (``doctor/probes.py``: the network trained per fold, a
+linear probe on pixels, patch features or embeddings, a kNN vote); the ranking is by
+self-confidence (as cleanlab's, Northcutt et al. 2021) and the number flagged follows the
+estimated noise (``estimated_errors``), so the flagged set stays precise on dirty data.
 """
 
 from __future__ import annotations
@@ -25,15 +26,59 @@ def plant_label_noise(
     return noisy, rows
 
 
-def label_issues(labels: np.ndarray, probs: np.ndarray) -> list[dict]:
-    """Rows cleanlab flags, most confident mistake first: row, given and suggested class
-    index, and the probability the probe gave the given label."""
-    from cleanlab.filter import find_label_issues  # the doctor extra
+def estimated_errors(labels: np.ndarray, probs: np.ndarray) -> int:
+    """How many labels look wrong: the share of mislabeled rows, estimated as a mixture
+    proportion (Scott et al. 2013's irreducibility bound) and times the rows.
 
-    present = np.unique(labels)
-    if len(present) < 2:
+    A wrong label's self-confidence (the probability the probe gives the given class) is
+    distributed like the probe's probability of a class the image is not: ``E``, known exactly
+    from the out-of-fold probabilities (every row's other classes). The given labels' ``G`` is
+    ``(1 - eta) * clean + eta * E``, so ``eta <= G(t) / E(t)`` at every threshold ``t``, and
+    tightest where clean rows are rare: the lowest thresholds that hold 10 given labels or more
+    (fewer make a noisy ratio); the median ratio over ten of them is the estimate (chosen on
+    a validation folder of CIFAR-10 photos: 117 for 96 wrong labels under a 67%-accurate
+    probe, where E's lower half gave 170). The confident joint's calibrated count (cleanlab,
+    Northcutt et al. 2021) is the other bound, tighter for strong probes (digits: 78 for 65,
+    the mixture 96); the smaller of the two is returned. Unlike the confident joint's
+    off-diagonal mass (which counts the probe's own mistakes as noise: 340 for 96 wrong labels
+    under a 70%-accurate simulated probe), it stays near the truth for weak probes, and a
+    probe that knows nothing estimates nearly every row wrong (so its self-test says so)."""
+    n, k = probs.shape
+    if n == 0 or k < 2:
+        return 0
+    rows = np.arange(n)
+    given = np.sort(probs[rows, labels])
+    other = np.ones_like(probs, dtype=bool)
+    other[rows, labels] = False
+    wrong = np.sort(probs[other])  # (N * (K - 1),) a wrong label's self-confidence
+    thresholds = np.quantile(wrong, np.linspace(0.005, 0.5, 100))
+    g = np.searchsorted(given, thresholds, side="right")  # given labels at or below each
+    e = np.searchsorted(wrong, thresholds, side="right") / len(wrong)
+    counted = np.flatnonzero(g >= 10)  # fewer rows make a noisy ratio
+    first = counted[0] if len(counted) else len(thresholds) - 1
+    mixture = int(round(min(1.0, float(np.median((g / n / e)[first : first + 10]))) * n))
+    from cleanlab.count import num_label_issues  # the doctor extra
+
+    joint = num_label_issues(labels, probs, estimation_method="off_diagonal_calibrated")
+    return min(mixture, int(joint))  # two upper bounds: the tighter one
+
+
+def ranked_rows(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """Rows whose given class is not the probe's guess, least self-confident first (the
+    probability the probe gives the given class; cleanlab's ``self_confidence`` order)."""
+    given = probs[np.arange(len(labels)), labels]
+    disagree = np.flatnonzero(probs.argmax(1) != labels)
+    return disagree[np.argsort(given[disagree], kind="stable")]
+
+
+def label_issues(labels: np.ndarray, probs: np.ndarray, count: int | None = None) -> list[dict]:
+    """The first ``count`` rows of the ranking (default: ``estimated_errors``, so the number
+    flagged follows the estimated noise), most likely mistake first: row, given and suggested
+    class index, and the probability the probe gave the given label."""
+    labels = np.asarray(labels, dtype=np.int64)
+    if len(np.unique(labels)) < 2:
         return []
-    ranked = find_label_issues(labels, probs, return_indices_ranked_by="self_confidence", n_jobs=1)
+    count = estimated_errors(labels, probs) if count is None else count
     return [
         {
             "row": int(i),
@@ -42,7 +87,7 @@ def label_issues(labels: np.ndarray, probs: np.ndarray) -> list[dict]:
             "given_prob": round(float(probs[i, labels[i]]), 4),
             "suggested_prob": round(float(probs[i].max()), 4),
         }
-        for i in ranked
+        for i in ranked_rows(labels, probs)[:count]
     ]
 
 

@@ -15,15 +15,16 @@ from lightning_cls.doctor.probes import check_probe_name
 
 # Numeric options: whole numbers, or any number (a YAML string like `abc` is refused by name).
 WHOLE = ("folds", "probe_epochs", "near_distance", "mosaic_limit")
-REAL = ("min_probe_accuracy", "plant_noise", "size_factor", "imbalance_ratio")
+REAL = ("min_self_test_recall", "plant_noise", "size_factor", "imbalance_ratio")
 
 
 @dataclass
 class DoctorOptions:
-    probe: str = "kfold"  # out-of-fold probabilities from: kfold | pixels | embedding
+    probe: str = "kfold"  # out-of-fold probabilities from: kfold|pixels|embedding|patches|knn|auto
     probe_epochs: int = 10  # kfold: epochs each fold's network trains
     folds: int = 5  # out-of-fold probabilities for the label check
-    min_probe_accuracy: float = 0.8  # below it, label findings are shown but not trusted
+    min_self_test_recall: float = 0.5  # below it, label findings are shown but not trusted
+    min_probe_accuracy: float | None = None  # deprecated (capped by the noise); also required
     features_from: str | None = None  # probe=embedding: a .ckpt/model_weights.pt
     plant_noise: float = 0.0  # move this share of labels first, to measure the check
     near_distance: int = 4  # bits of the 64-bit perceptual hash that near duplicates may differ
@@ -48,6 +49,11 @@ class DoctorOptions:
             )
         if not 0 <= self.near_distance < dup.HASH_BITS // 2:
             dup.near_pairs(np.zeros(0, dtype=np.uint64), self.near_distance)  # its message
+        if not 0 <= self.min_self_test_recall <= 1:
+            raise ValueError(
+                f"doctor.min_self_test_recall={self.min_self_test_recall} must be a share in "
+                "[0, 1] (e.g. 0.5: half the planted flips found)."
+            )
         if self.size_factor <= 1:
             raise ValueError(f"doctor.size_factor={self.size_factor} must be > 1 (e.g. 4).")
         if not 0 <= self.plant_noise < 1:
@@ -66,8 +72,10 @@ class DoctorOptions:
 
     def _check_numbers(self) -> None:
         defaults = {f.name: f.default for f in fields(self)}
-        for key in WHOLE + REAL:
+        for key in WHOLE + REAL + ("min_probe_accuracy",):
             value = getattr(self, key)
+            if key == "min_probe_accuracy" and value is None:
+                continue
             kinds = (int,) if key in WHOLE else (int, float)
             if isinstance(value, bool) or not isinstance(value, kinds):
                 kind = "a whole number" if key in WHOLE else "a number"

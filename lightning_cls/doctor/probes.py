@@ -13,6 +13,10 @@ requirement: in-sample probabilities would have memorized the wrong labels).
   out of fold) but not photos (CIFAR-10: ~37%).
 - ``embedding``: the same regression on a trained network's embeddings
   (``doctor.features_from``): the input of its last ``nn.Linear``.
+- ``patches`` / ``knn`` (``doctor/patches.py``): label-free k-means patch features (Coates et
+  al. 2011), then the same regression or a kNN vote among the other folds; seconds to a
+  minute, no checkpoint. ``auto`` runs both and keeps the one whose self-test
+  (``doctor/selftest.py``) finds more of its planted flips.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ import torch
 import torch.nn.functional as F
 
 from lightning_cls.data.folds import fold_ids
+from lightning_cls.doctor import patches
 
-PROBES = ("embedding", "kfold", "pixels")
+PROBES = ("auto", "embedding", "kfold", "knn", "patches", "pixels")
+CHEAP = ("patches", "knn")  # what doctor.probe=auto chooses among
 MAX_SIDE = 16  # pixel features: each image pooled to at most this many pixels a side
 
 
@@ -68,6 +74,41 @@ class EmbeddingProbe:
         where = f"doctor.features_from={self.features_from}"
         features = network_features(net.eval(), spec, images, where)
         return linear_out_of_fold(features, labels, num_classes, folds, seed)
+
+
+class PatchProbe:
+    """The linear probe on k-means patch features. ``memo``: features shared with a
+    ``KnnProbe`` on the same images (``doctor.probe=auto`` computes them once)."""
+
+    name = "patches"
+
+    def __init__(self, memo: dict | None = None):
+        self.memo = {} if memo is None else memo
+
+    def describe(self) -> str:
+        return f"k-means patch features ({patches.CENTROIDS} centroids), linear"
+
+    def features(self, images, seed: int) -> torch.Tensor:
+        if seed not in self.memo:
+            self.memo[seed] = patches.patch_features(images, seed)
+        return self.memo[seed]
+
+    def probabilities(self, images, labels, num_classes: int, folds: int, seed: int):
+        feats = self.features(images, seed)
+        return linear_out_of_fold(feats, labels, num_classes, folds, seed, weight_decay=0.1)
+
+
+class KnnProbe(PatchProbe):
+    """A kNN label vote on k-means patch features, among the other folds' images."""
+
+    name = "knn"
+
+    def describe(self) -> str:
+        return f"k-means patch features ({patches.CENTROIDS} centroids), {patches.NEIGHBOURS}-NN"
+
+    def probabilities(self, images, labels, num_classes: int, folds: int, seed: int):
+        feats = self.features(images, seed)
+        return patches.knn_out_of_fold(feats, labels, num_classes, folds, seed)
 
 
 def pixel_features(images) -> torch.Tensor:

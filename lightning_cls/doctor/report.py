@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from lightning_cls.doctor.index import relative_path
+from lightning_cls.doctor.selftest import verdict_reason
 from lightning_cls.fileio import atomic_write_text
 
 LIST_LIMIT = 20  # rows per list in the Markdown (the JSON has every one)
@@ -131,7 +132,7 @@ def _labels_section(result: dict) -> list[str]:
     classes = result["classes"]
     probe = result.get("label_probe", {}).get("probe", "")
     lines = ["## Likely label errors", ""]
-    lines.append(f"{len(issues)} images (out-of-fold {probe} probe + cleanlab).")
+    lines.append(f"{len(issues)} images (out-of-fold {probe} probe, self-confidence ranking).")
     lines += _probe_note(result.get("label_probe", {}))
     if issues and issues[0].get("file") is None:
         lines.append(
@@ -164,11 +165,7 @@ def shown(file: str, result: dict) -> str:
 
 
 def _reason(probe: dict) -> str:
-    relation = "at or above" if probe["reliable"] else "below"
-    return (
-        f"the {probe['probe']} probe is {probe['out_of_fold_accuracy']:.3f} accurate out of "
-        f"fold, {relation} doctor.min_probe_accuracy={probe['min_probe_accuracy']}"
-    )
+    return verdict_reason(probe)
 
 
 def probe_verdict(probe: dict) -> tuple[bool, str]:
@@ -209,11 +206,19 @@ def _probe_note(probe: dict) -> list[str]:
     if not probe:
         return []
     accuracy = probe["out_of_fold_accuracy"]
-    note = f"The probe's out-of-fold accuracy: {accuracy:.3f} ({probe['folds']} folds)."
+    note = (
+        f"The probe's out-of-fold accuracy: {accuracy:.3f} ({probe['folds']} folds; capped by "
+        f"the noise, so not the gate). Flagged: as many as the estimated wrong labels. "
+        f"Self-test: {_reason(probe)}."
+    )
+    if "chosen_from" in probe:
+        recalls = ", ".join(f"{n} {r:.2f}" for n, r in probe["chosen_from"].items())
+        note += f" doctor.probe=auto chose {probe['probe']} by self-test recall ({recalls})."
     if probe["reliable"]:
         return [note]
     return [
         note + " **Too low to trust these findings** (most flags are the probe's own mistakes); "
-        "the cleaned index keeps these images. A stronger network, more doctor.probe_epochs or "
-        "doctor.probe=kfold (if another probe ran) helps: see docs/guides/data-check.md."
+        "the cleaned index keeps these images. A stronger network, more doctor.probe_epochs, "
+        "doctor.probe=kfold or doctor.probe=auto (whichever did not run) helps: see "
+        "docs/guides/data-check.md."
     ]

@@ -22,8 +22,9 @@ from lightning_cls.doctor.index import check_indexable, relative_path, write_cle
 from lightning_cls.doctor.kfold import KFoldProbe, TrainRecipe
 from lightning_cls.doctor.mosaics import duplicates_mosaic, flagged_mosaic, label_issues_mosaic
 from lightning_cls.doctor.options import DoctorOptions
-from lightning_cls.doctor.probes import EmbeddingProbe, PixelProbe
+from lightning_cls.doctor.probes import EmbeddingProbe, KnnProbe, PatchProbe, PixelProbe
 from lightning_cls.doctor.report import write_report
+from lightning_cls.doctor.selftest import self_test, trusted, verdict_reason
 from lightning_cls.doctor.sources import SplitView, all_rows, read_views
 from lightning_cls.inference.tasks import create_task
 from lightning_cls.inference.threads import available_cores
@@ -43,7 +44,8 @@ def diagnose(
     """Run every check on ``datamodule`` and write the report into ``out_dir``; returns it.
 
     ``recipe`` is what ``probe="kfold"`` trains per fold (default: ``TrainRecipe()``, a
-    SimpleCNN with Adam); the other probes do not read it.
+    SimpleCNN with Adam); the other probes do not read it. Whatever the probe, its self-test
+    (``doctor/selftest.py``) says whether its findings are trusted.
     """
     options = options or DoctorOptions()
     options.check()
@@ -81,8 +83,8 @@ def diagnose(
     result["duplicates"] = _duplicates(images, owners, where, options, result["skipped"])
     clock.lap("duplicates")
     result["balance"] = _balance(views, classes, datamodule.task, options)
-    probe = _probe(options, datamodule, recipe)
-    result["label_issues"] = _label_issues(images, owners, views, probe, options, result)
+    probes = _probes(options, datamodule, recipe)
+    result["label_issues"] = _label_issues(images, owners, views, probes, options, result)
     _name_files(result["label_issues"], where, root)
     clock.lap("labels")
     if options.write_index:
@@ -141,15 +143,19 @@ def _balance(views: dict[str, SplitView], classes, task: str, options) -> dict:
     return label_checks.class_balance(counts, classes, options.imbalance_ratio, task)
 
 
-def _probe(options: DoctorOptions, datamodule, recipe: TrainRecipe | None):
+def _probes(options: DoctorOptions, datamodule, recipe: TrainRecipe | None) -> list:
+    """The probe(s) to run; ``auto``: the cheap ones, sharing their patch features."""
+    if options.probe == "auto":
+        memo: dict = {}
+        return [PatchProbe(memo), KnnProbe(memo)]
     if options.probe == "kfold":
-        return KFoldProbe(datamodule, recipe, options.probe_epochs)
+        return [KFoldProbe(datamodule, recipe, options.probe_epochs)]
     if options.probe == "embedding":
-        return EmbeddingProbe(options.features_from)
-    return PixelProbe()
+        return [EmbeddingProbe(options.features_from)]
+    return [{"patches": PatchProbe, "knn": KnnProbe, "pixels": PixelProbe}[options.probe]()]
 
 
-def _label_issues(images, owners, views, probe, options, result) -> list[dict]:
+def _label_issues(images, owners, views, probes, options, result) -> list[dict]:
     skipped, task = result["skipped"], result["task"]
     if not options.label_errors:
         skipped["label_issues"] = "doctor.label_errors=false"
@@ -166,30 +172,49 @@ def _label_issues(images, owners, views, probe, options, result) -> list[dict]:
         labels, planted = label_checks.plant_label_noise(
             labels, options.plant_noise, k, options.seed
         )
-    probs = probe.probabilities(images, labels, k, options.folds, options.seed)
-    issues = label_checks.label_issues(labels, probs)
+    tried = {p.name: (p, p.probabilities(images, labels, k, options.folds, options.seed))
+             for p in probes}  # fmt: skip
+    chosen_from = _choose(tried, labels, k, options.seed) if len(tried) > 1 else None
+    probe, probs = (
+        tried[max(chosen_from, key=chosen_from.get)] if chosen_from else tried[probes[0].name]
+    )
+    test = self_test(labels, probs, k, options.seed)
+    issues = label_checks.label_issues(labels, probs)  # the given labels, not the self-test's
     if planted is not None:
         result["planted"] = _planted_scores(issues, planted, labels, owners, options.plant_noise)
     for issue in issues:
         issue["split"], issue["row"] = owners[issue["row"]]
     accuracy = round(float((probs.argmax(1) == labels).mean()), 4)
+    floor = options.min_probe_accuracy
     result["label_probe"] = {
         "probe": probe.name,
         "out_of_fold_accuracy": accuracy,
         "folds": options.folds,
-        "reliable": accuracy >= options.min_probe_accuracy,
-        "min_probe_accuracy": options.min_probe_accuracy,
+        "estimated_errors": len(issues),
+        "self_test": test,
+        "min_self_test_recall": options.min_self_test_recall,
+        "reliable": trusted(test, options.min_self_test_recall)
+        and (floor is None or accuracy >= floor),
+        "min_probe_accuracy": floor,
         "features": probe.describe(),
     }
-    log.info("Out-of-fold %s probe accuracy %.3f; %d likely label errors.", probe.name, accuracy,
-             len(issues))  # fmt: skip
-    if accuracy < options.min_probe_accuracy:
-        log.warning(
-            "Label findings NOT TRUSTED: the %s probe's out-of-fold accuracy %.3f is below "
-            "doctor.min_probe_accuracy=%s; most flags may be the probe's own mistakes.",
-            probe.name, accuracy, options.min_probe_accuracy,
-        )  # fmt: skip
+    if chosen_from:
+        result["label_probe"]["chosen_from"] = chosen_from
+    log.info("Out-of-fold %s probe accuracy %.3f; self-test recall %.2f; %d likely label "
+             "errors.", probe.name, accuracy, test["recall"], len(issues))  # fmt: skip
+    if not result["label_probe"]["reliable"]:
+        log.warning("Label findings NOT TRUSTED: %s; most flags may be the probe's own mistakes.",
+                    verdict_reason(result["label_probe"]))  # fmt: skip
     return issues
+
+
+def _choose(tried: dict, labels, k: int, seed: int) -> dict[str, float]:
+    """``doctor.probe=auto``: each probe's self-test recall at one cut, the fewest rows any of
+    them estimates wrong (a probe that flags more would find more planted flips by chance)."""
+    cut = min(label_checks.estimated_errors(labels, probs) for _, probs in tried.values())
+    return {
+        name: self_test(labels, probs, k, seed, cut)["recall"] for name, (_, probs) in tried.items()
+    }
 
 
 PLANTED_RECALL = 0.7  # issue 38's target: precision >= 0.8 at recall >= 0.7
@@ -197,8 +222,8 @@ PLANTED_RECALL = 0.7  # issue 38's target: precision >= 0.8 at recall >= 0.7
 
 def _planted_scores(issues, planted: np.ndarray, labels, owners, share: float) -> dict:
     """Precision and recall of the findings against the rows whose labels were moved, and the
-    precision of the ranking's head that reaches a recall of 0.7 (the ranking is cleanlab's
-    findings, most sure first; None when they hold under 70% of the moved rows)."""
+    precision of the ranking's head that reaches a recall of 0.7 (the findings, most sure
+    first; None when they hold under 70% of the moved rows)."""
     found = {issue["row"] for issue in issues}
     moved = set(planted.tolist())
     hits = len(found & moved)

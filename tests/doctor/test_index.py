@@ -117,7 +117,7 @@ def test_label_issues_of_an_unreliable_probe_stay_in_the_index():
         ),
         (
             {"probe": "kfol"},
-            r"Unknown doctor.probe='kfol'. Did you mean 'kfold'\? Known: embedding",
+            r"Unknown doctor.probe='kfol'. Did you mean 'kfold'\? Known: auto, embedding",
         ),
         ({"probe": "pixel"}, r"Did you mean 'pixels'\?"),
         ({"probe_epochs": 0}, r"doctor.probe_epochs=0 must be a whole number >= 1 \(e.g. 10\)"),

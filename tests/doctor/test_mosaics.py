@@ -45,9 +45,11 @@ def _issues(n: int) -> list[dict]:
 
 
 def _probe(reliable: bool) -> dict:
-    accuracy = 0.912 if reliable else 0.531
-    return {"probe": "kfold", "out_of_fold_accuracy": accuracy, "reliable": reliable,
-            "min_probe_accuracy": 0.8, "folds": 5}  # fmt: skip
+    found = 45 if reliable else 9
+    test = {"planted": 60, "found": found, "recall": found / 60, "chance": 0.1, "precision": 0.7}
+    return {"probe": "kfold", "out_of_fold_accuracy": 0.6, "reliable": reliable,
+            "self_test": test, "min_self_test_recall": 0.5, "min_probe_accuracy": None,
+            "folds": 5}  # fmt: skip
 
 
 def _image_of(split, row):
@@ -85,6 +87,7 @@ def test_the_reports_verdict_is_drawn_over_the_label_issues(drawn, tmp_path, rel
     trusted, verdict = probe_verdict(_probe(reliable))
     word = "TRUSTED" if reliable else "NOT TRUSTED"
     assert trusted is reliable and verdict.startswith(f"Label findings {word}: the kfold probe")
+    assert f"self-test flagged {45 if reliable else 9} of 60 label flips planted" in verdict
     title_font = drawn[0][2]  # the verdict's lines, in the title's font, read as the report's
     lines = [t for _, t, font, _, _ in drawn if font is title_font][1:]
     assert " ".join(lines) == verdict

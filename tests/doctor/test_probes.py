@@ -119,6 +119,6 @@ def test_an_unreliable_probe_is_said_at_the_top_of_the_report_and_in_the_log(
     result = diagnose(data, tmp_path, options)
     assert not result["label_probe"]["reliable"]
     title, _, _, _, banner = (tmp_path / "report.md").read_text().splitlines()[:5]
-    assert banner.startswith("> **Label findings not trusted**: the pixels probe is")
+    assert banner.startswith("> **Label findings not trusted**: the pixels probe's self-test")
     assert "below doctor.min_probe_accuracy=0.99" in banner
     assert "Label findings NOT TRUSTED" in caplog.text
