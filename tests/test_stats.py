@@ -3,6 +3,7 @@ import torch
 import yaml
 
 from helpers.hydra_configs import compose
+from lightning_cls.data.digits import DIGITS_MEAN, DIGITS_STD
 from lightning_cls.data.stats import channel_stats
 from lightning_cls.stats import stats
 
@@ -28,4 +29,7 @@ def test_stats_command_prints_pasteable_snippet(tmp_path, capsys):
     result = stats(compose("stats", ["data=digits"], tmp=tmp_path))
     snippet = yaml.safe_load(capsys.readouterr().out)
     assert snippet == {"mean": [round(result["mean"][0], 4)], "std": [round(result["std"][0], 4)]}
-    assert snippet == {"mean": [0.3057], "std": [0.3761]}  # what conf/data/digits.yaml uses
+    # What conf/data/digits.yaml uses (DIGITS_MEAN/STD), computed on the train split before the
+    # val/test carve became stratified by class: the carve moved the std by 1e-4.
+    assert snippet["mean"] == pytest.approx(list(DIGITS_MEAN), abs=2e-4)
+    assert snippet["std"] == pytest.approx(list(DIGITS_STD), abs=2e-4)

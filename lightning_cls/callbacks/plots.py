@@ -37,7 +37,7 @@ CURVES = {
     "accuracy": ("train/acc", "val/acc", "val/map", "val/f1_micro"),
 }
 # Logged by the module's own on_train_epoch_end, which Lightning calls after the callbacks'.
-LATE = ("train/acc",)
+LATE = ("train/acc", "train/loss_epoch")  # both logged by the module's on_train_epoch_end
 
 
 def plot_curves(history: list[dict[str, float]], path: Path) -> None:
@@ -192,7 +192,7 @@ class TrainingPlots(pl.Callback):
         self._complete_last_row(trainer)
 
     def _complete_last_row(self, trainer: pl.Trainer) -> None:
-        # Callbacks' on_train_epoch_end runs before the module's, which logs train/acc; the
+        # Callbacks' on_train_epoch_end runs before the module's, which logs the LATE keys; the
         # epoch's row is completed once those values exist (next epoch start or fit end).
         row = self.history[-1] if self.history else None
         if row is not None and not any(k in row for k in LATE):
