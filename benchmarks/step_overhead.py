@@ -48,7 +48,7 @@ import pytorch_lightning as pl
 import torch
 from paired import cpu_name, summarize  # sibling files in benchmarks/
 from pytorch_lightning.callbacks import ModelCheckpoint, RichProgressBar
-from train_throughput import MODEL, MODELS, cycle, make_model
+from train_throughput import MODEL, MODELS, cycle, make_model, timed_loop
 
 from lightning_cls.callbacks import NanGuard
 from lightning_cls.data.synthetic import SyntheticDataModule
@@ -168,21 +168,7 @@ class _Clock(pl.Callback):
 
 def bare_loop(batches, net, steps: int, warmup: int, clock, opt=None, autocast=nullcontext):
     """train_throughput's ``timed_loop`` (Adam lr 1e-3, cross-entropy) on ``clock``."""
-    opt = opt or torch.optim.Adam(net.parameters(), lr=1e-3)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    seen, start = 0, clock()
-    for i, (x, y) in enumerate(batches):
-        if i == warmup:
-            start = clock()
-        opt.zero_grad(set_to_none=True)
-        with autocast():
-            loss = loss_fn(net(x), y)
-        loss.backward()
-        opt.step()
-        seen += x.shape[0] if i >= warmup else 0
-        if i + 1 == warmup + steps:
-            break
-    return seen / (clock() - start)
+    return timed_loop(batches, net, steps, warmup, opt, autocast, clock=clock)
 
 
 class _NoLog(ClassificationModule):
