@@ -98,3 +98,37 @@ def test_random_pictures_fail_the_self_test_without_an_accuracy_floor(folder, tm
     assert probe["min_probe_accuracy"] is None and not probe["reliable"], probe
     banner = (tmp_path / "report.md").read_text().splitlines()[4]
     assert banner.startswith("> **Label findings not trusted**: the pixels probe's self-test")
+
+
+# A learnable generated task (class prototypes plus noise): 4 classes, 16x16 pictures.
+TASK = dict(num_classes=4, num_channels=3, image_size=16, train_size=320, test_size=48,
+            val_size=32, batch_size=32, noise=0.8, seed=0)  # fmt: skip
+
+
+@pytest.mark.parametrize("probe", ["patches", "knn"])
+def test_a_cheap_probe_beats_chance_and_finds_planted_errors(probe, tmp_path):
+    options = DoctorOptions(duplicates=False, probe=probe, folds=3, plant_noise=0.1)
+    result = diagnose(SyntheticDataModule(**TASK), tmp_path, options)
+    label_probe, planted = result["label_probe"], result["planted"]
+    assert label_probe["probe"] == probe and "k-means patch features" in label_probe["features"]
+    assert label_probe["out_of_fold_accuracy"] >= 0.6, label_probe  # chance: 0.25
+    assert planted["recall"] >= 0.5 and planted["precision"] >= 0.5, planted  # chance: 0.1
+
+
+@pytest.mark.parametrize("blind", ["knn", "patches"])
+def test_auto_keeps_the_probe_whose_self_test_finds_more(blind, tmp_path, monkeypatch):
+    """A probe made blind (random probabilities) loses doctor.probe=auto's self-test."""
+    from lightning_cls.doctor import probes
+
+    cls = {"knn": probes.KnnProbe, "patches": probes.PatchProbe}[blind]
+    rng = np.random.default_rng(0)
+    monkeypatch.setattr(cls, "probabilities", lambda self, images, labels, k, folds, seed: (
+        rng.dirichlet(np.ones(k), len(labels))))  # fmt: skip
+    options = DoctorOptions(duplicates=False, probe="auto", folds=3)
+    result = diagnose(SyntheticDataModule(**TASK), tmp_path, options)
+    probe = result["label_probe"]
+    other = "patches" if blind == "knn" else "knn"
+    assert probe["probe"] == other and set(probe["chosen_from"]) == {"patches", "knn"}
+    assert probe["chosen_from"][other] > probe["chosen_from"][blind] + 0.2, probe
+    report = (tmp_path / "report.md").read_text()
+    assert f"doctor.probe=auto chose {other} by self-test recall" in report
