@@ -51,7 +51,8 @@ class Batcher:
         )
         self.task = predictor.spec.decision
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="lightning_cls-model")
-        # (images (N, C, H, W) uint8, top_k, future); top_k None: normalized float32 input
+        # (images (N, C, H, W) uint8, top_k, future, queued at (perf_counter)); top_k None:
+        # normalized float32 input
         self._waiting: deque = deque()
         self._busy = False
         self._timer: asyncio.TimerHandle | None = None
@@ -79,7 +80,7 @@ class Batcher:
         future = loop.create_future()
         delay = self.timeout if deadline is None else deadline - time.monotonic()
         expiry = loop.call_later(max(0.0, delay), _expire, future)
-        self._waiting.append((x, top_k, future))
+        self._waiting.append((x, top_k, future, time.perf_counter()))
         self._start(loop)
         try:
             return await future
@@ -117,11 +118,15 @@ class Batcher:
         if not batch:
             return
         self._busy = True
+        started = time.perf_counter()  # the statistics extension's queue, then compute_infer
+        self.metrics.observe_stage(
+            "queue", sum(started - item[3] for item in batch) / len(batch), len(batch)
+        )
         pixels = batch[0][0] if len(batch) == 1 else np.concatenate([item[0] for item in batch])
         requests = [(len(item[0]), item[1]) for item in batch]  # (images, top_k) each
         run = self._run_tensors if tensors else self._run
         call = loop.run_in_executor(self.thread, run, pixels, requests)
-        call.add_done_callback(lambda done: self._finish(loop, batch, done))
+        call.add_done_callback(lambda done: self._finish(loop, batch, done, started))
 
     def _run(self, pixels: np.ndarray, requests: list[tuple[int, int]]) -> list[tuple]:
         """In the model thread: probabilities, then each request's labels as the task decides
@@ -157,13 +162,15 @@ class Batcher:
         bounds = np.cumsum([0] + [n for n, _ in requests])
         return [(logits[a:b],) for a, b in zip(bounds[:-1], bounds[1:])]
 
-    def _finish(self, loop, batch: list, done: asyncio.Future) -> None:
+    def _finish(self, loop, batch: list, done: asyncio.Future, started: float) -> None:
         self._busy = False
         error = done.exception()
         answers = done.result() if error is None else [None] * len(batch)
+        if error is None:  # each request of the call waited for all of it
+            self.metrics.observe_stage("compute_infer", time.perf_counter() - started, len(batch))
         total = sum(len(item[0]) for item in batch)
         largest_call = min(total, self.max_batch_size)  # a long batch ran as several calls
-        for (_, _, future), answer in zip(batch, answers):
+        for (_, _, future, _), answer in zip(batch, answers):
             if future.done():
                 continue
             if error is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import multiprocessing as mp
+import time
 from collections.abc import Sequence
 
 STATUSES = (200, 400, 404, 413, 415, 422, 500, 503, 504)  # any other code counts as "other"
@@ -19,6 +20,10 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 MAX_WORKERS = 64  # inference worker processes one server can report
+# Triton's statistics extension: (count, ns) per stage, summed over worker processes. success
+# and fail are whole requests (/predict and the OIP's infer, as ``observe_request`` sees them);
+# queue and compute_infer each request a model call answered (``Batcher``).
+STAGES = ("success", "fail", "queue", "compute_infer")
 
 
 class _Histogram:
@@ -57,6 +62,8 @@ class ServeMetrics:
         self.in_flight = ctx.Value("i", 0)  # admitted /predict and /explain requests, unanswered
         # Process ids of the server processes that loaded and warmed up their model.
         self.worker_pids = ctx.Array("i", MAX_WORKERS)
+        # (count, ns) per STAGES entry, then the last success (ms since the epoch)
+        self.stages = ctx.Array("q", 2 * len(STAGES) + 1)
 
     def close(self) -> None:
         """Unlink the counters' semaphores now. A spawn-context lock is unlinked by a finalizer
@@ -64,7 +71,14 @@ class ServeMetrics:
         ``os._exit`` (``server.exit_now``), which runs none, and the resource tracker then
         warned of 'leaked semaphore objects' at every SIGTERM. Dropping the last references
         runs the finalizers; the metrics are unusable afterwards."""
-        for name in ("status_counts", "latency", "batch_size", "in_flight", "worker_pids"):
+        for name in (
+            "status_counts",
+            "latency",
+            "batch_size",
+            "in_flight",
+            "worker_pids",
+            "stages",
+        ):
             self.__dict__.pop(name, None)
 
     def worker_ready(self, pid: int) -> None:
@@ -83,6 +97,40 @@ class ServeMetrics:
         with self.status_counts.get_lock():
             self.status_counts[slot] += 1
         self.latency.observe(seconds)
+        self.observe_stage("success" if status == 200 else "fail", seconds)
+        if status == 200:
+            self.stages[-1] = time.time_ns() // 1_000_000
+
+    def observe_stage(self, stage: str, seconds: float, requests: int = 1) -> None:
+        """``requests`` more in ``stage`` (``STAGES``), ``seconds`` each."""
+        slot = 2 * STAGES.index(stage)
+        with self.stages.get_lock():
+            self.stages[slot] += requests
+            self.stages[slot + 1] += requests * int(seconds * 1e9)
+
+    def model_stats(self) -> dict:
+        """Triton's ``$model_stat`` less name and version: ``last_inference`` (ms since the
+        epoch), ``inference_count`` (images through the model) and ``execution_count`` (model
+        calls), from the batch-size histogram, and ``inference_stats``. The model thread
+        normalizes, runs and decides in one call: ``compute_input`` and ``compute_output`` are
+        inside ``compute_infer`` (their ns 0)."""
+        with self.stages.get_lock():
+            values = list(self.stages)
+        with self.batch_size.counts.get_lock():
+            executions, images = sum(self.batch_size.counts), int(self.batch_size.sum.value)
+        stats = {
+            stage: {"count": values[2 * i], "ns": values[2 * i + 1]}
+            for i, stage in enumerate(STAGES)
+        }
+        computed = stats["compute_infer"]["count"]
+        stats["compute_input"] = stats["compute_output"] = {"count": computed, "ns": 0}
+        return {
+            "last_inference": values[-1],
+            "inference_count": images,
+            "execution_count": executions,
+            "inference_stats": stats,
+            "batch_stats": [],
+        }
 
     def status_count(self, status: int) -> int:
         return self.status_counts[STATUSES.index(status)]

@@ -6,7 +6,11 @@
   metadata: name, version, extensions);
 - ``GET /v2/models/{name}[/versions/{version}]``: the inputs, outputs and, in
   ``parameters``, the class labels and the input description (mean, std, size, task);
-  ``.../ready``;
+  ``.../ready``; ``.../config`` (Triton's model-configuration extension: the model config as
+  JSON, ``TYPE_FP32`` / ``TYPE_STRING`` and dims without the batch dimension) and
+  ``.../stats`` or ``GET /v2/models/stats`` (Triton's statistics extension: ``ServeMetrics``'
+  counters, summed over worker processes; ``tritonclient``'s ``get_model_config`` and
+  ``get_inference_statistics`` read them);
 - ``POST /v2/models/{name}[/versions/{version}]/infer``, admitted like ``/predict``
   (``ServeApp.admit``: queue slot 503, ``serve.timeout`` 504, body limits), with one input:
   ``input``, FP32 (-1, C, H, W), the model's own normalized input -> ``logits`` and
@@ -45,8 +49,10 @@ from lightning_cls.serve.oip_tensors import (
 from lightning_cls.serve.responses import dumps, send
 
 V2_PREFIX = "/v2"
-EXTENSIONS = ["binary_tensor_data", "classification"]
-MODEL_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?(/ready|/infer)?")
+EXTENSIONS = ["binary_tensor_data", "classification", "model_configuration", "statistics"]
+MODEL_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?(/ready|/infer|/config|/stats)?")
+ALL_STATS = "/v2/models/stats"  # every model's statistics (this server's one)
+TRITON_TYPES = {"FP32": "TYPE_FP32", "BYTES": "TYPE_STRING"}
 TENSOR_INPUT, IMAGE_INPUT = "input", "image"
 BINARY = "application/octet-stream"
 
@@ -89,10 +95,14 @@ class OpenInference:
                 },
             }
         )
+        self.config = dumps(self.model_config(kind))
 
     async def __call__(self, scope, receive, send_message) -> None:
         path, method = scope["path"].rstrip("/"), scope["method"]
-        if path in (V2_PREFIX, "/v2/health/live", "/v2/health/ready") and method != "GET":
+        if (
+            path in (V2_PREFIX, "/v2/health/live", "/v2/health/ready", ALL_STATS)
+            and method != "GET"
+        ):
             return await _error(
                 send_message, 405, f"{path} takes GET, not {method}", {"allow": "GET"}
             )
@@ -103,6 +113,8 @@ class OpenInference:
             return await send(send_message, 200, b'{"live":true}')
         if path == "/v2/health/ready":
             return await self._ready(send_message, b'{"ready":true}')
+        if path == ALL_STATS:
+            return await send(send_message, 200, self.statistics())
         match = MODEL_PATH.fullmatch(path)
         if match is None:
             return await _error(send_message, 404, f"no Open Inference Protocol endpoint {path}")
@@ -123,7 +135,43 @@ class OpenInference:
         if action == "/ready":
             ready = dumps({"name": self.name, "ready": True})
             return await self._ready(send_message, ready)
+        if action == "/config":
+            return await send(send_message, 200, self.config)
+        if action == "/stats":
+            return await send(send_message, 200, self.statistics())
         return await send(send_message, 200, self.metadata)
+
+    def statistics(self) -> bytes:
+        """Triton's ``$stats_model_response`` for the served model."""
+        stat = {"name": self.name, "version": self.version, **self.app.metrics.model_stats()}
+        return dumps({"model_stats": [stat]})
+
+    def model_config(self, kind: str) -> dict:
+        """Triton's model configuration (``model_config.proto`` as JSON): dims without the
+        batch dimension, the image input one string per image (``reshape`` to a scalar)."""
+
+        def tensor(spec: TensorSpec) -> dict:
+            entry = {"name": spec.name, "data_type": TRITON_TYPES[spec.datatype]}
+            dims = list(spec.shape[1:])
+            entry["dims"] = dims or [1]
+            if not dims:
+                entry["reshape"] = {"shape": []}
+            return entry
+
+        config = self.app.config
+        return {
+            "name": self.name,
+            "platform": f"lightning_cls_{kind}",
+            "backend": kind,
+            "version_policy": {"latest": {"num_versions": 1}},
+            "max_batch_size": config.max_batch_size,
+            "input": [tensor(s) for s in self.inputs.values()],
+            "output": [tensor(s) for o in self.outputs.values() for s in o],
+            "dynamic_batching": {
+                "max_queue_delay_microseconds": int(config.batch_timeout * 1_000_000)
+            },
+            "parameters": {"classes": {"string_value": ",".join(self.spec.classes)}},
+        }
 
     async def _ready(self, send_message, body: bytes) -> None:
         if self.app.draining:

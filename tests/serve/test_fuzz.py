@@ -318,6 +318,9 @@ def routes(draw):
         "/v2", "/v2/", "/v2/health/live", "/v2/health/ready", f"/v2/models/{name}",
         f"/v2/models/{name}/ready", f"/v2/models/{name}/versions/{version}",
         f"/v2/models/{name}/versions/{version}/ready", f"/v2/models/{name}/infer",
+        f"/v2/models/{name}/config", f"/v2/models/{name}/stats", "/v2/models/stats",
+        f"/v2/models/{name}/versions/{version}/config",
+        f"/v2/models/{name}/versions/{version}/stats",
         "/predict", "/explain", "/v2/models", "/v2//models/tiny",
     ]))  # fmt: skip
     body = draw(
