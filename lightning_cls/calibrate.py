@@ -49,10 +49,12 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
         check_keep,
         check_rule_options,
         check_temperature_fit,
+        reject_from_config,
     )
 
     # a typo's one line before anything loads
-    check_rule_options(cfg.reject, cfg.reject_keep, cfg.reject_k, cfg.reject_bank)
+    reject = reject_from_config(cfg)
+    check_rule_options(reject, cfg.reject_keep)
     temperature = check_temperature_option(cfg.temperature)
     check_keep(cfg.reject_keep)
     check_conformal_options(cfg.conformal, cfg.conformal_method)
@@ -80,13 +82,11 @@ def calibrate_checkpoint(cfg: DictConfig) -> dict:
         splits["val"],
         splits.get("test"),
         temperature=temperature,
-        reject=cfg.reject,
+        reject=reject,
         keep=cfg.reject_keep,
         choose_threshold=bool(cfg.choose_threshold),
         diagram=out / "reliability.png",
         train=splits.get("train"),
-        k=cfg.reject_k,
-        bank_size=cfg.reject_bank,
         conformal=cfg.conformal,
         conformal_method=cfg.conformal_method,
         temperature_fit=cfg.temperature_fit,

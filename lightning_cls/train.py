@@ -148,6 +148,13 @@ def train(cfg: DictConfig) -> dict:
     return summary
 
 
+def reject_of(cfg: DictConfig) -> dict | None:
+    """The rejection rule the config chooses (``conf/reject``): ``{name, **its options}``."""
+    from lightning_cls.inference.trust import reject_from_config
+
+    return reject_from_config(cfg)
+
+
 def checked_options(cfg: DictConfig) -> tuple:
     """The optimizer and scheduler partials, and every option checked before Lightning loads:
     their types, the rejection rule's and the prediction sets'."""
@@ -158,8 +165,7 @@ def checked_options(cfg: DictConfig) -> tuple:
     scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
     check_option_types(optimizer, "optimizer")
     check_option_types(scheduler, "scheduler")
-    check_rule_options(*(cfg.get(key) for key in ("reject", "reject_keep", "reject_k")),
-                       cfg.get("reject_bank"))  # fmt: skip
+    check_rule_options(reject_of(cfg), cfg.get("reject_keep", 0.95))
     check_conformal_options(cfg.get("conformal"), cfg.get("conformal_method", "raps"))
     check_temperature_fit(cfg.get("temperature_fit", "auto"))
     return optimizer, scheduler
@@ -222,16 +228,15 @@ class RunCallbacks:
             callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
         callbacks += [instantiate(c) for c in (cfg.get("tuner") or {}).values()]  # tuner=lr|...
         run = cls(callbacks, preemption, BestMetric(cfg.optimized_metric, cfg.optimized_mode))
-        if cfg.get("calibrate") or cfg.get("reject") or cfg.get("conformal") is not None:
+        reject = reject_of(cfg)
+        if cfg.get("calibrate") or reject is not None or cfg.get("conformal") is not None:
             from lightning_cls.callbacks.calibration import Calibrate
 
             run.calibration = Calibrate(
                 bool(cfg.get("calibrate")),
-                cfg.get("reject"),
+                reject,
                 cfg.get("reject_keep", 0.95),
                 Path(cfg.paths.output_dir) / "reliability.png",
-                k=cfg.get("reject_k"),
-                bank_size=cfg.get("reject_bank"),
                 conformal=cfg.get("conformal"),
                 conformal_method=cfg.get("conformal_method", "raps"),
                 temperature_fit=cfg.get("temperature_fit", "auto"),

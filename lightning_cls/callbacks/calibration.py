@@ -12,33 +12,33 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytorch_lightning as pl
 
 from lightning_cls.inference import conformal as conformal_sets
-from lightning_cls.inference import feature_rules, load_torch_model
+from lightning_cls.inference import load_torch_model
 from lightning_cls.inference.spec import InputSpec
-from lightning_cls.inference.trust import check_temperature_fit
+from lightning_cls.inference.trust import build_rule, check_temperature_fit
 from lightning_cls.training.calibration import Calibration, calibrate, update_checkpoint
 
 log = logging.getLogger(__name__)
 
 
 class Calibrate(pl.Callback):
-    """``temperature``: fit one (multi-label: one per label); ``reject``: ``msp`` | ``energy``
-    | None with ``keep`` the validation share answered; ``diagram``: the reliability PNG;
+    """``temperature``: fit one (multi-label: one per label); ``reject``: a rule's name or
+    ``{name: <rule>, **its options}`` (``conf/reject/<name>.yaml``) or None, with ``keep`` the validation share answered; ``diagram``: the reliability PNG;
     ``conformal``: the miscoverage alpha of prediction sets (``conformal_method``) or None;
     ``temperature_fit``: ``nll`` | ``ece`` | ``auto`` (training/calibration.py)."""
 
     def __init__(
         self,
         temperature: bool = True,
-        reject: str | None = None,
+        reject: str | Mapping[str, Any] | None = None,
         keep: float = 0.95,
         diagram: str | Path | None = None,
-        k: int = feature_rules.DEFAULT_K,
-        bank_size: int = feature_rules.DEFAULT_BANK,
         conformal: float | None = None,
         conformal_method: str = conformal_sets.DEFAULT_METHOD,
         temperature_fit: str = "auto",
@@ -47,7 +47,7 @@ class Calibrate(pl.Callback):
         conformal_sets.check_options(conformal, conformal_method)
         self.conformal, self.conformal_method = conformal, conformal_method
         self.temperature_fit = check_temperature_fit(temperature_fit)
-        self.k, self.bank_size = k, bank_size  # the knn rule's (training/calibration.py)
+        self.rule = build_rule(reject)  # built with its options, checked now
         self.result: Calibration | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -57,11 +57,8 @@ class Calibrate(pl.Callback):
             splits = self._val(trainer)
             if self.conformal is not None:  # sets are for single-label models
                 conformal_sets.refuse_multilabel(pl_module.decision.multi_hot)
-            if self.reject == "knn":  # reject_k must fit in the bank this data gives
-                train = len(splits.get("train") or ())
-                feature_rules.check_k(
-                    self.k, min(feature_rules.check_bank_size(self.bank_size), train)
-                )
+            if self.rule is not None and self.rule.needs_features:  # fits this data's train
+                self.rule.check_options(images=len(splits.get("train") or ()))
 
     @staticmethod
     def _val(trainer: pl.Trainer):
@@ -93,8 +90,6 @@ class Calibrate(pl.Callback):
             choose_threshold=getattr(pl_module.task, "choose_threshold", True),
             diagram=self.diagram,
             train=splits.get("train"),
-            k=self.k,
-            bank_size=self.bank_size,
             conformal=self.conformal,
             conformal_method=self.conformal_method,
             temperature_fit=self.temperature_fit,

@@ -20,15 +20,19 @@ No torch import: ONNX and OpenVINO predict/serve compute these with numpy.
 
 from __future__ import annotations
 
+import inspect
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from lightning_cls.inference import feature_rules
 from lightning_cls.inference.reject_rules import REJECT_RULES, RejectRule
 
+log = logging.getLogger(__name__)
+
+_WARNED: set[str] = set()
 UNKNOWN = "unknown"  # the answer for an image below the rejection threshold
 
 
@@ -126,24 +130,86 @@ def check_score(score: Any) -> str:
     return score
 
 
-def rule_of(score: Any) -> RejectRule:
-    """The rule registered as ``score`` (``REJECT_RULES``), checked by name first."""
-    return REJECT_RULES.create(check_score(score))
+def rule_of(score: Any, **options: Any) -> RejectRule:
+    """The rule registered as ``score`` (``REJECT_RULES``), checked by name first, built with
+    its own ``options`` (which it checks); a ``ValueError`` naming an option it lacks."""
+    builder = REJECT_RULES.get(check_score(score))
+    try:
+        return REJECT_RULES.create(score, **options)
+    except TypeError as err:
+        known = [
+            name
+            for name, p in inspect.signature(builder).parameters.items()
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        raise ValueError(
+            f"reject={score} has no option among {sorted(options)} ({err}); its options: "
+            f"{', '.join(known) or 'none'} (conf/reject/{score}.yaml)."
+        ) from None
 
 
-def check_rule_options(
-    reject: Any,
-    keep: Any = 0.95,
-    k: Any = feature_rules.DEFAULT_K,
-    bank_size: Any = feature_rules.DEFAULT_BANK,
-) -> None:
-    """The command line's rejection options (``reject``, ``reject_keep``, ``reject_k``,
-    ``reject_bank``), checked before any work starts: one ``ValueError`` naming the value."""
-    if reject is None:
-        return
-    rule = rule_of(reject)
-    check_keep(keep)
-    rule.check_options(k, bank_size)
+def rule_choice(reject: Any) -> tuple[str | None, dict[str, Any]]:
+    """``reject`` as the config gives it: None, a rule's name, or its config group's mapping
+    ``{name: <rule>, <option>: <value>, ...}`` (``conf/reject/<name>.yaml``, ``name: null``:
+    none) -> (the name or None, the options)."""
+    if reject is None or isinstance(reject, str):
+        return reject, {}
+    if isinstance(reject, Mapping):
+        options = {str(key): reject[key] for key in reject}
+        return options.pop("name", None), options
+    raise ValueError(
+        f"reject={reject!r} is not a rejection rule's name; give reject=<name> "
+        f"({', '.join(REJECT_RULES)}) or reject=none."
+    )
+
+
+def build_rule(reject: Any) -> RejectRule | None:
+    """The rule ``reject`` chooses (``rule_choice``), built with its options; None: none."""
+    name, options = rule_choice(reject)
+    return None if name is None else rule_of(name, **options)
+
+
+def with_flat_options(reject: Any, flat: Mapping[str, Any]) -> Any:
+    """``reject`` with the deprecated flat ``reject_<option>=<value>`` keys (``flat``: the
+    config's keys and values; null: not given) merged into its options, with one deprecation
+    line; a key the chosen rule does not take is ignored, as it always was."""
+    name, options = rule_choice(reject)
+    given = {
+        key: value
+        for key, value in flat.items()
+        if key.startswith("reject_") and key != "reject_keep" and value is not None
+    }
+    if name is None or not given:
+        return reject
+    takes = inspect.signature(REJECT_RULES.get(check_score(name))).parameters
+    for key, value in given.items():
+        option = key.removeprefix("reject_")
+        note = "" if option in takes else f" (ignored: reject={name} has no option {option})"
+        message = f"{key}={value!r} is deprecated; write reject.{option}={value!r}{note}."
+        if message not in _WARNED:  # once per process: train checks, then fits
+            _WARNED.add(message)
+            log.warning(message)
+        if option in takes:
+            options[option] = value
+    return {"name": name, **options}
+
+
+def reject_from_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The rejection rule a command's config chooses: ``{"name": <rule>, **its options}``
+    (``cfg["reject"]``, the ``conf/reject/<name>.yaml`` group, with the deprecated flat
+    ``reject_<option>`` keys merged in), or None."""
+    reject = with_flat_options(
+        cfg.get("reject"), {key: cfg.get(key) for key in cfg if str(key).startswith("reject_")}
+    )
+    name, options = rule_choice(reject)
+    return None if name is None else {"name": name, **options}
+
+
+def check_rule_options(reject: Any, keep: Any = 0.95) -> None:
+    """The command line's rejection options (``reject`` with its own options, ``reject_keep``),
+    checked before any work starts: one ``ValueError`` naming the value."""
+    if build_rule(reject) is not None:
+        check_keep(keep)
 
 
 def check_keep(keep: Any) -> float:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -49,11 +50,12 @@ from lightning_cls.inference.predictor import Predictor
 from lightning_cls.inference.spec import InputSpec, Split
 from lightning_cls.inference.tasks import Task
 from lightning_cls.inference.trust import (
+    build_rule,
     check_keep,
     check_temperature,
     check_temperature_fit,
     quantile_threshold,
-    rule_of,
+    rule_choice,
 )
 
 log = logging.getLogger(__name__)
@@ -125,22 +127,20 @@ def calibrate(
     val: Split,
     test: Split | None = None,
     temperature: bool | float = True,
-    reject: str | None = None,
+    reject: str | Mapping[str, Any] | None = None,
     keep: float = 0.95,
     choose_threshold: bool = True,
     diagram: str | Path | None = None,
     batch_size: int = 256,
     train: Split | None = None,
-    k: int = feature_rules.DEFAULT_K,
-    bank_size: int = feature_rules.DEFAULT_BANK,
     conformal: float | None = None,
     conformal_method: str = conformal_sets.DEFAULT_METHOD,
     temperature_fit: str = "auto",
 ) -> Calibration:
     """Fit the temperature (``temperature=False``: keep the spec's) and the rejection rule
-    (``reject``: ``msp`` | ``energy`` | ``knn`` | ``mahalanobis`` | None) on ``val``; measure
-    on ``val`` and ``test``. The feature-space rules are fitted on ``train``'s features (kNN:
-    a class-balanced bank of at most ``bank_size`` of them, scored at the ``k``-th nearest).
+    (``reject``: a registered rule's name, or ``{name: <rule>, **its options}`` as
+    ``conf/reject/<name>.yaml`` gives it; None: none) on ``val``; measure on ``val`` and
+    ``test``. The feature-space rules are fitted on ``train``'s features.
     ``conformal``: the miscoverage alpha of prediction sets fitted on ``val`` after the
     temperature (``conformal_method``: ``aps`` | ``raps``); None: none. ``temperature_fit``:
     ``nll`` | ``ece`` | ``auto`` (``ece`` for a label-smoothed model; module docstring)."""
@@ -150,7 +150,8 @@ def calibrate(
         objective = "ece" if spec.label_smoothing > 0 else "nll"
     if conformal is not None:
         conformal_sets.refuse_multilabel(spec.decision.multi_hot)  # InputSpec's own check
-    rule_kind = None if reject is None else rule_of(reject)
+    rule_kind = build_rule(reject)
+    reject = rule_choice(reject)[0]
     features_rule = rule_kind is not None and rule_kind.needs_features
     if reject is not None:
         check_keep(keep)
@@ -160,7 +161,7 @@ def calibrate(
                 f"reject={reject} is fitted on the training images' features, and no training "
                 "images were given; calibrate with data that has a train split."
             )
-        rule_kind.check_options(k, bank_size, images=len(train))
+        rule_kind.check_options(images=len(train))
     if len(val) == 0:
         raise ValueError("Calibration needs validation images, but the val split is empty.")
     warn_small_validation(len(val))
@@ -192,7 +193,7 @@ def calibrate(
         params = {}
         if features_rule:
             _, train_features = predictor.image_features(train.images, batch_size)
-            params = rule_kind.fit(train_features, train.labels, k, bank_size)
+            params = rule_kind.fit(train_features, train.labels)
         fitted_rule = {"score": reject, "threshold": 0.0, "keep": keep, **params}
         calibrated = replace(calibrated, reject=fitted_rule)  # its threshold comes next
         scores = calibrated.decision.confidence(logits, features=val_features)

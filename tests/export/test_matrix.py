@@ -101,7 +101,7 @@ def models(trained, multilabel_run, multilabel_squares, tmp_path_factory) -> dic
         "plain": _calibrated(trained.ckpt, trained.data, root, "plain"),
         "calibrated": _calibrated(trained.ckpt, trained.data, root, "calibrated", temperature=True),
         "knn": _calibrated(
-            trained.ckpt, trained.data, root, "knn", reject="knn", k=5, bank_size=64
+            trained.ckpt, trained.data, root, "knn", reject={"name": "knn", "k": 5, "bank": 64}
         ),
         "conformal": _calibrated(trained.ckpt, trained.data, root, "conformal", conformal=0.02),
     }

@@ -246,7 +246,7 @@ def with_rule(spec, score: str):
 
     features, labels = np.random.default_rng(0).normal(size=(8, 4)), np.arange(8) % 2
     rule = {"score": score, "threshold": 0.5, "keep": 0.95}
-    rule |= feature_rules.fit(score, features, labels, k=2)
+    rule |= feature_rules.fit(score, features, labels, **({"k": 2} if score == "knn" else {}))
     return InputSpec.from_dict({**spec.to_dict(), "reject": rule})
 
 

@@ -27,7 +27,7 @@ from lightning_cls.training.calibration import calibrate
 def test_knn_scores_the_k_th_nearest_cosine_similarity():
     rng = np.random.default_rng(0)
     train, labels = rng.normal(size=(60, 5)), np.repeat(np.arange(3), 20)
-    rule = {"score": "knn", **feature_rules.fit("knn", train, labels, k=4, bank_size=1000)}
+    rule = {"score": "knn", **feature_rules.fit("knn", train, labels, k=4, bank=1000)}
     queries = rng.normal(size=(7, 5))
     bank = train / np.linalg.norm(train, axis=1, keepdims=True)
     z = queries / np.linalg.norm(queries, axis=1, keepdims=True)
@@ -103,10 +103,12 @@ def test_the_rule_is_stored_float16_and_summarised_without_its_arrays():
     [
         (("odin",), r"reject='odin' is not a known rejection rule; use one of msp, energy, knn"),
         (("knm",), r"reject='knm' is not a known rejection rule \(did you mean knn\?\)"),
-        (("knn", 0.95, 0), r"reject_k=0 is not an integer >= 1"),
-        (("knn", 0.95, "5"), r"reject_k='5' is not an integer >= 1"),
-        (("knn", 0.95, 80, 50), r"reject_k=80 is larger than the feature bank \(50 training"),
-        (("knn", 0.95, 5, 0), r"reject_bank=0 is not an integer >= 1"),
+        (({"name": "knn", "k": 0},), r"reject.k=0 is not an integer >= 1"),
+        (({"name": "knn", "k": "5"},), r"reject.k='5' is not an integer >= 1"),
+        (({"name": "knn", "k": 80, "bank": 50},), r"reject.k=80 is larger than the feature bank"),
+        (({"name": "knn", "bank": 0},), r"reject.bank=0 is not an integer >= 1"),
+        (({"name": "knn", "kk": 5},), r"reject=knn has no option among \['kk'\].*options: k, bank"),
+        (({"name": "msp", "k": 5},), r"reject=msp has no option among \['k'\].*options: none"),
         (("knn", 1.5), r"reject_keep=1.5 is not a share strictly between 0 and 1"),
     ],
 )
@@ -120,7 +122,7 @@ def test_a_stored_rule_without_its_arrays_or_with_k_past_the_bank_is_refused():
     with pytest.raises(SpecError, match=r"reject=knn lacks its fitted bank"):
         InputSpec(**base, reject={"score": "knn", "threshold": 0.5, "keep": 0.9, "k": 3})
     rule = feature_rules.fit("knn", np.ones((4, 2)), np.zeros(4, int), k=2)
-    with pytest.raises(SpecError, match=r"reject_k=9 is larger than the feature bank \(4 train"):
+    with pytest.raises(SpecError, match=r"reject.k=9 is larger than the feature bank \(4 train"):
         InputSpec(**base, reject={"score": "knn", "threshold": 0.5, "keep": 0.9, **rule, "k": 9})
 
 
@@ -177,7 +179,7 @@ def trained() -> Trained:
         data.spec, model_name="simplecnn", model_kwargs={"widths": [8, 16], "hidden": 32}
     )
     net = fit_plain_simplecnn(train, spec, num_classes=4)
-    result = calibrate(net, spec, val, reject="knn", keep=0.95, train=train, k=10)
+    result = calibrate(net, spec, val, reject={"name": "knn", "k": 10}, keep=0.95, train=train)
     spec = InputSpec.from_dict({**spec.to_dict(), **result.spec_updates})
     noise = torch.randint(0, 256, (128, 1, 16, 16), generator=torch.Generator().manual_seed(2))
     return Trained(net, spec, data.splits["test"], noise.to(torch.uint8), _stripes(128))
@@ -355,7 +357,8 @@ def test_a_rule_fitted_on_the_penultimate_features_alone_scores_as_before(score)
         old_train = FeatureNet(net, (1, 16, 16)).body(train).flatten(1).numpy()  # penultimate
         old_x = FeatureNet(net, (1, 16, 16)).body(x).flatten(1).numpy()
         _, new_x = FeatureNet(net, (1, 16, 16))(x)
-    rule = {"score": score, **feature_rules.fit(score, old_train, labels, k=5)}
+    options = {"k": 5} if score == "knn" else {}  # mahalanobis takes no options
+    rule = {"score": score, **feature_rules.fit(score, old_train, labels, **options)}
     assert new_x.shape[1] > old_x.shape[1]
     np.testing.assert_allclose(
         feature_rules.scores(rule, new_x.numpy()), feature_rules.scores(rule, old_x), rtol=1e-4
@@ -429,3 +432,20 @@ def test_an_on_device_file_without_features_is_refused_for_a_feature_rule(
     path = _on_device(fmt, trained.net, plain, tmp_path / file)
     with pytest.raises(ValueError, match=rf"{file} has no features output.*reject=knn"):
         load_artifact(path, spec={"reject": trained.spec.reject})
+
+
+def test_a_rule_takes_its_own_options_and_the_old_flat_keys_still_reach_them(caplog):
+    from lightning_cls.inference.reject_rules import REJECT_RULES
+    from lightning_cls.inference.trust import reject_from_config
+
+    rule = REJECT_RULES.create("knn", k=7, bank=30)
+    state = rule.fit(np.eye(40, 6), np.arange(40) % 4)
+    assert state["k"] == 7 and state["bank"]["shape"] == [30, 6]  # the bank option
+    group = {"name": "knn", "k": 50, "bank": 5000}  # conf/reject/knn.yaml
+    assert reject_from_config({"reject": group, "reject_k": None}) == group
+    with caplog.at_level("WARNING"):
+        chosen = reject_from_config({"reject": group, "reject_k": 5, "reject_keep": 0.9})
+    assert chosen == {"name": "knn", "k": 5, "bank": 5000}
+    assert "reject_k=5 is deprecated; write reject.k=5" in caplog.text
+    assert reject_from_config({"reject": {"name": "msp"}, "reject_k": 5}) == {"name": "msp"}
+    assert reject_from_config({"reject": {"name": None}, "reject_k": 5}) is None
