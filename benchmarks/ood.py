@@ -148,20 +148,23 @@ def score_all(ckpt: str, splits, sets: dict, rule_name: str = "knn") -> tuple[di
 
     from lightning_cls.inference import feature_rules, find_images, load_artifact
     from lightning_cls.inference.images import load_image_batch
+    from lightning_cls.inference.reject_rules import REJECT_RULES
     from lightning_cls.training.calibration import calibrate
 
     predictor = load_artifact(ckpt)
     spec = predictor.spec
-    k = spec.reject.get("k", feature_rules.DEFAULT_K) if spec.reject else feature_rules.DEFAULT_K
+    k = (spec.reject or {}).get("k", REJECT_RULES.create("knn").k)  # the run's, else the default
+    takes_k = hasattr(REJECT_RULES.create(rule_name), "k")
     chosen = calibrate(predictor.runtime.net, spec, splits["val"], temperature=False,
-                       reject=rule_name, keep=0.95, train=splits["train"], k=k)  # fmt: skip
+                       reject={"name": rule_name, **({"k": k} if takes_k else {})}, keep=0.95,
+                       train=splits["train"])  # fmt: skip
     rule = chosen.spec_updates["reject"]
     outputs = Outputs(predictor)
     _, train_features, train_penultimate = outputs(splits["train"].images)
     labels = splits["train"].labels
     fitted = {
-        name: {"score": name, **feature_rules.fit(name, train_features, labels, k=k)}
-        for name in ("knn", "mahalanobis")
+        name: {"score": name, **feature_rules.fit(name, train_features, labels, **options)}
+        for name, options in (("knn", {"k": k}), ("mahalanobis", {}))
     }
     literature = Literature(outputs.head, train_penultimate, np.asarray(labels), k)
 
@@ -227,11 +230,17 @@ class Literature:
     - ``rmds``: minus (the smallest class Mahalanobis distance of the L2-normalised h, minus
       its distance to one Gaussian of all classes) (relative Mahalanobis, Ren et al. 2021);
     - ``knn_penultimate``: ``knn`` on the L2-normalised h alone (Sun et al. 2022 exactly).
+
+    ``maxlogit``, ``gen``, ``rmds`` and ``knn`` are the library's registered rules
+    (``REJECT_RULES``), looked up here; ``react`` and ``vim`` need the raw penultimate
+    features and the head's weights, which no artifact carries, so they are computed here.
     """
 
     def __init__(self, head, train: np.ndarray, labels: np.ndarray, k: int):
         from lightning_cls.inference import feature_rules
+        from lightning_cls.inference.reject_rules import REJECT_RULES
 
+        self.gen = REJECT_RULES.create("gen", gamma=0.1)
         self.w = head.weight.detach().double().numpy()
         self.b = head.bias.detach().double().numpy() if head.bias is not None else 0 * self.w[:, 0]
         train = train.astype(np.float64)
@@ -245,31 +254,29 @@ class Literature:
         # the library's rules, fitted on the penultimate features: one Gaussian per class, one
         # of all classes (RMDS's background) and a bank of every training image
         self.rules = {
-            "classes": feature_rules.fit("mahalanobis", train, labels),
-            "background": feature_rules.fit("mahalanobis", train, np.zeros_like(labels)),
-            "bank": feature_rules.fit("knn", train, labels, k=k, bank_size=len(train)),
+            name: {"score": name, **feature_rules.fit(name, train, labels, **options)}
+            for name, options in (("rmds", {}), ("knn", {"k": k, "bank": len(train)}))
         }
-        for name, rule in self.rules.items():
-            rule["score"] = "knn" if name == "bank" else "mahalanobis"
 
     def scores(self, z: np.ndarray, h: np.ndarray) -> dict[str, np.ndarray]:
         from scipy.special import logsumexp, softmax
 
         from lightning_cls.inference import feature_rules
+        from lightning_cls.inference.reject_rules import REJECT_RULES
 
         library = {name: feature_rules.scores(rule, h) for name, rule in self.rules.items()}
+        maxlogit = REJECT_RULES.create("maxlogit").score_logits
         h = h.astype(np.float64)
         logits = h @ self.w.T + self.b
         p = softmax(z.astype(np.float64), axis=1)
         residual = np.linalg.norm((h - self.origin) @ self.residual, axis=1)
         return {
-            "maxlogit": logits.max(1),
-            "gen": -((p**0.1) * (1 - p) ** 0.1).sum(1),
+            "maxlogit": maxlogit(logits),
+            "gen": self.gen.score_probabilities(p, self.gen.gamma),
             "react": logsumexp(np.minimum(h, self.clip) @ self.w.T + self.b, axis=1),
             "vim": logsumexp(logits, axis=1) - self.alpha * residual,
-            # min over classes of (d_class - d_all) = the mahalanobis rule's distance - d_all
-            "rmds": library["classes"] - library["background"],
-            "knn_penultimate": library["bank"],
+            "rmds": library["rmds"],
+            "knn_penultimate": library["knn"],
         }
 
 

@@ -53,8 +53,8 @@ class RejectRule:
         return {}
 
     def fit(self, features, labels, seed: int = 0) -> dict[str, Any]:
-        """The state to store, fitted on the training split's ``features`` and ``labels``
-        (only called when ``needs_features``)."""
+        """The state to store (its options included, when scoring reads them), fitted on the
+        training split's ``features`` and ``labels`` (both None unless ``needs_features``)."""
         return {}
 
     def scores(self, task: Task, logits, features, rule: Mapping[str, Any]):
@@ -68,5 +68,8 @@ for _name, _target in {
     "energy": "lightning_cls.inference.rules.energy:Energy",
     "knn": "lightning_cls.inference.rules.knn:KNearest",
     "mahalanobis": "lightning_cls.inference.rules.mahalanobis:Mahalanobis",
+    "maxlogit": "lightning_cls.inference.rules.maxlogit:MaxLogit",
+    "gen": "lightning_cls.inference.rules.gen:GeneralizedEntropy",
+    "rmds": "lightning_cls.inference.rules.rmds:RelativeMahalanobis",
 }.items():
     REJECT_RULES.register(_name, _target)

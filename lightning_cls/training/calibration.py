@@ -190,10 +190,11 @@ def calibrate(
         calibrated = replace(calibrated, threshold=threshold)
     rule = None
     if reject is not None:
-        params = {}
+        train_features = labels = None  # a logit rule stores its options alone
         if features_rule:
             _, train_features = predictor.image_features(train.images, batch_size)
-            params = rule_kind.fit(train_features, train.labels)
+            labels = train.labels
+        params = rule_kind.fit(train_features, labels)
         fitted_rule = {"score": reject, "threshold": 0.0, "keep": keep, **params}
         calibrated = replace(calibrated, reject=fitted_rule)  # its threshold comes next
         scores = calibrated.decision.confidence(logits, features=val_features)
