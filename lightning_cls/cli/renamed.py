@@ -2,7 +2,8 @@
 
 ``serve`` took the model file as ``artifact=`` and trust as ``serve.trust_artifact=`` while
 predict, eval, export, calibrate and explain say ``ckpt_path=`` and ``trust_artifact=``; one
-name now serves every command. ``renamed(config_name, args)`` rewrites the old spelling on the
+name now serves every command; and ``reject=null`` (no rule) became ``reject=none`` when
+``reject`` turned into a config group. ``renamed(config_name, args)`` rewrites the old spelling on the
 command line before Hydra composes (so sweeps, ``+``/``~`` prefixes and the saved overrides all
 use the new key) and writes one ``warning:`` line per old key to stderr.
 """
@@ -15,6 +16,9 @@ import sys
 RENAMED: dict[str, dict[str, str]] = {
     "serve": {"artifact": "ckpt_path", "serve.trust_artifact": "trust_artifact"},
 }
+# {group: {old value: new value}}: ``reject`` became a config group (conf/reject/), and Hydra
+# takes no ``null`` for a group; ``reject=null`` (the documented "no rule") means ``none``.
+RENAMED_VALUES: dict[str, dict[str, str]] = {"reject": {"null": "none"}}
 
 
 def renamed(config_name: str | None, args: list[str]) -> list[str]:
@@ -24,6 +28,8 @@ def renamed(config_name: str | None, args: list[str]) -> list[str]:
     for arg in args:
         key, eq, value = arg.partition("=")
         prefix = key[: len(key) - len(key.lstrip("+~"))]
+        value = RENAMED_VALUES.get(key.lstrip("+~"), {}).get(value, value) if eq else value
+        arg = f"{key}={value}" if eq else arg
         new = table.get(key.lstrip("+~")) if eq and not arg.startswith("-") else None
         if new is None:
             out.append(arg)

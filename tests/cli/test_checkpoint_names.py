@@ -126,3 +126,12 @@ def test_every_command_refuses_a_folder_without_results_in_one_line(
         f"error: ckpt_path={folder} is a folder without results.json; pass a .ckpt file "
         "(or an exported artifact), or a training run's folder."
     )
+
+
+def test_reject_null_still_means_no_rule_now_that_reject_is_a_group(tmp_path):
+    from helpers.hydra_configs import compose
+
+    args = renamed("train", ["reject=null", "+reject=null", "data=digits"])
+    assert args == ["reject=none", "+reject=none", "data=digits"]
+    cfg = compose("train", args[:1], tmp=tmp_path)  # Hydra takes no null for a group
+    assert cfg.reject.name is None  # conf/reject/none.yaml: no rule
