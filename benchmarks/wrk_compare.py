@@ -7,8 +7,8 @@ load tool (``serve_load._load`` on ``http_client.Connection``), and B, Debian's 
 ``wrk_oip.lua``; both at the same connection count for the same seconds, interleaved
 (A, B, A, B, ...). One served answer is checked against the in-process runtime's logits first.
 Reported: answered-200 requests per second per round, median and range, each tool's own CPU
-(cores) and the 1-minute load average at each measurement (the machine is shared).
-Last line: one JSON object.
+(cores) and median latency as it sees it, and the 1-minute load average at each measurement
+(the machine is shared). Last line: one JSON object.
 
     python benchmarks/wrk_compare.py              # 3 rounds, 16 connections, 20 s each
     python benchmarks/wrk_compare.py --quick      # smoke: 1 round, 4 connections, 1 s each
@@ -60,7 +60,8 @@ def project_tool(url: str, body: bytes, connections: int, seconds: float) -> dic
     out = asyncio.run(
         serve_load._load(url, [body], None, [], connections, seconds, 0.3, "application/json")
     )
-    return {"rps": out["rps"], "client_cpu_cores": out["client_cpu_cores"], "codes": out["codes"]}
+    keys = ("rps", "client_cpu_cores", "codes", "p50_ms", "p99_ms")
+    return {key: out[key] for key in keys}
 
 
 def wrk_command(url: str, body_file: Path, connections: int, seconds: float) -> list[str]:
@@ -83,6 +84,8 @@ def wrk_tool(command: list[str], seconds: float) -> dict:
     return {
         "rps": ok / (summary["duration_us"] / 1e6),
         "client_cpu_cores": cpu / wall,
+        "p50_ms": summary["p50_ms"],
+        "p99_ms": summary["p99_ms"],
         "summary": summary,
         "output": proc.stdout,
     }
@@ -141,8 +144,8 @@ def main() -> None:
             server.stop()
     out = {name: spread([r["rps"] for r in runs]) for name, runs in rows.items()}
     for name, runs in rows.items():
-        out[name]["client_cpu_cores"] = round(statistics.median(
-            r["client_cpu_cores"] for r in runs), 2)  # fmt: skip
+        for key in ("client_cpu_cores", "p50_ms"):  # medians over rounds
+            out[name][key] = round(statistics.median(r[key] for r in runs), 2)
     ratio = out["wrk"]["median"] / out["project"]["median"]
     errors = [r["codes"] for r in rows["project"]] + [r["summary"] for r in rows["wrk"]]
     out.update(
