@@ -63,15 +63,7 @@ def apply_pretrained_preprocessing(cfg: DictConfig) -> dict:
             cfg.data[key] = value
     if filled:
         log.info("Data defaults from the pretrained weights' preprocessing: %s", filled)
-    if cfg.data.get("image_size") not in (None, pre["image_size"]):
-        log.warning(
-            "data.image_size=%s but the pretrained weights were trained at %d px "
-            "(data.image_size=%d matches them).",
-            cfg.data.image_size,
-            pre["image_size"],
-            pre["image_size"],
-        )
-    return filled
+    return filled  # a data.image_size other than the weights' is refused by the check after
 
 
 def train(cfg: DictConfig) -> dict:
