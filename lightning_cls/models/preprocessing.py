@@ -101,6 +101,11 @@ def check_pretrained_preprocessing(
     """Refuse ``data`` (an ``InputSpec`` or a mapping of its keys: what the DataModule feeds)
     when it disagrees with the preprocessing the weights of ``model_kwargs`` were trained
     with, in one ``ValueError`` line naming both and the fix; ``allow``: proceed."""
+    if allow is not True and allow is not False:  # Hydra reads ...=no as the string "no"
+        raise TypeError(
+            f"{OVERRIDE}={allow!r} is not a boolean; set {OVERRIDE}=true to train on data "
+            f"preprocessed unlike the weights, or {OVERRIDE}=false."
+        )
     recorded = pretrained_preprocessing(model_kwargs)
     if recorded is None or allow:
         return

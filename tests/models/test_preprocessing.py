@@ -44,6 +44,12 @@ def test_torchvision_weights_refuse_another_mean_in_one_line_naming_both():
     check_pretrained_preprocessing({**TORCHVISION, "weights": None}, _data(mean=(0.5,) * 3))
 
 
+@pytest.mark.parametrize("value", ["no", "false", 1, None])
+def test_the_override_takes_a_real_boolean_only(value):
+    with pytest.raises(TypeError, match=r"^allow_preprocessing_mismatch=.* is not a boolean; set "):
+        check_pretrained_preprocessing(TORCHVISION, _data(mean=(0.5,) * 3), allow=value)
+
+
 def test_several_differences_are_listed_in_the_same_line():
     with pytest.raises(
         ValueError,
