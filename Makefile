@@ -20,7 +20,7 @@ CONSTRAIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 TORCH := torch==2.14.1 torchvision==0.29.1
 REFRESH_VENV := .venv-refresh
 
-.PHONY: install install-dev train test test-slow lint docs clean refresh-constraints venv-litert
+.PHONY: install install-dev train test test-slow lint docs clean refresh-constraints venv-litert venv-peers
 
 $(VPYTHON):
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; need = tuple(map(int, "$(MIN_PYTHON)".split("."))); sys.exit(0 if v >= need else f"error: $(PYTHON) is Python {v[0]}.{v[1]}; lightning_cls needs Python >= $(MIN_PYTHON); run make PYTHON=python$(MIN_PYTHON) (or newer).")'
@@ -51,6 +51,20 @@ venv-litert: install-dev
 	  "$$($(LITERT_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_lightning_cls_base.pth"
 	$(LITERT_VENV)/bin/python -m pip install $(LITERT_TORCH)
 	$(LITERT_VENV)/bin/python -c 'import litert_torch, torch; print("litert-torch ready, torch", torch.__version__)'
+
+# The serving peers of benchmarks/serve_peers.py, each in an environment of its own (their pins
+# clash with the project's: kserve would downgrade pandas, protobuf and psutil): MLServer 1.7.1
+# (uvloop < 0.22: its inference-pool workers call asyncio.get_event_loop(), which newer uvloop
+# refuses) and KServe's model server 0.21.0, each with the onnxruntime of constraints.txt.
+MLSERVER_VENV ?= .venv-mlserver
+KSERVE_VENV ?= .venv-kserve
+ORT_PIN = $$(grep '^onnxruntime==' constraints.txt)
+
+venv-peers:
+	$(PYTHON) -m venv $(MLSERVER_VENV)
+	$(MLSERVER_VENV)/bin/python -m pip install -q mlserver==1.7.1 "uvloop<0.22" $(ORT_PIN)
+	$(PYTHON) -m venv $(KSERVE_VENV)
+	$(KSERVE_VENV)/bin/python -m pip install -q kserve==0.21.0 $(ORT_PIN)
 
 train: install
 	$(VPYTHON) -m lightning_cls.train
