@@ -5,6 +5,12 @@ says where the test images come from, so any folder with a ``test/`` split can b
 ``split=val`` evaluates the validation split instead (pass the training run's ``seed`` where the
 DataModule carves validation from train by seed); ``tta_flip``/``tta_translate`` override the
 checkpoint's test-time augmentation (``null``: the checkpoint's own).
+
+``ckpt_path`` may also be an exported model (``model.onnx``, ``.xml``, ``.torchscript``, ``.pt2``,
+... anything ``load_artifact`` reads): the split's top-1 accuracy (multi-label: every label
+right) and the open-set report (``ood.near=DIR ood.far=[DIR,...]``) are then computed with the
+artifact's own runtime, without Lightning; ``data=`` says where the images are (else the run's
+config beside the artifact, as for a checkpoint).
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ log = logging.getLogger(__name__)
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     cfg.ckpt_path = checkpoint_file(cfg.ckpt_path)  # a training run's folder: its best .ckpt
+    if is_artifact(cfg.ckpt_path):
+        return evaluate_artifact(cfg)
     if not Path(str(cfg.ckpt_path)).is_file():
         raise FileNotFoundError(
             f"Checkpoint not found: ckpt_path={cfg.ckpt_path!r}; pass the path of a .ckpt file "
@@ -101,6 +109,48 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         log.info("Out-of-distribution (open-set report): %s", json.dumps(results["ood"]))
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
     log.info("%s metrics of %s (%s): %s", split, cfg.ckpt_path, tta, json.dumps(metrics))
+    return metrics
+
+
+def is_artifact(path) -> bool:
+    """An exported model that exists (a file or an ``.mlpackage`` folder), not a checkpoint."""
+    path = Path(str(path))
+    return path.suffix not in (".ckpt", "") and path.exists()
+
+
+def evaluate_artifact(cfg: DictConfig) -> dict[str, float]:
+    """``eval ckpt_path=model.onnx``: the split's accuracy and the open-set report, with the
+    artifact's runtime (no Lightning); results.json as for a checkpoint."""
+    split = cfg.get("split", "test")
+    if split not in ("test", "val"):
+        raise ValueError(f"split={split!r} is not evaluable; use split=test or split=val.")
+    given = {k: cfg.get(k) for k in ("tta_flip", "tta_translate") if cfg.get(k) is not None}
+    if given:
+        raise ValueError(
+            f"{', '.join(f'{k}={v}' for k, v in given.items())}: an exported model's test-time "
+            "augmentation is fixed at export; drop the override, or evaluate the .ckpt."
+        )
+    from lightning_cls.inference import load_artifact
+    from lightning_cls.inference.open_set_report import correct_answers, ood_report, ood_sets
+
+    predictor = load_artifact(cfg.ckpt_path)
+    cfg = with_checkpoint_data(cfg, cfg.ckpt_path)  # the run's data unless data= was given
+    stage = "test" if split == "test" else "fit"
+    where = f"The exported model {cfg.ckpt_path}"
+    datamodule = checkpoint_datamodule(cfg, predictor.spec, stage, where)
+    known = datamodule.splits[split]
+    logits, _ = predictor.image_outputs(known.images)
+    correct = correct_answers(predictor.task, logits, known.labels)
+    metrics = {f"{split}/acc": round(float(correct.mean()), 6)}
+    out = Path(cfg.paths.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {"ckpt_path": str(cfg.ckpt_path), "split": split, split: metrics}
+    ood = ood_sets(cfg.get("ood"))
+    if ood:
+        results["ood"] = ood_report(cfg.ckpt_path, known, ood, cfg.get("ood_score"), out)
+        log.info("Out-of-distribution (open-set report): %s", json.dumps(results["ood"]))
+    atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
+    log.info("%s metrics of %s: %s", split, cfg.ckpt_path, json.dumps(metrics))
     return metrics
 
 

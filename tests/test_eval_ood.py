@@ -99,3 +99,30 @@ def test_a_bad_ood_is_one_line_naming_the_fix(tmp_path):
     twice = [("far", tmp_path / "a" / "noise"), ("far", tmp_path / "b" / "noise")]
     with pytest.raises(ValueError, match=r"share the name 'noise' that results.json keys"):
         ood_report("unused.ckpt", None, twice)
+
+
+def test_eval_of_an_onnx_file_gives_accuracy_and_the_report(trained, tmp_path):
+    """``eval ckpt_path=model.onnx``: the artifact's own runtime, the same accuracy and
+    open-set numbers as the .ckpt's evaluation."""
+    from lightning_cls.eval import evaluate
+    from lightning_cls.export.exporter import ExportConfig, export_model
+
+    near, far = near_and_far(tmp_path)
+    onnx = export_model(trained.net, trained.spec, tmp_path / "x", ExportConfig(formats=["onnx"]))
+    common = [f"ood.near={near}", f"ood.far=[{far}]", "prediction_mosaic=false",
+              *QUIET_TRAINER[:4], *as_overrides(LEARNABLE)]  # fmt: skip
+    evaluate(compose("eval", [f"ckpt_path={trained.ckpt}", *common], tmp_path / "c"))
+    evaluate(compose("eval", [f"ckpt_path={onnx.paths['onnx']}", *common], tmp_path / "o"))
+    from_ckpt = json.loads((tmp_path / "c" / "run" / "results.json").read_text())
+    from_onnx = json.loads((tmp_path / "o" / "run" / "results.json").read_text())
+    assert from_onnx["test"]["test/acc"] == pytest.approx(from_ckpt["test"]["test/acc"], abs=0.02)
+    assert from_onnx["test"]["test/acc"] > 0.5  # the shared model learned
+    for name in ("unseen_class", "noise"):
+        for key in METRICS:
+            assert from_onnx["ood"][name][key] == pytest.approx(
+                from_ckpt["ood"][name][key], abs=0.02
+            ), key
+    assert (tmp_path / "o" / "run" / "ood_risk_coverage.png").is_file()
+    with pytest.raises(ValueError, match=r"tta_flip=True: an exported model's test-time"):
+        evaluate(compose("eval", [f"ckpt_path={onnx.paths['onnx']}", "tta_flip=true", *common],
+                         tmp_path / "t"))  # fmt: skip

@@ -73,7 +73,7 @@ def ood_report(
     score = check_score(score or (spec.reject or {}).get("score") or "msp")
     logits, features = predictor.image_outputs(known.images)  # features: a feature-space rule
     inside = task.confidence(logits, score, features).float().numpy()  # (N,)
-    correct = _correct(task, task.probabilities(logits), known.labels)  # (N,) bool
+    correct = correct_answers(task, logits, known.labels)  # (N,) bool
     threshold, note = _deployed_threshold(spec.reject, score)
     report, unknown = {}, {}
     for name, (kind, folder) in named.items():
@@ -127,9 +127,9 @@ def _folder_confidence(predictor: Predictor, folder: Path, score: str):
     return outside, {"ood_images": len(outside), "unreadable": len(failed)}
 
 
-def _correct(task: Task, probs: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
-    """(N,) whether each known image's answer is right (multi-label: every label right)."""
-    same = task.predicted(probs).float() == labels.float()
+def correct_answers(task: Task, logits: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
+    """(N,) whether each image's answer is right (multi-label: every label right)."""
+    same = task.predicted(task.probabilities(logits)).float() == labels.float()
     return same.reshape(len(same), -1).all(1).numpy()
 
 
