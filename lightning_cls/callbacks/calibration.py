@@ -56,7 +56,7 @@ class Calibrate(pl.Callback):
         if stage == "fit":
             splits = self._val(trainer)
             if self.conformal is not None:  # sets are for single-label models
-                conformal_sets.refuse_multilabel(pl_module.decision.multi_hot)
+                pl_module.decision.calibration.refuse_sets()
             if self.rule is not None and self.rule.needs_features:  # fits this data's train
                 self.rule.check_options(images=len(splits.get("train") or ()))
 

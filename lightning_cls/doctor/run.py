@@ -139,7 +139,7 @@ def _duplicates(images, owners, where, options, skipped) -> list[dict]:
 
 def _balance(views: dict[str, SplitView], classes, task: str, options) -> dict:
     decision = create_task(task)  # counts: images per class, or positives per label
-    counts = {n: decision.label_counts(v.labels, len(classes)) for n, v in views.items()}
+    counts = {n: decision.labels.counts(v.labels, len(classes)) for n, v in views.items()}
     return label_checks.class_balance(counts, classes, options.imbalance_ratio, task)
 
 

@@ -98,7 +98,7 @@ def _draw(explainer: Explainer, shown: list, path: Path) -> None:
     spec, task = explainer.spec, explainer.spec.decision
     images, heats, probs, files = zip(*shown)
     pred = task.predicted(torch.stack(probs))
-    true = [task.label_of_folder(p.parent.name, spec.classes) for p in files]
+    true = [task.labels.of_folder(p.parent.name, spec.classes) for p in files]
     known = all(t is not None for t in true)
     draw_mosaic(
         torch.stack(images),

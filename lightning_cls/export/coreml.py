@@ -147,7 +147,7 @@ class CoreMLWriter(Writer):
             bias=[-m for m in spec.mean] if not gray else -spec.mean[0],
             color_layout=ct.colorlayout.GRAYSCALE if gray else ct.colorlayout.RGB,
         )
-        multi_label = spec.decision.multi_hot
+        multi_label = not spec.decision.labels.exclusive
         model = ct.convert(
             program,
             inputs=[image],
@@ -165,7 +165,7 @@ class CoreMLWriter(Writer):
         expected = {
             "input": (INPUT_NAME, "GRAYSCALE" if spec.num_channels == 1 else "RGB"),
             "size": (spec.image_size, spec.image_size),
-            "class labels": [] if spec.decision.multi_hot else list(spec.classes),
+            "class labels": list(spec.classes) if spec.decision.labels.exclusive else [],
             "preprocessing scale": round(1 / 255, 6),
             "preprocessing bias": [round(-m, 6) for m in spec.mean],
             "metadata": spec,

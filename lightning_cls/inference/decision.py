@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_cls.inference.conformal import check_conformal
 from lightning_cls.inference.tasks import TASKS, Task, create_task
-from lightning_cls.inference.trust import check_reject, check_temperature
+from lightning_cls.inference.trust import check_reject
 
 
 class DecisionError(ValueError):
@@ -47,7 +46,7 @@ def build_decision(
         ) from None
     try:
         temperature = 1.0 if temperature is None else temperature
-        temperature = check_temperature(temperature, num_classes, bare.multi_hot)
+        temperature = bare.calibration.check_temperature(temperature, num_classes)
     except ValueError as err:
         raise DecisionError("temperature", str(err)) from None
     try:
@@ -55,7 +54,7 @@ def build_decision(
     except ValueError as err:
         raise DecisionError("reject", str(err)) from None
     try:
-        conformal = check_conformal(conformal, bare.multi_hot)
+        conformal = bare.calibration.check_conformal(conformal)
     except ValueError as err:
         raise DecisionError("conformal", str(err)) from None
     # Built once with its trust settings (the task takes them when it is made, never later).

@@ -40,6 +40,7 @@ def predict_files(
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}.")
     check_batch_size(batch_size)
     spec, task = predictor.spec, predictor.task
+    columns = task.rows()
     rows: list[dict] = []
     failures: list[tuple[Path, str]] = []
     paths = [Path(f) for f in files]
@@ -58,9 +59,9 @@ def predict_files(
         for path, idx, p, row, verdict, members in zip(
             ok, indices, values, probs.tolist(), verdicts, sets
         ):
-            answer = {"file": str(path), **task.row(idx, p, row, spec.classes)}
+            answer = {"file": str(path), **columns.row(idx, p, row, spec.classes)}
             named = None if members is None else [spec.classes[i] for i in members]
-            rows.append(task.judged(answer, verdict, named))
+            rows.append(columns.judged(answer, verdict, named))
     return rows, failures
 
 
@@ -86,12 +87,12 @@ def write_predictions_csv(
     ``prob_<class>`` column per class, error.
     Written to a temp file renamed over ``output``: an earlier CSV is never left half-written.
     """
-    task = spec.decision if spec is not None else create_task()
+    columns = (spec.decision if spec is not None else create_task()).rows()
     classes = spec.classes if spec is not None else ()
     with atomic_path(output) as tmp, tmp.open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(task.csv_header(classes, top_k))
+        writer.writerow(columns.csv_header(classes, top_k))
         for row in rows:
-            writer.writerow(task.csv_row(row, top_k))
+            writer.writerow(columns.csv_row(row, top_k))
         for path, reason in failures:
-            writer.writerow(task.csv_failure(str(path), reason, classes, top_k))
+            writer.writerow(columns.csv_failure(str(path), reason, classes, top_k))

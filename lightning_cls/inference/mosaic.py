@@ -26,27 +26,6 @@ from lightning_cls.inference.tasks import Task, create_task
 log = logging.getLogger(__name__)
 
 
-def confusion(true: torch.Tensor, pred: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """(K, K) int64 counts, rows true class, columns predicted."""
-    index = true.long() * num_classes + pred.long()
-    return torch.bincount(index, minlength=num_classes**2).view(num_classes, num_classes)
-
-
-def most_confused(
-    matrix: torch.Tensor, classes: Sequence[str], top: int = 5
-) -> list[tuple[str, str, int]]:
-    """The ``top`` (true, predicted, count) off-diagonal cells, largest first."""
-    off = matrix.clone()
-    off.fill_diagonal_(0)
-    counts, cells = off.flatten().sort(descending=True)
-    k = matrix.shape[0]
-    return [
-        (classes[c // k], classes[c % k], n)
-        for n, c in zip(counts.tolist()[:top], cells.tolist()[:top])
-        if n > 0
-    ]
-
-
 def _wrong(true: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
     """(N,) bool: the predicted class (multi-label: the predicted set) is not the true one."""
     mismatch = true.bool() != pred.bool() if pred.ndim == 2 else true != pred
@@ -178,7 +157,7 @@ def _side_panels(true, pred, classes: Sequence[str], task: Task):
     recall), their title and axis name, and the lines under them (``Task.errors_panel``)."""
     from PIL import Image, ImageDraw
 
-    values, support, names, heading, lines = task.errors_panel(true, pred, classes)
+    values, support, names, heading, lines = task.labels.errors(true, pred, classes)
     n = len(classes)
     pitch = 30 if n <= 12 else max(1, 600 // n)
     bars = painting.bars(values, support.tolist(), classes, pitch, BARS_W)
@@ -249,8 +228,8 @@ def write_files_mosaic(
         with Image.open(row["file"]) as img:
             thumb = img.convert("RGB").resize((side, side))
         images.append(torch.from_numpy(np.asarray(thumb).copy()).permute(2, 0, 1))  # (3, s, s)
-        pred.append(task.encode(row["labels"], classes))
-        true.append(task.label_of_folder(Path(row["file"]).parent.name, classes))
+        pred.append(task.labels.encode(row["labels"], classes))
+        true.append(task.labels.of_folder(Path(row["file"]).parent.name, classes))
     if not images:
         raise ValueError("No readable images to draw: the prediction mosaic needs at least one.")
     known = all(t is not None for t in true)

@@ -32,7 +32,7 @@ from lightning_cls.inference.runtimes import (  # noqa: F401 (UntrustedArtifactE
     open_runtime,
 )
 from lightning_cls.inference.spec import InputSpec, SpecError
-from lightning_cls.inference.tasks import Task, create_task
+from lightning_cls.inference.tasks import Task
 
 if TYPE_CHECKING:
     import torch
@@ -97,12 +97,6 @@ def selective_tta(
     logits = plain.copy() if arrays.is_numpy(plain) else plain.clone()
     logits[low] = _augmented(forward, x[low], flip, translate, plain[low])
     return logits, low
-
-
-def probabilities(logits: torch.Tensor, multilabel: bool) -> torch.Tensor:
-    """(B, K) logits -> probabilities of the multi-class or multi-label task. Kept for callers
-    that hold a flag; code with a spec asks ``spec.decision.probabilities``."""
-    return create_task("multilabel" if multilabel else "multiclass").probabilities(logits)
 
 
 class Predictor:
@@ -283,7 +277,7 @@ class Predictor:
         with multi-hot labels (N, K), the metric its training selects checkpoints by."""
         if len(images) == 0:
             raise ValueError("Cannot measure accuracy on an empty split.")
-        self.task.check_labels(labels, self.path.name)
+        self.task.labels.check(labels, self.path.name)
         return self.task.score(self.predict_images(images, batch_size), labels)
 
     def _check_input(self, x: torch.Tensor) -> None:

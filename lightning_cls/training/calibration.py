@@ -52,7 +52,6 @@ from lightning_cls.inference.tasks import Task
 from lightning_cls.inference.trust import (
     build_rule,
     check_keep,
-    check_temperature,
     check_temperature_fit,
     quantile_threshold,
     rule_choice,
@@ -149,7 +148,7 @@ def calibrate(
     if objective == "auto":
         objective = "ece" if spec.label_smoothing > 0 else "nll"
     if conformal is not None:
-        conformal_sets.refuse_multilabel(spec.decision.multi_hot)  # InputSpec's own check
+        spec.decision.calibration.refuse_sets()  # InputSpec's own check
     rule_kind = build_rule(reject)
     reject = rule_choice(reject)[0]
     features_rule = rule_kind is not None and rule_kind.needs_features
@@ -167,7 +166,7 @@ def calibrate(
     warn_small_validation(len(val))
     base = replace(spec, temperature=1.0, reject=None)  # the network's own probabilities
     predictor = Predictor(net.eval(), base)
-    base.decision.check_labels(val.labels, "calibration")
+    base.decision.labels.check(val.labels, "calibration")
     outputs = predictor.image_features if features_rule else predictor.image_outputs
     logits, val_features = outputs(val.images, batch_size)  # (N, K) float32, (N, D) | None
     task = base.decision
@@ -181,11 +180,13 @@ def calibrate(
     elif temperature is False:
         fitted = spec.temperature
     else:  # a number the user set: used as given, measured like a fitted one
-        fitted = check_temperature(temperature, spec.num_classes, task.multi_hot)
+        fitted = task.calibration.check_temperature(temperature, spec.num_classes)
     calibrated = replace(base, temperature=_plain(fitted))
     threshold = None  # the task's own choice on the calibrated probabilities (if it has one)
     if choose_threshold:
-        threshold = task.choose_threshold(calibrated.decision.probabilities(logits), val.labels)
+        threshold = task.calibration.choose_threshold(
+            calibrated.decision.probabilities(logits), val.labels
+        )
     if threshold is not None:
         calibrated = replace(calibrated, threshold=threshold)
     rule = None
@@ -247,17 +248,17 @@ def _temperature_text(temperature: float | list[float], metrics: dict) -> str:
 def fit_temperature(
     logits: torch.Tensor, labels: torch.Tensor, task: Task, steps: int = 100
 ) -> float | list[float]:
-    """The temperatures (``task.temperatures``: one, or one per label) minimising the task's
-    NLL of ``labels`` given ``logits / T`` (``task.nll``), by L-BFGS on ``log T``. Returns a
+    """The temperatures (``task.calibration.temperatures``: one, or one per label) minimising the task's
+    NLL of ``labels`` given ``logits / T`` (``task.calibration.nll``), by L-BFGS on ``log T``. Returns a
     plain float, or a list of them when there are several."""
     logits = logits.detach().float()
-    width = task.temperatures(logits.shape[1])
+    width = task.calibration.temperatures(logits.shape[1])
     log_t = torch.zeros(width, requires_grad=True)
     optimizer = torch.optim.LBFGS([log_t], lr=0.5, max_iter=steps, line_search_fn="strong_wolfe")
 
     def closure():
         optimizer.zero_grad()
-        loss = task.nll(logits / log_t.exp(), labels)
+        loss = task.calibration.nll(logits / log_t.exp(), labels)
         loss.backward()
         return loss
 
@@ -287,7 +288,7 @@ def rescale_for_ece(
 
     def error(factor: float) -> float:
         probs = task.probabilities(logits / (base * factor))
-        confidence, correct = task.reliability(probs, labels)
+        confidence, correct = task.calibration.reliability(probs, labels)
         return sum(binned_ece(confidence, correct, bins) for bins in range(10, 21)) / 11
 
     best = min(factors, key=lambda f: (round(error(f), 9), abs(math.log(f))))
@@ -307,9 +308,9 @@ def binned_ece(confidence: torch.Tensor, correct: torch.Tensor, bins: int) -> fl
 
 def expected_calibration_error(probs: torch.Tensor, labels: torch.Tensor, task: Task) -> float:
     """ECE (torchmetrics, ``BINS`` equal-width bins, L1) as ``task`` measures it
-    (``Task.calibration_error``: multi-class on the top-1 confidence, multi-label over every
+    (``task.calibration.calibration_error``: multi-class on the top-1 confidence, multi-label over every
     (image, label) probability)."""
-    return task.calibration_error(probs, labels, BINS)
+    return task.calibration.calibration_error(probs, labels, BINS)
 
 
 def _measure(split, base: InputSpec, calibrated: InputSpec, logits, labels) -> dict[str, float]:
@@ -320,7 +321,7 @@ def _measure(split, base: InputSpec, calibrated: InputSpec, logits, labels) -> d
         scaled = logits / torch.as_tensor(spec.temperature, dtype=torch.float32)
         task = spec.decision
         out[f"{split}_ece_{when}"] = round(expected_calibration_error(probs, labels, task), 6)
-        out[f"{split}_nll_{when}"] = round(task.nll(scaled, labels).item(), 6)
+        out[f"{split}_nll_{when}"] = round(task.calibration.nll(scaled, labels).item(), 6)
         out[f"{split}_{spec.decision.score_name}_{when}"] = round(
             spec.decision.score(probs, labels), 6
         )
@@ -369,7 +370,7 @@ def reliability_diagram(
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="calibrated")
     for probs, name in ((before, "before"), (after, "after")):
-        confidence, correct = task.reliability(probs, labels)
+        confidence, correct = task.calibration.reliability(probs, labels)
         ece = expected_calibration_error(probs, labels, task)
         centres, accuracy = _bins(confidence, correct)
         ax.plot(centres, accuracy, marker="o", label=f"{name} (ECE {ece:.3f})")

@@ -236,9 +236,9 @@ def _answers_like_the_checkpoint(model: Model, key: str, path: Path) -> None:
 
 def _same_answer(spec: InputSpec, row: dict, expected: dict, what: str) -> None:
     """One image's answer: the labels (and ``unknown``), every probability, the score, the set."""
-    task = spec.decision
     where = f"{what} on {Path(expected['file']).name}"
-    assert task.answer(row) == task.answer(expected), where
+    columns = spec.decision.rows()
+    assert columns.answer(row) == columns.answer(expected), where
     probs = dict(zip(row["labels"], row["probs"]))
     wanted = dict(zip(expected["labels"], expected["probs"]))
     assert probs.keys() == wanted.keys(), where

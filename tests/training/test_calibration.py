@@ -178,7 +178,7 @@ def test_binned_ece_equals_torchmetrics_ece():
     task = create_task("multiclass")
     logits, labels = confidently_wrong(3000, 2)
     probs = torch.softmax(logits / 1.3, 1)
-    confidence, correct = task.reliability(probs, labels)
+    confidence, correct = task.calibration.reliability(probs, labels)
     expected = expected_calibration_error(probs, labels, task)  # torchmetrics, 15 bins
     assert binned_ece(confidence, correct, 15) == pytest.approx(expected, abs=1e-6)
     assert binned_ece(confidence, correct, 10) != pytest.approx(expected, abs=1e-6)

@@ -188,9 +188,10 @@ def test_a_multilabel_model_is_refused_before_training():
     from types import SimpleNamespace
 
     from lightning_cls.callbacks.calibration import Calibrate
+    from lightning_cls.inference.tasks import create_task
 
     trainer = SimpleNamespace(datamodule=SimpleNamespace(splits={"val": None}))
-    module = SimpleNamespace(decision=SimpleNamespace(multi_hot=True))
+    module = SimpleNamespace(decision=create_task("multilabel"))
     with pytest.raises(ValueError, match=r"single-label models, and this model is multi-label"):
         Calibrate(conformal=0.1).setup(trainer, module, "fit")
     assert cp.DEFAULT_METHOD == "raps"

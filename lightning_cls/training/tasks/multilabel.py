@@ -190,7 +190,7 @@ class MultiLabelTraining(TrainingTask):
             return {}
         probs, targets = tensors["probs"], tensors["targets"]
         if stage == "val" and self.choose_threshold:
-            self.decision.threshold = self.decision.choose_threshold(probs, targets)
+            self.decision.threshold = self.decision.calibration.choose_threshold(probs, targets)
         report = multilabel_report(probs, targets, self.decision.threshold)
         logged = {f"{stage}/{k}": v for k, v in report.items()}
         return {**logged, f"{stage}/threshold": self.decision.threshold}
