@@ -5,8 +5,10 @@ logits high: on CIFAR-10 photos uniform noise scored as *more* familiar than eve
 (docs/guides/calibration.md). A ``FeatureRule`` looks at the network's features instead (the
 ``features`` output every artifact of such a model carries, ``network.FeatureNet``: the input
 of its last linear layer and its first convolution's max-pooled responses, each part
-L2-normalised). The built-ins are ``rules/knn.py`` and ``rules/mahalanobis.py``; each is built
-with its own options, fits its state on the training split's features and scores from it.
+L2-normalised). The built-ins are in ``rules/`` (``knn``, ``mahalanobis``, ``rmds``; ``react``
+and ``vim`` on ``HeadRule``, which also read the logits and store the last linear layer); each
+is built with its own options, fits its state on the training split's features and scores from
+it.
 
 Every rule's score is "higher = more familiar"; the threshold is the one that keeps
 ``reject_keep`` of the validation images, as for the logit scores. The fitted state is plain
@@ -106,13 +108,16 @@ def one_blas_thread():
 
 
 def summary(rule: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """``rule`` without its arrays (their shapes instead): what logs and reports show."""
+    """``rule`` without its arrays (their shapes instead, in nested rules too): what logs and
+    reports show."""
     if rule is None:
         return None
     return {
         key: (
             f"<{value['dtype']} {'x'.join(map(str, value['shape']))}>"
             if isinstance(value, Mapping) and {"dtype", "shape", "data"} <= set(value)
+            else summary(value)
+            if isinstance(value, Mapping)
             else value
         )
         for key, value in rule.items()
@@ -161,7 +166,7 @@ class FeatureRule(RejectRule):
     def score_features(self, rule: Mapping[str, Any], features) -> np.ndarray:
         """(B, D) features -> (B,) float32 scores of the stored ``rule``: higher = more like
         the training images. A rule fitted before ``network.FeatureNet`` added the first
-        convolution's part (a checkpoint's knn bank of the penultimate features alone) is as
+        convolution's part (a checkpoint's bank of the penultimate features alone) is as
         wide as the penultimate features, which come first (and L2-normalised, as the rule
         normalises them): it scores those columns, as it did."""
         stored = self.stored(rule)
@@ -183,9 +188,94 @@ class FeatureRule(RejectRule):
         return arrays.as_kind(self.score_features(rule, arrays.as_numpy(features)), logits)
 
 
+def head_arrays(head) -> tuple[np.ndarray, np.ndarray]:
+    """``head``: the network's last linear layer (an ``nn.Linear``, or its (weight, bias)) ->
+    float32 numpy (weight (K, D), bias (K,)); no bias: zeros."""
+    weight, bias = head if isinstance(head, (tuple, list)) else (head.weight, head.bias)
+    weight = arrays.as_numpy(weight)
+    if weight.ndim != 2:
+        raise ValueError(f"the head's weight has shape {list(weight.shape)}, not (classes, D).")
+    bias = np.zeros(len(weight), np.float32) if bias is None else arrays.as_numpy(bias)
+    if bias.shape != (len(weight),):
+        raise ValueError(
+            f"the head's bias has shape {list(bias.shape)} but its weight {list(weight.shape)}."
+        )
+    return weight, bias
+
+
+class HeadRule(FeatureRule):
+    """A rule over the penultimate features ``h`` themselves (not only their direction) and
+    the network's last linear layer, ``logits = h W^T + b``: ReAct, ViM. Its stored state
+    starts with that layer's ``weight`` (K, D) and ``bias`` (K,), float32, so every artifact
+    scores as the checkpoint does. The features every runtime gives hold ``h`` L2-normalised
+    (``network.FeatureNet``; a network without a stem: ``h`` as it is) in their first D
+    columns; ``penultimate`` gives back ``h``'s length from the logits, per image the scale
+    ``s`` that makes ``s z W^T + b`` the least-squares match of the logits. A subclass gives
+    ``fit_head`` and ``head_scores``."""
+
+    needs_head = True
+    needs_logits = True
+    arrays: tuple[str, ...] = ("weight", "bias")
+
+    def fit(self, features, labels, seed=0, *, logits=None, task=None, head=None):
+        weight, bias = head_arrays(head)
+        features, logits = arrays.as_numpy(features), arrays.as_numpy(logits)
+        h = self.penultimate(features, logits, weight, bias)
+        return {
+            "weight": encode(weight),
+            "bias": encode(bias),
+            **self.fit_head(h, logits, weight, bias, task),
+        }
+
+    def fit_head(self, h: np.ndarray, logits: np.ndarray, weight, bias, task) -> dict[str, Any]:
+        """The rule's own state, fitted on the training images' penultimate features ``h``
+        (N, D, float64) and their raw ``logits``."""
+        raise NotImplementedError
+
+    def head_scores(self, task, rule, stored, h: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        """(B, D) float64 penultimate features and their raw (B, K) logits -> (B,) scores."""
+        raise NotImplementedError
+
+    def check_state(self, rule, stored):
+        weight, bias = stored["weight"], stored["bias"]
+        if weight.ndim != 2 or bias.shape != (len(weight),):
+            raise ValueError(
+                f"reject.weight {list(weight.shape)} and reject.bias {list(bias.shape)} are not "
+                "a linear layer's (classes, D) and (classes,); fit the rule again."
+            )
+        return {}
+
+    @staticmethod
+    def penultimate(features, logits, weight, bias) -> np.ndarray:
+        """(B, >= D) features and (B, K) raw logits -> (B, D) float64 penultimate features."""
+        features, logits = np.asarray(features), np.asarray(logits, np.float64)
+        width = weight.shape[1]
+        if features.ndim != 2 or features.shape[1] < width:
+            raise ValueError(_width_error(features.shape[-1], width))
+        if logits.ndim != 2 or logits.shape[1] != len(weight):
+            raise ValueError(
+                f"The model gives {logits.shape[-1]} logits but its rejection rule's head has "
+                f"{len(weight)} classes; the rule belongs to another network: fit it again."
+            )
+        z = normalized(features[:, :width]).astype(np.float64)
+        with one_blas_thread():
+            wz = z @ weight.T.astype(np.float64)  # (B, K): the logits of a unit-length h
+        scale = (wz * (logits - bias)).sum(1) / np.maximum((wz * wz).sum(1), 1e-30)
+        return z * scale[:, None]
+
+    def scores(self, task, logits, features, rule):
+        if features is None:
+            return super().scores(task, logits, features, rule)  # its message
+        stored = self.stored(rule)
+        raw = arrays.as_numpy(logits)
+        h = self.penultimate(arrays.as_numpy(features), raw, stored["weight"], stored["bias"])
+        out = self.head_scores(task, rule, stored, h, raw)
+        return arrays.as_kind(np.asarray(out, np.float32), logits)
+
+
 def fit(score: str, features, labels, seed: int = 0, **options: Any) -> dict[str, Any]:
     """The stored state of rule ``score`` built with ``options``, fitted on training
-    ``features`` (N, D) and ``labels``."""
+    ``features`` (N, D) and ``labels`` (a rule over features alone)."""
     return REJECT_RULES.create(score, **options).fit(features, labels, seed)
 
 

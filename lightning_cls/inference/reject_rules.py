@@ -37,10 +37,20 @@ class RejectRule:
     them as keywords with their defaults and checks them. ``params`` are the keys of the state
     ``fit`` returns, stored in the rule beside ``score``, ``threshold`` and ``keep`` and read
     back by ``check_params``; a rule with ``needs_features`` scores the network's features, so
-    every runtime must give them (the exporters write them as a second output)."""
+    every runtime must give them (the exporters write them as a second output).
+
+    What a rule is fitted on, it declares: ``needs_features`` (the training images' features
+    and labels), ``needs_logits`` (their raw logits and the ``task``, whose temperature and
+    probabilities score them) and ``needs_head`` (the network's last linear layer, ``head``:
+    its weight (K, D) and bias (K,)). ``fit_outputs`` gives each rule what it declares."""
 
     name: ClassVar[str] = ""  # the name it is registered under (messages)
     needs_features: ClassVar[bool] = False
+    needs_logits: ClassVar[bool] = False  # fit takes the training images' logits and the task
+    needs_head: ClassVar[bool] = False  # fit takes head=(weight, bias) of the last linear layer
+    # The score reads the logits' own scale, which probabilities alone do not give back (a
+    # runtime answering probabilities, Core ML's classifier, cannot score it).
+    scores_logits: ClassVar[bool] = False
     params: ClassVar[tuple[str, ...]] = ()
 
     def check_options(self, images: int | None = None) -> None:
@@ -52,10 +62,31 @@ class RejectRule:
         what is wrong."""
         return {}
 
-    def fit(self, features, labels, seed: int = 0) -> dict[str, Any]:
+    def fit(self, features, labels, seed: int = 0, **given: Any) -> dict[str, Any]:
         """The state to store (its options included, when scoring reads them), fitted on the
-        training split's ``features`` and ``labels`` (both None unless ``needs_features``)."""
+        training split's ``features`` and ``labels`` (both None unless ``needs_features``) and
+        on what the rule declares it needs (``given``: ``logits``, ``task``, ``head``)."""
         return {}
+
+    def fit_outputs(
+        self, features, labels, seed: int = 0, *, logits=None, task=None, head=None
+    ) -> dict[str, Any]:
+        """``fit`` given what this rule declares it needs of the training images' outputs
+        (``logits`` and ``task``: ``needs_logits``; ``head``, (weight, bias) or the
+        ``nn.Linear``: ``needs_head``); a ``ValueError`` naming what is missing."""
+        given: dict[str, Any] = {}
+        if self.needs_logits or self.needs_head:
+            given.update(logits=logits, task=task)
+        if self.needs_head:
+            given["head"] = head
+        missing = [key for key, value in given.items() if value is None]
+        if missing:
+            raise ValueError(
+                f"reject={self.name} is fitted on the training images' {' and '.join(missing)}, "
+                "and none were given; fit it with python -m lightning_cls.calibrate "
+                f"reject={self.name} (or train calibrate=true)."
+            )
+        return self.fit(features, labels, seed, **given)
 
     def scores(self, task: Task, logits, features, rule: Mapping[str, Any]):
         """(B,) confidences, of the kind of ``logits`` (numpy or torch): higher = more familiar."""
@@ -71,5 +102,8 @@ for _name, _target in {
     "maxlogit": "lightning_cls.inference.rules.maxlogit:MaxLogit",
     "gen": "lightning_cls.inference.rules.gen:GeneralizedEntropy",
     "rmds": "lightning_cls.inference.rules.rmds:RelativeMahalanobis",
+    "react": "lightning_cls.inference.rules.react:ReAct",
+    "vim": "lightning_cls.inference.rules.vim:VirtualLogit",
+    "combined": "lightning_cls.inference.rules.combined:Combined",
 }.items():
     REJECT_RULES.register(_name, _target)
