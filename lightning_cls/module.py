@@ -14,6 +14,7 @@ from torchmetrics import CatMetric, MeanMetric, Metric, MetricCollection
 from lightning_cls.inference.network import build_network, class_names
 from lightning_cls.inference.predictor import selective_tta
 from lightning_cls.inference.predictor import tta as test_time_augment
+from lightning_cls.inference.rules.msp import MSP
 from lightning_cls.inference.spec import InputSpec
 from lightning_cls.inference.tasks import Task
 from lightning_cls.models import fill_input_options
@@ -334,7 +335,7 @@ class ClassificationModule(pl.LightningModule):
         if not tta or not (flip or translate):
             return self(x)  # (B, classes)
         # Flip / translate TTA (airbench), the same functions as the exported Predictor's.
-        confidence = lambda logits: self.decision.confidence(logits, "msp")  # noqa: E731
+        confidence = lambda logits: self.decision.confidence(logits, MSP)  # noqa: E731
         if stage == "val" and self.hparams.get("tta", "full") == "selective":
             plain = self(x)  # (B, classes): recorded with the full TTA's, to choose by
             full, _ = selective_tta(self, x, flip, translate, math.inf, confidence, plain)

@@ -32,6 +32,7 @@ from lightning_cls.export.errors import ExportCheckError
 from lightning_cls.export.writer import Writer
 from lightning_cls.fileio import atomic_dir
 from lightning_cls.inference.spec import InputSpec, props_to_dict
+from lightning_cls.inference.trust import rule_of
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +105,13 @@ class CoreMLWriter(Writer):
     features = False  # a classifier answers labels; a feature-space rule is not in it
 
     def refuses(self, spec):
-        if spec.reject is not None and spec.reject["score"] == "energy":
+        rule = None if spec.reject is None else rule_of(spec.reject["score"])
+        if rule is not None and rule.scores_logits and not rule.needs_features:
             return (
-                "reject=energy scores the logits, which a Core ML classifier does not give back "
-                "(it answers probabilities: every image would get the same energy); calibrate "
-                "with reject=msp for Core ML, or use export=onnx|executorch|litert."
+                f"reject={rule.name} scores the logits, which a Core ML classifier does not give "
+                "back (it answers probabilities: every image would get the same energy or a "
+                "score on another scale than its threshold's); calibrate with reject=msp for "
+                "Core ML, or use export=onnx|executorch|litert."
             )
         if not spec.decision.needs_features:
             return ""

@@ -35,6 +35,7 @@ from torch import nn
 from lightning_cls.export.onnx import OPSET, read_metadata, write_onnx
 from lightning_cls.export.writer import Writer
 from lightning_cls.inference.predictor import Predictor, tta
+from lightning_cls.inference.rules.msp import MSP
 from lightning_cls.inference.runtimes import make_session
 from lightning_cls.inference.spec import InputSpec, normalize_constants
 
@@ -72,7 +73,7 @@ class EndToEnd(nn.Module):
             # Selective TTA (``predictor.selective_tta``) without data-dependent control flow:
             # the TTA logits where the plain pass is unsure, the plain ones elsewhere.
             plain = self.net(x)  # (B, K)
-            unsure = self.task.confidence(plain, "msp") < self.tta_threshold  # (B,)
+            unsure = self.task.confidence(plain, MSP) < self.tta_threshold  # (B,)
             logits = torch.where(unsure[:, None], logits, plain)
         return self.task.probabilities(logits)  # (B, K)
 

@@ -100,7 +100,7 @@ def _blas_controller():
 
 
 def one_blas_thread():
-    """A context in which numpy's BLAS runs on one thread. The bank's matrix product is small
+    """A context in which numpy's BLAS runs on one thread. A rule's matrix product is small
     (a batch of 64 against 5000 x 256 is ~80 MFLOP), and BLAS's own threads, competing with
     the runtime's and the server's for the same cores, made it several times slower than one
     thread on a busy 2-core machine (benchmarks/reject_cost.py, docs/benchmarks.md)."""
@@ -166,7 +166,7 @@ class FeatureRule(RejectRule):
     def score_features(self, rule: Mapping[str, Any], features) -> np.ndarray:
         """(B, D) features -> (B,) float32 scores of the stored ``rule``: higher = more like
         the training images. A rule fitted before ``network.FeatureNet`` added the first
-        convolution's part (a checkpoint's bank of the penultimate features alone) is as
+        convolution's part (a checkpoint's state fitted on the penultimate features alone) is as
         wide as the penultimate features, which come first (and L2-normalised, as the rule
         normalises them): it scores those columns, as it did."""
         stored = self.stored(rule)

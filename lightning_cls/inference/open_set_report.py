@@ -19,6 +19,7 @@ import torch
 
 from lightning_cls.inference import open_set
 from lightning_cls.inference.predictor import Predictor
+from lightning_cls.inference.rules.msp import MSP
 from lightning_cls.inference.spec import Split
 from lightning_cls.inference.tasks import Task
 from lightning_cls.inference.trust import check_score
@@ -70,7 +71,7 @@ def ood_report(
     named = _named_sets(sets)
     predictor = load_artifact(ckpt_path)
     spec, task = predictor.spec, predictor.task
-    score = check_score(score or (spec.reject or {}).get("score") or "msp")
+    score = check_score(score or (spec.reject or {}).get("score") or MSP)
     logits, features = predictor.image_outputs(known.images)  # features: a feature-space rule
     inside = task.confidence(logits, score, features).float().numpy()  # (N,)
     correct = correct_answers(task, logits, known.labels)  # (N,) bool

@@ -26,6 +26,7 @@ import numpy as np
 
 from lightning_cls.inference import arrays
 from lightning_cls.inference.artifact_checks import check_num_outputs
+from lightning_cls.inference.rules.msp import MSP
 from lightning_cls.inference.runtimes import (  # noqa: F401 (UntrustedArtifactError: re-exported)
     Runtime,
     UntrustedArtifactError,
@@ -180,7 +181,7 @@ class Predictor:
         spec = self.spec
         if spec.tta_threshold is None:
             return tta(forward, v, spec.tta_flip, spec.tta_translate)
-        confidence = lambda logits: self.task.confidence(logits, "msp")  # noqa: E731
+        confidence = lambda logits: self.task.confidence(logits, MSP)  # noqa: E731
         return selective_tta(
             forward, v, spec.tta_flip, spec.tta_translate, spec.tta_threshold, confidence
         )[0]
@@ -254,7 +255,7 @@ class Predictor:
         self._check_input(x)
         if self.spec.tta_threshold is not None:  # judge the confidence on the logits columns
             k = self.spec.num_classes
-            confidence = lambda out: self.task.confidence(out[:, :k], "msp")  # noqa: E731
+            confidence = lambda out: self.task.confidence(out[:, :k], MSP)  # noqa: E731
             spec = self.spec
             return self._run(
                 x,

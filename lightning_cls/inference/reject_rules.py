@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 class RejectRule:
-    """One rejection rule, built with its own options (``REJECT_RULES.create("knn", k=50)``;
+    """One rejection rule, built with its own options (``REJECT_RULES.create("gen", gamma=0.5)``;
     the command line's come from ``conf/reject/<name>.yaml``): a subclass's ``__init__`` takes
     them as keywords with their defaults and checks them. ``params`` are the keys of the state
     ``fit`` returns, stored in the rule beside ``score``, ``threshold`` and ``keep`` and read

@@ -109,14 +109,15 @@ class Combined(RejectRule):
         return out
 
     def check_params(self, rule):
+        missing = [part for part in PARTS if not isinstance(rule.get(part), Mapping)]
+        if missing:
+            raise ValueError(
+                f"reject=combined lacks its fitted {' and '.join(missing)} rule; fit it on the "
+                "training split (python -m lightning_cls.calibrate reject=combined)."
+            )
         out = {}
         for part in PARTS:
-            stored = rule.get(part)
-            if not isinstance(stored, Mapping):
-                raise ValueError(
-                    f"reject=combined lacks its fitted {part} rule; fit it on the training "
-                    "split (python -m lightning_cls.calibrate reject=combined)."
-                )
+            stored = rule[part]
             score = trust.check_score(stored.get("score"))
             sub, keep = check_part(part, score, stored.get("keep"))
             known = {"score", "threshold", "spread", "keep", *sub.params}

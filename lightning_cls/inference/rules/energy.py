@@ -10,6 +10,7 @@ class Energy(RejectRule):
     """``energy``: higher = more in-distribution."""
 
     name = "energy"
+    scores_logits = True
 
     def scores(self, task, logits, features, rule):
         return task.energy(logits)

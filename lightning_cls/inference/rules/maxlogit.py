@@ -11,6 +11,7 @@ class MaxLogit(RejectRule):
     """``maxlogit``: higher = more familiar."""
 
     name = "maxlogit"
+    scores_logits = True
 
     @staticmethod
     def score_logits(logits):
