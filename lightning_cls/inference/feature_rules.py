@@ -218,6 +218,7 @@ class HeadRule(FeatureRule):
     arrays: tuple[str, ...] = ("weight", "bias")
 
     def fit(self, features, labels, seed=0, *, logits=None, task=None, head=None):
+        self.check_given({"logits": logits, "task": task, "head": head})
         weight, bias = head_arrays(head)
         features, logits = arrays.as_numpy(features), arrays.as_numpy(logits)
         h = self.penultimate(features, logits, weight, bias)

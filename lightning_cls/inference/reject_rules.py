@@ -79,14 +79,18 @@ class RejectRule:
             given.update(logits=logits, task=task)
         if self.needs_head:
             given["head"] = head
+        self.check_given(given)
+        return self.fit(features, labels, seed, **given)
+
+    def check_given(self, given: Mapping[str, Any]) -> None:
+        """A ``ValueError`` naming what of ``given`` (what ``fit`` needs) is None."""
         missing = [key for key, value in given.items() if value is None]
         if missing:
             raise ValueError(
-                f"reject={self.name} is fitted on the training images' {' and '.join(missing)}, "
-                "and none were given; fit it with python -m lightning_cls.calibrate "
-                f"reject={self.name} (or train calibrate=true)."
+                f"reject={self.name} is fitted on the training images' {' and '.join(missing)} "
+                "(head: the network's last linear layer), and none were given; fit it through "
+                "RejectRule.fit_outputs, which gives each rule what it declares."
             )
-        return self.fit(features, labels, seed, **given)
 
     def scores(self, task: Task, logits, features, rule: Mapping[str, Any]):
         """(B,) confidences, of the kind of ``logits`` (numpy or torch): higher = more familiar."""

@@ -212,6 +212,10 @@ def test_a_head_rule_fitted_without_the_head_names_what_it_lacks():
     with pytest.raises(ValueError, match=r"^reject=combined is fitted on the training images' "
                        r"logits and task"):  # fmt: skip
         REJECT_RULES.create("combined").fit_outputs(features, labels)
+    # what a caller that knows nothing of them does: fit(features, labels)
+    with pytest.raises(ValueError, match=r"^reject=vim is fitted on the training images' "
+                       r"logits and task and head .*RejectRule.fit_outputs"):  # fmt: skip
+        REJECT_RULES.create("vim").fit(features, labels)
 
 
 def test_stored_state_of_another_network_is_refused():
@@ -226,3 +230,53 @@ def test_stored_state_of_another_network_is_refused():
     with pytest.raises(ValueError, match=r"^reject=combined lacks its fitted logit rule"):
         check_reject({"score": "combined", "threshold": 0, "keep": 0.9,
                       "feature": {"score": "knn"}})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "reject",
+    [
+        {"name": "react", "percentile": 80},
+        {"name": "vim", "dim": 8},
+        {"name": "combined", "feature": {"name": "knn", "k": 3}, "logit": {"name": "energy"}},
+    ],
+    ids=["react", "vim", "combined"],
+)
+def test_the_checkpoint_and_its_onnx_file_answer_alike(trained, tmp_path, reject):
+    """Fitted on a trained network's training images (its logits, features and last linear
+    layer), the rule travels in the spec: the ONNX file, scoring with numpy, answers as the
+    checkpoint's PyTorch network does."""
+    import torch
+
+    from lightning_cls.export import export_format
+    from lightning_cls.inference import InputSpec, load_artifact, load_torch_model
+    from lightning_cls.inference.network import with_features
+    from lightning_cls.inference.predictor import Predictor
+    from lightning_cls.inference.trust import build_rule, quantile_threshold
+
+    net, spec = load_torch_model(trained.ckpt)
+    trained.data.setup("fit")
+    splits = trained.data.splits
+    predictor = Predictor(net, spec)
+    logits, features = predictor.image_features(splits["train"].images)
+    rule = build_rule(reject)
+    state = rule.fit_outputs(features, splits["train"].labels, logits=logits,
+                             task=spec.decision, head=with_features(net).head)  # fmt: skip
+    fitted = {"score": reject["name"], "threshold": 0.0, "keep": 0.8, **state}
+    val_logits, val_features = predictor.image_features(splits["val"].images)
+    scores = InputSpec.from_dict({**spec.to_dict(), "reject": fitted}).decision.confidence(
+        val_logits, features=val_features
+    )
+    fitted["threshold"] = quantile_threshold(scores.numpy(), 0.8)
+    spec = InputSpec.from_dict({**spec.to_dict(), "reject": fitted})
+
+    onnx = load_artifact(export_format("onnx", net, spec, tmp_path / "m.onnx"))
+    assert onnx.spec.reject == spec.reject and onnx.spec.decision.needs_features
+    images = splits["test"].images[:32]
+    noise = np.random.default_rng(0).integers(0, 256, (16, *images.shape[1:]), dtype=np.uint8)
+    images = torch.cat([images, torch.as_tensor(noise)])
+    ours = spec.decision.verdicts(*Predictor(net, spec).image_features(images))
+    theirs = onnx.spec.decision.verdicts(*onnx.image_features(images))
+    np.testing.assert_allclose([c for _, c in ours], [c for _, c in theirs], rtol=1e-3,
+                               atol=1e-3)  # fmt: skip
+    assert [u for u, _ in ours] == [u for u, _ in theirs]
+    assert 0 < sum(u for u, _ in ours) < len(ours)  # some unknown, some not: it can fail

@@ -79,6 +79,9 @@ class Combined(RejectRule):
         self.feature.check_options(held)
 
     def fit(self, features, labels, seed=0, *, logits=None, task=None, head=None):
+        self.check_given(
+            {"logits": logits, "task": task, **({"head": head} if self.needs_head else {})}
+        )
         features, logits = arrays.as_numpy(features), arrays.as_numpy(logits)
         labels = np.asarray(labels)
         order = np.random.default_rng(seed).permutation(len(features))
