@@ -14,18 +14,19 @@ validation and test (20% each) from them by seed. Unknown:
 
 One training run per seed (``python -m lightning_cls.train`` in this process, its command line
 printed: ``experiment=cifar10_fast`` scaled to the subset, with ``calibrate=true`` and the
-default rule ``reject=knn``). Then every score is computed on the same network: ``msp`` and
-``energy`` from the calibrated logits, ``pnorm`` (MaxLogit-pNorm, p=2), ``knn`` and
-``mahalanobis`` fitted on the train split's features exactly as calibration fits them
-(``feature_rules.fit``). AUROC treats the known test images as positives; FPR95 is the share
+default rule ``reject=knn``). Then every score is computed on the same network, each by the
+library's registered rule (``REJECT_RULES``) that computes it, fitted on the train split's
+logits and features (``RejectRule.fit_outputs``, what calibration fits) and scored with the
+checkpoint's temperature: ``msp``, ``energy``, ``pnorm`` (MaxLogit-pNorm, p=2), ``knn`` (the
+run's options) and ``mahalanobis``. AUROC treats the known test images as positives; FPR95 is the share
 of unknowns scored above the score that 95% of known test images reach. The default rule's
 threshold is the one chosen on validation (keep 0.95): its share of known test images kept and
 of each unknown set accepted are reported too. Nothing is chosen on the test images or on the
 unknowns. The last output line is a JSON summary.
 
-Beside the library's rules, six post-hoc scores of the literature are measured on the same
-network (``LITERATURE``: max logit, GEN, ReAct, ViM, relative Mahalanobis, kNN on the
-penultimate features alone; see ``Literature``), and every score is also reported on
+Beside those, six post-hoc scores of the literature are measured on the same network
+(``LITERATURE``: max logit, GEN, ReAct, ViM, relative Mahalanobis, kNN on the penultimate
+features alone, each a registered rule too; see ``Scores``), and every score is also reported on
 ``near_val``: 2 x ``--ood-images`` other JPEGs of the unknown classes (the ones just before the
 ``near`` files), the set to compare scores on, so that a score picked from this table is not
 picked on the reported unknowns.
@@ -35,36 +36,60 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import resource
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trust import QUIET, _cpu, digits_folder, generated_folder, noise_folder, run
+from trust import QUIET, digits_folder, generated_folder, noise_folder, run  # sibling
 
 KNOWN = ("airplane", "automobile", "bird", "cat", "deer", "dog")
 UNKNOWN = ("frog", "horse", "ship", "truck")
-SCORES = ("msp", "energy", "pnorm", "knn", "mahalanobis")
-# Post-hoc scores from the literature, measured beside the library's rules (not shipped as rules):
-# each is computed here from the logits and the raw penultimate features (``Literature``).
-LITERATURE = ("maxlogit", "gen", "react", "vim", "rmds", "knn_penultimate")
+
+
+@dataclass(frozen=True)
+class Score:
+    """A reported score: the registered rule (``REJECT_RULES``) that computes it, with its
+    options; ``penultimate``: on the penultimate part of the features alone (their first D
+    columns, D the last linear layer's inputs), L2-normalised."""
+
+    rule: str
+    options: dict = field(default_factory=dict)
+    penultimate: bool = False
+
+
+SCORES = {
+    "msp": Score("msp"),
+    "energy": Score("energy"),
+    "pnorm": Score("pnorm", {"p": 2}),
+    "knn": Score("knn"),  # with the run's options (``Scores``)
+    "mahalanobis": Score("mahalanobis"),
+}
+# Post-hoc scores of the literature, registered rules too, measured beside the library's:
+LITERATURE = {
+    "maxlogit": Score("maxlogit"),
+    "gen": Score("gen", {"gamma": 0.1}),
+    "react": Score("react", {"percentile": 90}),
+    "vim": Score("vim"),  # its subspace: the paper's dimension for the width
+    "rmds": Score("rmds", penultimate=True),
+    "knn_penultimate": Score("knn", penultimate=True),  # every training image in the bank
+}
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse(argv)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    started, cpu = time.time(), _cpu()
+    started, cpu = time.time(), cpu_seconds()
     if args.quick:
         root = generated_folder(work / "known", classes=3, per_class=24)
         near = generated_folder(work / "near", classes=1, per_class=24) / "train" / "c0"
         near_val = generated_folder(work / "near_val", classes=2, per_class=12) / "train" / "c1"
         n_ood, common = 24, ["data.val_size=0.25", "data.test_size=0.25", "data.batch_size=16"]
-        recipe = ["model=simplecnn", "reject_k=5"]
+        recipe = ["model=simplecnn", "reject.k=5"]  # the default rule's, for 36 train images
     else:
         root, near, near_val = cifar_known_unknown(
             Path(args.cifar), work, args.per_class, args.ood_images
@@ -91,7 +116,8 @@ def main(argv: list[str] | None = None) -> dict:
             if isinstance(runs[0][key], float)
         },
     }
-    report["wall_s"], report["cpu_s"] = round(time.time() - started, 1), round(_cpu() - cpu, 1)
+    report["wall_s"] = round(time.time() - started, 1)
+    report["cpu_s"] = round(cpu_seconds() - cpu, 1)
     print(json.dumps(report))
     return report
 
@@ -102,6 +128,7 @@ def one_seed(args, work: Path, root: Path, recipe, common, sets, seed: int) -> d
     from hydra.utils import instantiate
 
     from lightning_cls import config_dir
+    from lightning_cls.inference.trust import reject_from_config
 
     data = ["data=imagefolder", f"data.root={root}", *common, f"seed={seed}"]
     out = work / f"train_seed{seed}"
@@ -112,12 +139,18 @@ def one_seed(args, work: Path, root: Path, recipe, common, sets, seed: int) -> d
                                 "calibrate=true", f"reject={args.rule}", "reject_keep=0.95",
                                 "prediction_mosaic=false", *QUIET], out)  # fmt: skip
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[*data, *recipe])
+        cfg = compose(config_name="train", overrides=[*data, *recipe, f"reject={args.rule}"])
+        # the knn score's options: the run's own (a recipe's reject.<option>=), else its defaults
+        knn = compose(
+            config_name="train", overrides=[*data, *recipe, f"reject={SCORES['knn'].rule}"]
+        )
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
     splits = datamodule.splits
-    scores, rule = score_all(summary["best_ckpt"], splits, sets, args.rule)
+    scores, rule = score_all(
+        summary["best_ckpt"], splits, sets, reject_from_config(cfg), reject_from_config(knn)
+    )
     result: dict = {
         "seed": seed,
         "test_acc": round(float(summary["test"].get("test/acc", float("nan"))), 4),
@@ -126,7 +159,7 @@ def one_seed(args, work: Path, root: Path, recipe, common, sets, seed: int) -> d
     }
     known = scores["test"]
     for name in sets:
-        for score in (*SCORES, *LITERATURE):
+        for score in {**SCORES, **LITERATURE}:
             auroc, fpr95 = auroc_fpr95(known[score], scores[name][score])
             result[f"{name}_auroc_{score}"], result[f"{name}_fpr95_{score}"] = auroc, fpr95
         accepted = scores[name][rule["score"]] >= rule["threshold"]
@@ -138,46 +171,31 @@ def one_seed(args, work: Path, root: Path, recipe, common, sets, seed: int) -> d
     return result
 
 
-def score_all(ckpt: str, splits, sets: dict, rule_name: str = "knn") -> tuple[dict, dict]:
+def score_all(ckpt: str, splits, sets: dict, reject: dict, knn: dict) -> tuple[dict, dict]:
     """{set: {score: (N,) array}} for the known test split and each unknown folder, and the
-    rule ``rule_name`` (score, threshold) fitted by the library's ``calibrate`` on the
-    validation split as a training run's ``calibrate=true`` fits it (the checkpoint's
-    temperature kept). ``knn``/``mahalanobis`` are fitted on the train split's features as
-    ``training/calibration.py`` fits them."""
+    rule ``reject`` (``{name, **options}``: score, threshold) fitted by the library's
+    ``calibrate`` on the validation split as a training run's ``calibrate=true`` fits it (the
+    checkpoint's temperature kept). Every score is its registered rule's, fitted on the train
+    split (``Scores``); ``knn``: the knn score's options."""
     import torch
 
-    from lightning_cls.inference import feature_rules, find_images, load_artifact
+    from lightning_cls.inference import find_images, load_artifact
     from lightning_cls.inference.images import load_image_batch
-    from lightning_cls.inference.reject_rules import REJECT_RULES
+    from lightning_cls.inference.network import with_features
     from lightning_cls.training.calibration import calibrate
 
     predictor = load_artifact(ckpt)
-    spec = predictor.spec
-    k = (spec.reject or {}).get("k", REJECT_RULES.create("knn").k)  # the run's, else the default
-    takes_k = hasattr(REJECT_RULES.create(rule_name), "k")
-    chosen = calibrate(predictor.runtime.net, spec, splits["val"], temperature=False,
-                       reject={"name": rule_name, **({"k": k} if takes_k else {})}, keep=0.95,
+    spec, net = predictor.spec, predictor.runtime.net
+    chosen = calibrate(net, spec, splits["val"], temperature=False, reject=reject, keep=0.95,
                        train=splits["train"])  # fmt: skip
     rule = chosen.spec_updates["reject"]
-    outputs = Outputs(predictor)
-    _, train_features, train_penultimate = outputs(splits["train"].images)
-    labels = splits["train"].labels
-    fitted = {
-        name: {"score": name, **feature_rules.fit(name, train_features, labels, **options)}
-        for name, options in (("knn", {"k": k}), ("mahalanobis", {}))
-    }
-    literature = Literature(outputs.head, train_penultimate, np.asarray(labels), k)
+    train_logits, train_features = predictor.image_features(splits["train"].images)
+    options = {key: value for key, value in knn.items() if key != "name"}
+    scores = Scores(spec.decision, with_features(net).head, train_logits, train_features,
+                    splits["train"].labels, options)  # fmt: skip
 
     def scored(images) -> dict:
-        logits, features, penultimate = outputs(images)
-        z = logits / torch.as_tensor(spec.temperature)
-        return {
-            "msp": spec.decision.confidence(logits, "msp").numpy(),
-            "energy": spec.decision.confidence(logits, "energy").numpy(),
-            "pnorm": (z.max(1).values / z.norm(dim=1)).numpy(),
-            **{name: feature_rules.scores(rule, features.numpy()) for name, rule in fitted.items()},
-            **literature.scores(z.numpy(), penultimate),
-        }
+        return scores(*predictor.image_features(images))
 
     out = {"test": scored(splits["test"].images)}
     for name, folder in sets.items():
@@ -189,94 +207,57 @@ def score_all(ckpt: str, splits, sets: dict, rule_name: str = "knn") -> tuple[di
     return out, rule
 
 
-class Outputs:
-    """``predictor``'s logits and features (as predict computes them) and the raw penultimate
-    features, the input of the network's last linear layer (``head``), caught by a hook."""
-
-    def __init__(self, predictor):
-        import torch
-
-        from lightning_cls.inference.network import _last_linear
-
-        self.predictor, self.caught = predictor, []
-        _, self.head = _last_linear(predictor.runtime.net)
-        # one pass first: it builds the feature net, whose own check runs the head too
-        predictor.image_features(torch.zeros((1, *predictor.spec.input_shape), dtype=torch.uint8))
-        self.head.register_forward_pre_hook(lambda _, args: self.caught.append(args[0].detach()))
-
-    def __call__(self, images):
-        import torch
-
-        self.caught.clear()
-        logits, features = self.predictor.image_features(images)
-        penultimate = torch.cat(self.caught).flatten(1).numpy()
-        if len(penultimate) != len(logits):  # test-time augmentation: more passes than images
-            raise ValueError("score without TTA (tta_flip=false tta_translate=0)")
-        return logits, features, penultimate
-
-
-class Literature:
-    """Post-hoc OOD scores of the literature (higher = more familiar), fitted on the training
-    split's raw penultimate features ``train`` (N, D) and ``labels``; ``head`` is the last
-    linear layer (weight W (K, D), bias b):
+class Scores:
+    """Every reported score (``SCORES`` and ``LITERATURE``, higher = more familiar), each by
+    its registered rule (``REJECT_RULES``), fitted as calibration fits it on the training
+    images' raw ``logits`` (N, K), ``features`` (N, >= D, what predict gives) and ``labels``,
+    with ``head`` the network's last linear layer (weight (K, D), bias): what
+    ``RejectRule.fit_outputs`` gives each rule. ``task`` (the checkpoint's, its temperature
+    included) scores them. ``knn``: the knn score's options; ``knn_penultimate`` keeps every
+    training image in its bank (Sun et al. 2022 exactly):
 
     - ``maxlogit``: the largest logit (Hendrycks et al. 2022; Vaze et al. 2022's MLS);
     - ``gen``: minus the generalised entropy sum p^g (1 - p)^g, g = 0.1 (Liu et al. 2023);
     - ``react``: the energy of W clip(h, c) + b, c the training features' 90th percentile
       (Sun et al. 2021);
     - ``vim``: energy minus alpha times the norm of h - o outside the training features'
-      principal subspace of half their dimension, o = -pinv(W) b, alpha = mean max logit / mean
-      residual norm on train (Wang et al. 2022);
+      principal subspace, o = -pinv(W) b (Wang et al. 2022);
     - ``rmds``: minus (the smallest class Mahalanobis distance of the L2-normalised h, minus
       its distance to one Gaussian of all classes) (relative Mahalanobis, Ren et al. 2021);
-    - ``knn_penultimate``: ``knn`` on the L2-normalised h alone (Sun et al. 2022 exactly).
-
-    ``maxlogit``, ``gen``, ``rmds`` and ``knn`` are the library's registered rules
-    (``REJECT_RULES``), looked up here; ``react`` and ``vim`` need the raw penultimate
-    features and the head's weights, which no artifact carries, so they are computed here.
+    - ``knn_penultimate``: ``knn`` on the L2-normalised h alone.
     """
 
-    def __init__(self, head, train: np.ndarray, labels: np.ndarray, k: int):
-        from lightning_cls.inference import feature_rules
+    def __init__(self, task, head, logits, features, labels, knn: dict):
+        from lightning_cls.inference import arrays, feature_rules
         from lightning_cls.inference.reject_rules import REJECT_RULES
 
-        self.gen = REJECT_RULES.create("gen", gamma=0.1)
-        self.w = head.weight.detach().double().numpy()
-        self.b = head.bias.detach().double().numpy() if head.bias is not None else 0 * self.w[:, 0]
-        train = train.astype(np.float64)
-        self.clip = np.quantile(train, 0.90)
-        self.origin = -np.linalg.pinv(self.w) @ self.b
-        centred = train - self.origin
-        values, vectors = np.linalg.eigh(centred.T @ centred / len(train))
-        self.residual = vectors[:, np.argsort(values)[::-1][train.shape[1] // 2 :]]
-        max_logit = (train @ self.w.T + self.b).max(1)
-        self.alpha = max_logit.mean() / np.linalg.norm(centred @ self.residual, axis=1).mean()
-        # the library's rules, fitted on the penultimate features: one Gaussian per class, one
-        # of all classes (RMDS's background) and a bank of every training image
-        self.rules = {
-            name: {"score": name, **feature_rules.fit(name, train, labels, **options)}
-            for name, options in (("rmds", {}), ("knn", {"k": k, "bank": len(train)}))
-        }
+        self.task = task
+        self.width = feature_rules.head_arrays(head)[0].shape[1]  # D
+        logits, features = arrays.as_numpy(logits), arrays.as_numpy(features)
+        labels = np.asarray(labels)
+        self.fitted = {}
+        for name, score in {**SCORES, **LITERATURE}.items():
+            options = dict(score.options)
+            if score.rule == SCORES["knn"].rule:  # the run's options; the whole bank on h
+                options = {**knn, **options}
+                if score.penultimate:
+                    options["bank"] = len(features)
+            rule = REJECT_RULES.create(score.rule, **options)
+            state = rule.fit_outputs(
+                self.part(score, features), labels, logits=logits, task=task, head=head
+            )
+            self.fitted[name] = (rule, score, {"score": score.rule, **state})
 
-    def scores(self, z: np.ndarray, h: np.ndarray) -> dict[str, np.ndarray]:
-        from scipy.special import logsumexp, softmax
+    def part(self, score: Score, features: np.ndarray) -> np.ndarray:
+        return features[:, : self.width] if score.penultimate else features
 
-        from lightning_cls.inference import feature_rules
-        from lightning_cls.inference.reject_rules import REJECT_RULES
+    def __call__(self, logits, features) -> dict[str, np.ndarray]:
+        from lightning_cls.inference import arrays
 
-        library = {name: feature_rules.scores(rule, h) for name, rule in self.rules.items()}
-        maxlogit = REJECT_RULES.create("maxlogit").score_logits
-        h = h.astype(np.float64)
-        logits = h @ self.w.T + self.b
-        p = softmax(z.astype(np.float64), axis=1)
-        residual = np.linalg.norm((h - self.origin) @ self.residual, axis=1)
+        logits, features = arrays.as_numpy(logits), arrays.as_numpy(features)
         return {
-            "maxlogit": maxlogit(logits),
-            "gen": self.gen.score_probabilities(p, self.gen.gamma),
-            "react": logsumexp(np.minimum(h, self.clip) @ self.w.T + self.b, axis=1),
-            "vim": logsumexp(logits, axis=1) - self.alpha * residual,
-            "rmds": library["rmds"],
-            "knn_penultimate": library["knn"],
+            name: np.asarray(rule.scores(self.task, logits, self.part(score, features), state))
+            for name, (rule, score, state) in self.fitted.items()
         }
 
 
@@ -344,6 +325,12 @@ def shapes_folder(root: Path, n: int, size: int = 32) -> Path:
     return root
 
 
+def cpu_seconds() -> float:
+    """This process's CPU time (user + system), in seconds."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="generated images, seconds")
@@ -354,8 +341,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--ood-images", type=int, default=1000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--rule", default="knn", choices=("msp", "energy", "knn", "mahalanobis"),
-                        help="the rule each run fits (reject=) and whose threshold is reported")  # fmt: skip
+    parser.add_argument("--rule", default=SCORES["knn"].rule,
+                        help="the rule each run fits (reject=<a registered rule>) and whose "
+                        "threshold is reported")  # fmt: skip
     parser.add_argument("--reuse", action="store_true",
                         help="score the networks an earlier run of the same command left in "
                         "--work (train_seed<N>/results.json) instead of training them again")  # fmt: skip

@@ -106,6 +106,7 @@ for _name, _target in {
     "maxlogit": "lightning_cls.inference.rules.maxlogit:MaxLogit",
     "gen": "lightning_cls.inference.rules.gen:GeneralizedEntropy",
     "rmds": "lightning_cls.inference.rules.rmds:RelativeMahalanobis",
+    "pnorm": "lightning_cls.inference.rules.pnorm:MaxLogitPNorm",
     "react": "lightning_cls.inference.rules.react:ReAct",
     "vim": "lightning_cls.inference.rules.vim:VirtualLogit",
     "combined": "lightning_cls.inference.rules.combined:Combined",

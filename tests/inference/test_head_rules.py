@@ -170,6 +170,20 @@ def test_combined_rejects_what_either_rule_rejects_at_its_own_threshold():
     assert known_rejected < 0.2  # each rule keeps 95% of held-out known images
 
 
+def test_pnorm_is_the_largest_logit_over_the_logits_p_norm():
+    import torch
+
+    logits = np.random.default_rng(0).normal(size=(20, K)).astype(np.float32) * 4
+    rule = rule_of("pnorm", p=3)
+    state = check_reject({"score": "pnorm", "threshold": 0.1, "keep": 0.9, **rule.fit(None, None)})
+    z = logits / 1.5
+    expected = z.max(1) / (np.abs(z) ** 3).sum(1) ** (1 / 3)
+    ours = rule.scores(TASK, logits, None, state)
+    np.testing.assert_allclose(ours, expected, rtol=1e-5)
+    np.testing.assert_array_equal(rule.scores(TASK, torch.from_numpy(logits), None, state), ours)
+    assert rule.scores_logits and not rule.needs_features  # Core ML refuses it, as energy
+
+
 @pytest.mark.parametrize(
     ("name", "options", "match"),
     [
@@ -177,6 +191,7 @@ def test_combined_rejects_what_either_rule_rejects_at_its_own_threshold():
         ("react", {"percentile": 101}, r"^reject.percentile=101 is not a number in \(0, 100\]"),
         ("react", {"percentile": "90"}, r"^reject.percentile='90' is not a number"),
         ("react", {"percentile": True}, r"^reject.percentile=True is not a number"),
+        ("pnorm", {"p": 0.5}, r"^reject.p=0.5 is not a finite number >= 1"),
         ("vim", {"dim": 0}, r"^reject.dim=0 is not an integer >= 1 or null"),
         ("vim", {"dim": 2.5}, r"^reject.dim=2.5 is not an integer >= 1 or null"),
         ("combined", {"feature": "maxlogit"},

@@ -103,6 +103,7 @@ def test_a_new_rule_with_its_own_option_is_fitted_exported_and_answered_alike(
     [
         ({"name": "maxlogit"}, set()),
         ({"name": "gen", "gamma": 0.5}, {"gamma"}),
+        ({"name": "pnorm", "p": 3}, {"p"}),
         ({"name": "rmds"}, {"means", "precision", "background_mean", "background_precision"}),
     ],
 )
@@ -119,7 +120,7 @@ def test_the_literature_scores_are_rules_answered_alike_by_torch_and_numpy(train
     result = calibrate(net, spec, splits["val"], reject=reject, train=splits["train"])
     rule = result.reject
     assert set(rule) == {"score", "threshold", "keep", *stored}
-    assert rule.get("gamma", 0.5) == 0.5
+    assert rule.get("gamma", 0.5) == 0.5 and rule.get("p", 3) == 3
     spec = InputSpec.from_json(
         InputSpec.from_dict({**spec.to_dict(), **result.spec_updates}).to_json()
     )
