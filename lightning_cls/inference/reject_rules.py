@@ -9,7 +9,10 @@ parameters (``trust.check_reject``). The built-ins:
   task (softmax or sigmoids, after the temperature);
 - ``knn`` and ``mahalanobis`` (``rules/knn.py``, ``rules/mahalanobis.py``, on
   ``feature_rules.FeatureRule``) score the network's ``features`` output with state fitted on
-  the training split's features.
+  the training split's features;
+- ``react`` and ``vim`` (on ``feature_rules.HeadRule``) also read the logits and store the
+  network's last linear layer; ``combined`` is a feature rule OR a logit rule, each at its
+  own threshold.
 
 A new rule is one ``RejectRule`` subclass (its options: its ``__init__``'s keywords), one
 registration (``REJECT_RULES.register("name", "package.module:Class")``, lazy, in the table

@@ -71,8 +71,8 @@ def check_temperature(value: Any, num_classes: int, per_label: bool) -> float | 
 
 
 def check_reject(value: Any) -> dict[str, Any] | None:
-    """None, or ``{"score": "msp"|"energy"|"knn"|"mahalanobis", "threshold": float, "keep":
-    float in (0, 1)}`` plus a feature-space rule's fitted parameters (``feature_rules``)."""
+    """None, or ``{"score": <a registered rule's name>, "threshold": float, "keep": float in
+    (0, 1)}`` plus the rule's fitted state (its ``params``, checked by the rule)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):

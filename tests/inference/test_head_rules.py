@@ -325,3 +325,29 @@ def test_calibrate_fits_the_head_rules_and_onnx_carries_them(trained, tmp_path, 
     assert spec.reject["score"] == rule[0].removeprefix("reject=") and spec.reject["keep"] == 0.8
     onnx = load_artifact(export_format("onnx", net, spec, tmp_path / "m.onnx"))
     assert onnx.spec.reject == spec.reject
+
+
+def test_a_multi_label_task_scores_its_joint_energy():
+    """Multi-label: ReAct and ViM take the task's energy (the JointEnergy, sum of softplus);
+    combined fits its knn bank from multi-hot labels."""
+    import torch
+
+    task = create_task("multilabel", None, 1.5)
+    weight, bias, labels, h = network()
+    multi_hot = np.eye(K, dtype=np.float32)[labels]
+    _, test = images(weight, 30, seed=6)
+    test[:3] *= 5
+    logits, features = outputs(test, weight, bias)
+    for name in ("react", "vim", "combined"):
+        train_logits, train_features = outputs(h, weight, bias)
+        rule = REJECT_RULES.create(name)
+        state = rule.fit_outputs(train_features, multi_hot, logits=train_logits, task=task,
+                                 head=(weight, bias))  # fmt: skip
+        state = {"score": name, "threshold": 0.0, "keep": 0.9, **state}
+        ours = rule.scores(task, logits, features, state)
+        theirs = rule.scores(task, torch.from_numpy(logits), torch.from_numpy(features), state)
+        np.testing.assert_array_equal(theirs.numpy(), ours)
+        if name == "react":
+            rectified = (np.minimum(test, state["clip"]) @ weight.T + bias) / 1.5
+            expected = np.logaddexp(0, rectified).sum(1)
+            np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
