@@ -1,8 +1,11 @@
-"""No import circle among lightning_cls's modules at import time.
+"""No import circle among lightning_cls's modules, at import time and counting the imports
+inside functions too; and no arrow up between folders.
 
 The graph is built from the source (``ast``), not by importing: an edge A -> B for every import
 statement A runs when it is imported (module level, inside a top-level ``if``/``try``/class
-body; not inside a function, not under ``if TYPE_CHECKING:``). ``from pkg import name`` is an
+body; not inside a function, not under ``if TYPE_CHECKING:``); the lazy graph adds the import
+statements inside functions (a circle through one is a design circle that merely waits for its
+first call). ``from pkg import name`` is an
 edge to ``pkg.name`` when that is a module and to ``pkg`` (its ``__init__``) otherwise: a
 submodule import works while its package is half-initialised, a name defined in the package's
 ``__init__`` does not. A circle is a strongly connected component of more than one module.
@@ -13,6 +16,8 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
+
+from test_layers import ENTRY_POINTS, FOLDERS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lightning_cls"
 ROOT = PACKAGE.name
@@ -63,11 +68,31 @@ def _base(name: str, path: Path, node: ast.ImportFrom) -> str:
     return ".".join(package + ([node.module] if node.module else []))
 
 
-def edges(name: str, path: Path, known: set[str]) -> set[str]:
-    """The package's modules that importing ``name`` imports directly."""
+def every_statement(body: list[ast.stmt]):
+    """Every import statement of ``body``, at any depth (functions, methods, branches), except
+    under ``if TYPE_CHECKING:``, which never runs."""
+    for node in body:
+        yield from _every(node)
+
+
+def _every(node: ast.AST):
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        yield node
+    elif isinstance(node, ast.If) and _is_type_checking(node.test):
+        for child in node.orelse:
+            yield from _every(child)
+    else:
+        for child in ast.iter_child_nodes(node):
+            yield from _every(child)
+
+
+def edges(name: str, path: Path, known: set[str], lazy: bool = False) -> set[str]:
+    """The package's modules that importing ``name`` imports directly (``lazy``: or that any
+    of its functions imports)."""
     out = set()
     tree = ast.parse(path.read_text(), filename=str(path))
-    for node in import_time_statements(tree.body):
+    statements = every_statement if lazy else import_time_statements
+    for node in statements(tree.body):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
@@ -80,10 +105,10 @@ def edges(name: str, path: Path, known: set[str]) -> set[str]:
     return out
 
 
-def graph() -> dict[str, set[str]]:
+def graph(lazy: bool = False) -> dict[str, set[str]]:
     found = modules()
     known = set(found)
-    return {name: edges(name, path, known) for name, path in found.items()}
+    return {name: edges(name, path, known, lazy) for name, path in found.items()}
 
 
 def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
@@ -138,6 +163,74 @@ def test_no_import_circle_at_import_time():
     )
     gone = [sorted(c) for c in KNOWN_CIRCLES if c not in found]
     assert not gone, f"no longer circles, remove them from KNOWN_CIRCLES: {gone}"
+
+
+def test_no_import_circle_counting_imports_inside_functions():
+    found = [sorted(c) for c in circles(graph(lazy=True))]
+    assert not found, (
+        "import circles through imports inside functions (move what both need one module "
+        "down, or hand the object in):\n" + "\n".join(" <-> ".join(c) for c in found)
+    )
+
+
+def folder_rank(module: str) -> int:
+    """The rank of ``module``'s folder in ``FOLDERS`` (test_layers.py); a command's files
+    (the entry points) rank above every folder."""
+    rel = module.split(".")[1:]
+    path = PACKAGE.joinpath(*rel)
+    file = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    if file.relative_to(PACKAGE).as_posix() in ENTRY_POINTS:
+        return len(FOLDERS)
+    return FOLDERS.index(rel[0] if rel else "__init__")
+
+
+def arrows_up(graph: dict[str, set[str]]) -> list[str]:
+    """Every edge from a module of a lower folder to one of a higher folder."""
+    return sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        for b in targets
+        if folder_rank(a) < folder_rank(b)
+    )
+
+
+def test_no_arrow_up_between_folders():
+    """Counting imports inside functions: a folder imports only folders below it in
+    ``FOLDERS`` (drawing: ``figures/``, reached from above, never reaching up)."""
+    found = arrows_up(graph(lazy=True))
+    assert not found, "imports of a higher folder (test_layers.FOLDERS):\n" + "\n".join(found)
+
+
+def test_every_folder_has_a_rank():
+    top = {m.split(".")[1] for m in modules() if "." in m}
+    entry_only = {Path(e).parts[0].removesuffix(".py") for e in ENTRY_POINTS}
+    assert top - entry_only <= set(FOLDERS), sorted(top - entry_only - set(FOLDERS))
+
+
+def test_the_lazy_graph_sees_imports_in_functions_and_the_arrow_check_sees_one_up(
+    tmp_path, monkeypatch
+):
+    pkg = tmp_path / ROOT
+    (pkg / "inference").mkdir(parents=True)
+    (pkg / "figures").mkdir()
+    files = {
+        "__init__.py": "",
+        "inference/__init__.py": "",
+        "figures/__init__.py": "",
+        "inference/a.py": f"def f():\n    from {ROOT}.figures import b\n",
+        "figures/b.py": f"from {ROOT}.inference import a\n",
+        "inference/typed.py": f"from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        f"    from {ROOT}.figures import b\n",
+    }
+    for rel, text in files.items():
+        (pkg / rel).write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", pkg)
+    eager, lazy = graph(), graph(lazy=True)
+    assert eager[f"{ROOT}.inference.a"] == set() and circles(eager) == []
+    assert lazy[f"{ROOT}.inference.a"] == {f"{ROOT}.figures.b"}
+    assert lazy[f"{ROOT}.inference.typed"] == set()
+    assert circles(lazy) == [frozenset({f"{ROOT}.inference.a", f"{ROOT}.figures.b"})]
+    assert arrows_up(lazy) == [f"{ROOT}.inference.a -> {ROOT}.figures.b"]
 
 
 def test_the_graph_sees_circles_relative_imports_and_skips_lazy_ones(tmp_path, monkeypatch):

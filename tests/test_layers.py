@@ -39,6 +39,7 @@ LAYERS = {
     "base": {"__init__", "registry", "fileio"},
     "models": {"models"},
     "inference": {"inference"},
+    "figures": {"figures"},
     "explain": {"explain"},
     "data": {"data"},
     "training": {"module", "training", "callbacks", "doctor"},
@@ -46,6 +47,14 @@ LAYERS = {
     "serving": {"serve"},
 }
 RANK = {unit: rank for rank, units in enumerate(LAYERS.values()) for unit in units}
+# The folders (and root modules) in the order they may import one another, lowest first: the
+# layers above, and inside the training layer the pure training code below the LightningModule,
+# its callbacks and the doctor (tests/test_import_graph.py counts imports inside functions too).
+FOLDERS = [
+    "__init__", "registry", "fileio", "models", "inference", "figures", "explain", "data",
+    "training", "module", "callbacks", "doctor", "export", "serve",
+]  # fmt: skip
+assert set(FOLDERS) == set(RANK), "FOLDERS orders the units of LAYERS"
 ENTRY_RANK = len(LAYERS)
 
 

@@ -5,6 +5,7 @@ against the model's declared shapes and outputs (a wrong field: one line naming 
 from __future__ import annotations
 
 import logging
+import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,3 +79,34 @@ def check_num_outputs(path: Path, spec: InputSpec, outputs: int) -> None:
             f"{spec.num_classes} classes ({shown}); give one name per output: +spec.classes=[...] "
             f"with {outputs} names (Python: spec={{'classes': [...]}}).",
         )
+
+
+class UntrustedArtifactError(ValueError):
+    """A file that can run code when loaded (``.pt2``, TorchScript) was not marked trusted."""
+
+
+def refuse_untrusted(path: str | Path, kind: str, trust_artifact: bool) -> None:
+    """Raise ``UntrustedArtifactError`` for a ``kind`` file that can run code, unless trusted
+    (``True`` itself: ``"false"``, ``"no"`` or 1 is refused, saying so; ``flags.py``)."""
+    from lightning_cls.inference.flags import check_trust_flag  # the one rule for trust flags
+
+    refusal = (
+        f"Refusing to load {path}: a {kind} file can run arbitrary code when it is loaded, "
+        "so only load one from a source you trust. If you do, pass trust_artifact=true "
+        "(Python: trust_artifact=True); otherwise use an ONNX export (export=onnx), which "
+        "is data only."
+    )
+    try:
+        trusted = check_trust_flag("trust_artifact", trust_artifact)
+    except TypeError as err:  # not a boolean: no trust, and the reason first
+        raise UntrustedArtifactError(f"{err} {refusal}") from None
+    if not trusted:
+        raise UntrustedArtifactError(refusal)
+
+
+def holds_torchscript(path: Path) -> bool:
+    """Whether ``path`` is a TorchScript archive (a zip with compiled ``code/`` inside)."""
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return any("/code/" in name for name in archive.namelist())

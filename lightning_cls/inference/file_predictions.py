@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning_cls.fileio import atomic_path
 from lightning_cls.inference import arrays
-from lightning_cls.inference.images import load_image_batch
-from lightning_cls.inference.predictor import check_batch_size
+from lightning_cls.inference.images import check_batch_size, load_image_batch
 from lightning_cls.inference.tasks import create_task
 
 if TYPE_CHECKING:

@@ -178,3 +178,9 @@ def load_image_batch(
     if not arrays:
         return np.empty((0, num_channels, image_size, image_size), np.uint8), ok, failed
     return np.stack(arrays), ok, failed  # (B, C, H, W) uint8
+
+
+def check_batch_size(batch_size: int) -> None:
+    """``batch_size`` an int >= 1, or one line naming it."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")

@@ -26,6 +26,7 @@ import numpy as np
 
 from lightning_cls.inference import arrays
 from lightning_cls.inference.artifact_checks import check_num_outputs
+from lightning_cls.inference.images import check_batch_size
 from lightning_cls.inference.rules.msp import MSP
 from lightning_cls.inference.runtimes import (  # noqa: F401 (UntrustedArtifactError: re-exported)
     Runtime,
@@ -290,12 +291,6 @@ class Predictor:
             )
 
 
-def check_batch_size(batch_size: int) -> None:
-    """``batch_size`` an int >= 1, or one line naming it."""
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
-
-
 def load_artifact(
     path: str | Path,
     model_name: str | None = None,
@@ -366,8 +361,8 @@ _MOVED = {"predict_files", "top_k_labels", "write_predictions_csv"}
 
 
 def __getattr__(name: str):
-    # PEP 562, imported on first use: file_predictions imports this module (Predictor's
-    # batch check), so importing it here at the top would be an import circle.
+    # PEP 562, imported on first use: file_predictions needs Predictor's batches, so the
+    # file half loads only when its old address is used.
     if name in _MOVED:
         from lightning_cls.inference import file_predictions
 

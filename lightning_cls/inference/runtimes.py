@@ -32,9 +32,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from lightning_cls.inference.arrays import as_kind, as_numpy, call_numpy
-from lightning_cls.inference.artifact_checks import (
+from lightning_cls.inference.artifact_checks import (  # noqa: F401 (the trust gate: re-exported)
+    UntrustedArtifactError,
     check_declared_shapes,
+    holds_torchscript,
     quiet_logger,
+    refuse_untrusted,
     unreadable_as,
 )
 from lightning_cls.inference.feature_rules import OUTPUT_NAME as FEATURES_OUTPUT
@@ -250,29 +253,6 @@ class OnnxRuntime(Runtime):
         return tuple(as_kind(out, x) for out in self.session.run(names, feed))
 
 
-class UntrustedArtifactError(ValueError):
-    """A file that can run code when loaded (``.pt2``, TorchScript) was not marked trusted."""
-
-
-def refuse_untrusted(path: str | Path, kind: str, trust_artifact: bool) -> None:
-    """Raise ``UntrustedArtifactError`` for a ``kind`` file that can run code, unless trusted
-    (``True`` itself: ``"false"``, ``"no"`` or 1 is refused, saying so; ``flags.py``)."""
-    from lightning_cls.inference.flags import check_trust_flag  # the one rule for trust flags
-
-    refusal = (
-        f"Refusing to load {path}: a {kind} file can run arbitrary code when it is loaded, "
-        "so only load one from a source you trust. If you do, pass trust_artifact=true "
-        "(Python: trust_artifact=True); otherwise use an ONNX export (export=onnx), which "
-        "is data only."
-    )
-    try:
-        trusted = check_trust_flag("trust_artifact", trust_artifact)
-    except TypeError as err:  # not a boolean: no trust, and the reason first
-        raise UntrustedArtifactError(f"{err} {refusal}") from None
-    if not trusted:
-        raise UntrustedArtifactError(refusal)
-
-
 def _stored_json(text: str, path: Path) -> dict | None:
     """The spec a TorchScript/.pt2 file stores as ``meta.json`` (None when it has none)."""
     if not text:
@@ -351,14 +331,6 @@ def runtime_for(path: Path) -> type[Runtime]:
     if path.suffix in (".pt", ".pth") and holds_torchscript(path):
         return TorchScriptRuntime
     return runtime
-
-
-def holds_torchscript(path: Path) -> bool:
-    """Whether ``path`` is a TorchScript archive (a zip with compiled ``code/`` inside)."""
-    if not zipfile.is_zipfile(path):
-        return False
-    with zipfile.ZipFile(path) as archive:
-        return any("/code/" in name for name in archive.namelist())
 
 
 def open_runtime(path: str | Path, *, trust_artifact: bool = False, **options: Any) -> Runtime:

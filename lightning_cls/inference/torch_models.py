@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from lightning_cls.inference.artifact_checks import UntrustedArtifactError, holds_torchscript
 from lightning_cls.inference.network import build_network, network_state_dict
-from lightning_cls.inference.runtimes import UntrustedArtifactError, holds_torchscript
 from lightning_cls.inference.spec import (
     META_FILE,
     REQUIRED_KEYS,
