@@ -1,7 +1,7 @@
 """What a training run's figures cost on this CPU: each plot function of
-``lightning_cls.callbacks.plots`` drawn and written as PNG on fixed inputs (10-epoch curves, a
+``lightning_cls.figures.plots`` drawn and written as PNG on fixed inputs (10-epoch curves, a
 confusion matrix and per-class accuracy bars for 10 and for 100 classes, average precision bars
-for 10 labels), and the prediction mosaic (``inference.mosaic.draw_mosaic``: 48 tiles of 32 px,
+for 10 labels), and the prediction mosaic (``figures.mosaic.draw_mosaic``: 48 tiles of 32 px,
 10 classes, side panels). Every training run with the default callbacks pays curves + confusion
 + bars, and with ``prediction_mosaic=true`` (the default) two mosaics (val and test).
 
@@ -29,8 +29,7 @@ from pathlib import Path
 import torch
 from paired import cpu_name
 
-from lightning_cls.callbacks import plots
-from lightning_cls.inference import mosaic
+from lightning_cls.figures import mosaic, plots
 
 
 def inputs() -> tuple[dict, list[dict], dict]:

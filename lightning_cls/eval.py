@@ -58,7 +58,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     # torchmetrics and the callbacks (tests/test_layers.py runs each and checks sys.modules).
     import pytorch_lightning as pl
 
-    from lightning_cls.inference.mosaic import write_split_mosaic
+    from lightning_cls.figures.mosaic import write_split_mosaic
     from lightning_cls.module import ClassificationModule
     from lightning_cls.training.trainer import build_trainer
 
@@ -100,12 +100,14 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             explain = Explainer(module.net, spec, cfg.explain).heatmaps
         mosaic = out / f"predictions_{split}.png"
         write_split_mosaic(module, datamodule, split, mosaic, explain=explain)
-    from lightning_cls.inference.open_set_report import ood_report, ood_sets
+    from lightning_cls.figures.open_set import write_ood_figures
+    from lightning_cls.inference.open_set_report import ood_sets, open_set_scores
 
     ood = ood_sets(cfg.get("ood"))  # ood=DIR: short for ood.far=DIR
     if ood:  # folders of unknown classes: the open-set report, its figures in the run folder
         known = datamodule.splits[split]
-        results["ood"] = ood_report(cfg.ckpt_path, known, ood, cfg.get("ood_score"), out)
+        found = open_set_scores(cfg.ckpt_path, known, ood, cfg.get("ood_score"))
+        results["ood"] = write_ood_figures(found, out)
         log.info("Out-of-distribution (open-set report): %s", json.dumps(results["ood"]))
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
     log.info("%s metrics of %s (%s): %s", split, cfg.ckpt_path, tta, json.dumps(metrics))
@@ -130,8 +132,9 @@ def evaluate_artifact(cfg: DictConfig) -> dict[str, float]:
             f"{', '.join(f'{k}={v}' for k, v in given.items())}: an exported model's test-time "
             "augmentation is fixed at export; drop the override, or evaluate the .ckpt."
         )
+    from lightning_cls.figures.open_set import write_ood_figures
     from lightning_cls.inference import load_artifact
-    from lightning_cls.inference.open_set_report import correct_answers, ood_report, ood_sets
+    from lightning_cls.inference import open_set_report as report
 
     predictor = load_artifact(cfg.ckpt_path)
     cfg = with_checkpoint_data(cfg, cfg.ckpt_path)  # the run's data unless data= was given
@@ -140,14 +143,15 @@ def evaluate_artifact(cfg: DictConfig) -> dict[str, float]:
     datamodule = checkpoint_datamodule(cfg, predictor.spec, stage, where)
     known = datamodule.splits[split]
     logits, _ = predictor.image_outputs(known.images)
-    correct = correct_answers(predictor.task, logits, known.labels)
+    correct = report.correct_answers(predictor.task, logits, known.labels)
     metrics = {f"{split}/acc": round(float(correct.mean()), 6)}
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = {"ckpt_path": str(cfg.ckpt_path), "split": split, split: metrics}
-    ood = ood_sets(cfg.get("ood"))
+    ood = report.ood_sets(cfg.get("ood"))
     if ood:
-        results["ood"] = ood_report(cfg.ckpt_path, known, ood, cfg.get("ood_score"), out)
+        found = report.open_set_scores(cfg.ckpt_path, known, ood, cfg.get("ood_score"))
+        results["ood"] = write_ood_figures(found, out)
         log.info("Out-of-distribution (open-set report): %s", json.dumps(results["ood"]))
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
     log.info("%s metrics of %s: %s", split, cfg.ckpt_path, json.dumps(metrics))

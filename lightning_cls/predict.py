@@ -78,7 +78,7 @@ def predict(cfg: DictConfig) -> list[dict]:
     write_predictions_csv(cfg.output, rows, failures, top_k, predictor.spec)
     if cfg.get("mosaic"):  # opt-in picture of the predictions
         # Imported here: drawing loads matplotlib, which predict needs only for this.
-        from lightning_cls.inference.mosaic import write_files_mosaic
+        from lightning_cls.figures.mosaic import write_files_mosaic
 
         write_files_mosaic(rows, predictor.spec.classes, cfg.mosaic, task=predictor.task)
     log.info("Wrote %d predictions to %s", len(rows), cfg.output)

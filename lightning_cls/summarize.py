@@ -19,14 +19,13 @@ import csv
 import io
 import json
 import logging
-import math
 import statistics
 from pathlib import Path
 
 import yaml
 
 from lightning_cls.cli import run_cli
-from lightning_cls.fileio import atomic_savefig, atomic_write_text
+from lightning_cls.fileio import atomic_write_text
 
 log = logging.getLogger(__name__)
 _HIDDEN = ("optuna.",)  # overrides every trial job gets; not parameters of the search
@@ -153,44 +152,6 @@ def _fmt(value) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
-def plot(rows: list[dict], swept: list[str], path: Path) -> None:
-    """The objective against each swept parameter, one panel each."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    done = [r for r in rows if r["objective"] is not None]
-    fig, axes = plt.subplots(
-        1, max(1, len(swept)), figsize=(4 * max(1, len(swept)), 3.2), squeeze=False
-    )
-    for ax, key in zip(axes[0], swept or ["job"]):
-        raw = [r["params"].get(key, "") if key != "job" else r["job"] for r in done]
-        numbers = [_number(v) for v in raw]
-        if all(n is not None for n in numbers) and numbers:
-            ax.scatter(numbers, [r["objective"] for r in done])
-            if min(numbers) > 0 and max(numbers) / min(numbers) > 20:
-                ax.set_xscale("log")
-        else:  # categorical: one position per value
-            labels = sorted({str(v) for v in raw})
-            ax.scatter([labels.index(str(v)) for v in raw], [r["objective"] for r in done])
-            ax.set_xticks(range(len(labels)), labels)
-        ax.set_xlabel(key)
-        ax.set_ylabel("objective")
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    atomic_savefig(fig, path, dpi=100)
-    plt.close(fig)
-
-
-def _number(value) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def summarize(sweep_dir: Path, mode: str = "max") -> dict[str, Path]:
     """Write summary.md/.csv/.png into ``sweep_dir``; return their paths."""
     if mode not in ("max", "min"):
@@ -207,7 +168,9 @@ def summarize(sweep_dir: Path, mode: str = "max") -> dict[str, Path]:
     csv.writer(text).writerows([header, *cells])
     atomic_write_text(out["csv"], text.getvalue())
     swept = header[2 : header.index("objective")]
-    plot(rows, swept, out["png"])
+    from lightning_cls.figures.sweep import plot_sweep  # matplotlib: only when writing
+
+    plot_sweep(rows, swept, out["png"])
     return out
 
 

@@ -275,7 +275,7 @@ class RunCallbacks:
 def tested_record(cfg: DictConfig, trainer, module, datamodule, ckpt_path, fit: dict) -> dict:
     """Test ``ckpt_path`` (unless ``test=false`` or the trial was pruned: not worth testing)
     and draw the validation predictions' mosaic; the test's metrics and per-class results."""
-    from lightning_cls.inference.mosaic import write_split_mosaic
+    from lightning_cls.figures.mosaic import write_split_mosaic
 
     metrics: dict = {}
     per_class: dict = {}

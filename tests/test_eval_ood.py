@@ -14,7 +14,8 @@ from PIL import Image
 
 from helpers.hydra_configs import QUIET_TRAINER, compose
 from helpers.tiny import LEARNABLE, as_overrides
-from lightning_cls.inference.open_set_report import ood_report, ood_sets
+from lightning_cls.figures.open_set import write_ood_figures
+from lightning_cls.inference.open_set_report import ood_report, ood_sets, open_set_scores
 
 METRICS = ("auroc", "fpr95", "aupr", "oscr", "aurc", "known_accuracy")
 
@@ -76,7 +77,9 @@ def test_an_onnx_export_gives_the_same_report(trained, tmp_path):
     known = trained.data.splits["test"]  # the 64 images eval reads (read once, at fit)
     sets = [("near", near), ("far", far)]
     from_ckpt = ood_report(trained.ckpt, known, sets)
-    from_onnx = ood_report(onnx.paths["onnx"], known, sets, out_dir=tmp_path / "figs")
+    from_onnx = write_ood_figures(
+        open_set_scores(onnx.paths["onnx"], known, sets), tmp_path / "figs"
+    )
     for name in ("unseen_class", "noise"):
         for key in METRICS:
             assert from_onnx[name][key] == pytest.approx(from_ckpt[name][key], abs=0.02), key

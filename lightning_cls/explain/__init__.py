@@ -4,7 +4,8 @@
   the predicted class (each predicted label of a multi-label model) or a given one.
 - ``load_explainer(path, ...)``: the same from a ``.ckpt`` or ``model_weights.pt``.
 - ``default_layer`` / ``resolve_layer`` (``layers``): the layer a map is read from.
-- ``blend`` / ``save_overlay`` (``overlay``): the map drawn over the image.
+- ``blend`` / ``save_overlay`` (``lightning_cls.figures.overlay``): the map drawn over the
+  image (drawing lives in ``figures/``; the names stay here, the guides import them).
 - ``explain_files`` (``files``): image files -> overlays, a CSV and a mosaic.
 
 No Lightning, no Hydra. Names load on first use (PEP 562), so ``python -m
@@ -21,8 +22,8 @@ _WHERE = {
     "load_explainer": "explainer",
     "default_layer": "layers",
     "resolve_layer": "layers",
-    "blend": "overlay",
-    "save_overlay": "overlay",
+    "blend": "lightning_cls.figures.overlay",  # public names of the explain guide
+    "save_overlay": "lightning_cls.figures.overlay",
     "explain_files": "files",
     "METHODS": "methods",
 }
@@ -42,7 +43,10 @@ def unsupported_reason(kind: str) -> str:
 
 def __getattr__(name: str):
     if name in _WHERE:
-        module = importlib.import_module(f"lightning_cls.explain.{_WHERE[name]}")
+        where = _WHERE[name]
+        module = importlib.import_module(
+            where if where.startswith("lightning_cls.") else f"lightning_cls.explain.{where}"
+        )
         return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

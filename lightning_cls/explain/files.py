@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from lightning_cls.explain.explainer import Explainer
-from lightning_cls.explain.overlay import save_overlay
+from lightning_cls.figures.overlay import save_overlay
 from lightning_cls.fileio import atomic_write_text
 from lightning_cls.inference.images import load_image_batch
 
@@ -93,7 +93,7 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def _draw(explainer: Explainer, shown: list, path: Path) -> None:
-    from lightning_cls.inference.mosaic import draw_mosaic
+    from lightning_cls.figures.mosaic import draw_mosaic
 
     spec, task = explainer.spec, explainer.spec.decision
     images, heats, probs, files = zip(*shown)

@@ -9,8 +9,8 @@ unknowns the deployed threshold would answer. No Lightning, no Hydra.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +48,37 @@ def ood_sets(ood: Any) -> list[tuple[str, Path]]:
     return pairs
 
 
+@dataclass
+class OpenSetScores:
+    """What the open-set report measured: ``report`` (per folder name its metrics, what
+    ``results.json`` keeps) and the scores its figures are drawn from (``figures.open_set``):
+    the known images' confidence (N,) and right answers (N,) bool, each folder's confidence,
+    the score's name and the deployed threshold (None: no rule for it)."""
+
+    report: dict[str, dict[str, Any]]
+    inside: np.ndarray
+    correct: np.ndarray
+    unknown: dict[str, np.ndarray]
+    score: str
+    threshold: float | None
+
+
 def ood_report(
     ckpt_path: str | Path,
     known: Split,
     sets: Sequence[tuple[str, str | Path]],
     score: str | None = None,
-    out_dir: str | Path | None = None,
 ) -> dict[str, dict[str, Any]]:
+    """The open-set report (``open_set_scores``' ``report``), without figures."""
+    return open_set_scores(ckpt_path, known, sets, score).report
+
+
+def open_set_scores(
+    ckpt_path: str | Path,
+    known: Split,
+    sets: Sequence[tuple[str, str | Path]],
+    score: str | None = None,
+) -> OpenSetScores:
     """The open-set report: how well the model's confidence separates the ``known`` split's
     images from each folder of unknown images in ``sets`` ((kind, folder) pairs, kind
     ``near`` | ``far``), keyed by folder name: AUROC, FPR95, AUPR (unknowns positive), OSCR,
@@ -63,9 +87,8 @@ def ood_report(
     (``None`` with a ``threshold_note`` where the model has no rule for this score).
     ``ckpt_path``: any artifact ``load_artifact`` reads (.ckpt, .onnx, ...). ``score``:
     ``msp`` | ``energy`` | the checkpoint's feature-space rule (``knn``, ``mahalanobis``);
-    default the rule's, else ``msp``. With ``out_dir``: ``ood_risk_coverage.png`` and one
-    ``ood_scores_<name>.png`` per set there (``inference.open_set_figures``)."""
-    from lightning_cls.inference import open_set_figures as figures
+    default the rule's, else ``msp``. ``figures.open_set.write_ood_figures`` draws
+    ``ood_risk_coverage.png`` and one ``ood_scores_<name>.png`` per set from the result."""
     from lightning_cls.inference.predictor import load_artifact
 
     named = _named_sets(sets)
@@ -83,14 +106,7 @@ def ood_report(
         metrics = _metrics(inside, correct, outside, threshold, note)
         report[name] = {"kind": kind, "folder": str(folder), "score": score,
                         "known_images": len(inside), **counts, **metrics}  # fmt: skip
-    if out_dir is not None:
-        out_dir = Path(out_dir)
-        figures.risk_coverage_plot(inside, correct, unknown, out_dir / "ood_risk_coverage.png")
-        for name, outside in unknown.items():
-            path = out_dir / f"ood_scores_{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.png"
-            figures.score_histogram(inside, outside, name, score, threshold, path)
-            report[name]["histogram"] = path.name
-    return report
+    return OpenSetScores(report, inside, correct, unknown, score, threshold)
 
 
 def _named_sets(sets: Sequence[tuple[str, str | Path]]) -> dict[str, tuple[str, Path]]:

@@ -45,7 +45,7 @@ class HeatMaps:
         """uint8 (C, H, W) -> the explained label, its probability and the overlay as a PNG
         data URL (enlarged to at least 128 pixels)."""
         from lightning_cls.explain import blend
-        from lightning_cls.explain.overlay import png_bytes
+        from lightning_cls.figures.overlay import png_bytes
 
         with self.lock:
             found = self.explainer.explain(image[None])

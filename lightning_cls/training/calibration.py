@@ -43,7 +43,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from lightning_cls.fileio import atomic_savefig
 from lightning_cls.inference import conformal as conformal_sets
 from lightning_cls.inference import feature_rules
 from lightning_cls.inference.predictor import Predictor
@@ -217,7 +216,10 @@ def calibrate(
             metrics["test_kept"] = round((scores >= rule["threshold"]).float().mean().item(), 6)
     if diagram is not None:
         probs = (base.decision.probabilities(logits), calibrated.decision.probabilities(logits))
-        metrics["reliability_diagram"] = str(reliability_diagram(*probs, val.labels, task, diagram))
+        from lightning_cls.figures.calibration import reliability_diagram
+
+        drawn = reliability_diagram(*probs, val.labels, task.calibration, diagram, BINS)
+        metrics["reliability_diagram"] = str(drawn)
     result = Calibration(_plain(fitted), rule, threshold, metrics, calibrated.conformal)
     log.info("%s", result.summary())
     log.debug("Calibration (results.json's entry): %s", result.report())
@@ -351,48 +353,6 @@ def prediction_sets_report(
         return {}
     logits = Predictor(net.eval(), spec).image_logits(split.images, batch_size)
     return _measure_sets(name, spec, logits, split.labels)
-
-
-def reliability_diagram(
-    before: torch.Tensor,
-    after: torch.Tensor,
-    labels: torch.Tensor,
-    task: Task,
-    path: str | Path,
-) -> Path:
-    """Accuracy against confidence per bin, before and after calibration, with the diagonal
-    a calibrated model follows; written atomically (``fileio.atomic_savefig``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(4.5, 4.5))
-    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="calibrated")
-    for probs, name in ((before, "before"), (after, "after")):
-        confidence, correct = task.calibration.reliability(probs, labels)
-        ece = expected_calibration_error(probs, labels, task)
-        centres, accuracy = _bins(confidence, correct)
-        ax.plot(centres, accuracy, marker="o", label=f"{name} (ECE {ece:.3f})")
-    ax.set(xlabel="confidence", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1))
-    ax.set_title("Reliability (validation)")
-    ax.legend(loc="upper left")
-    fig.tight_layout()
-    try:
-        return atomic_savefig(fig, path, dpi=100)
-    finally:
-        plt.close(fig)
-
-
-def _bins(confidence: torch.Tensor, correct: torch.Tensor) -> tuple[list, list]:
-    index = (confidence * BINS).long().clamp(max=BINS - 1)
-    centres, accuracy = [], []
-    for b in range(BINS):
-        members = index == b
-        if members.any():
-            centres.append(confidence[members].mean().item())
-            accuracy.append(correct[members].mean().item())
-    return centres, accuracy
 
 
 def _plain(temperature: Any) -> float | list[float]:

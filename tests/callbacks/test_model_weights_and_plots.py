@@ -106,7 +106,7 @@ def test_confusion_cells_sit_where_the_matrix_puts_them_with_counts_up_to_20_cla
     import numpy as np
     from matplotlib import colormaps
 
-    from lightning_cls.callbacks.plots import plot_confusion
+    from lightning_cls.figures.plots import plot_confusion
 
     matrix = torch.eye(k, dtype=torch.long) * 10
     matrix[1] = 0
@@ -130,7 +130,7 @@ def test_confusion_cells_sit_where_the_matrix_puts_them_with_counts_up_to_20_cla
 def test_per_class_bars_are_as_long_as_the_accuracy_and_red_under_half(tmp_path):
     import numpy as np
 
-    from lightning_cls.callbacks.plots import plot_per_class_accuracy
+    from lightning_cls.figures.plots import plot_per_class_accuracy
 
     matrix = torch.tensor([[8, 0], [3, 1]])  # class a: 100%, class b: 25%
     plot_per_class_accuracy(matrix, ["a", "b"], tmp_path / "bars.png")

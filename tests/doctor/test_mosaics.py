@@ -14,8 +14,9 @@ from PIL import Image, ImageDraw
 
 from lightning_cls.data.imagefolder import ImageFolderDataModule
 from lightning_cls.doctor import DoctorOptions, diagnose
-from lightning_cls.doctor.mosaics import VERDICT, label_issues_mosaic
+from lightning_cls.doctor.mosaics import label_issues_mosaic
 from lightning_cls.doctor.report import probe_verdict
+from lightning_cls.figures.tiles import VERDICT
 
 LONG = "IMG_20240601_123456789_from_a_phone_with_a_long_name.jpg"
 CLASSES = ["cat", "dog", "a rather long class name for a label"]

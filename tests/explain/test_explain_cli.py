@@ -55,7 +55,7 @@ def test_a_target_class_and_a_bad_layer(trained, folder, tmp_path):
 
 def test_eval_draws_the_heat_maps_over_its_mosaic(trained, tmp_path, monkeypatch):
     from lightning_cls.eval import evaluate
-    from lightning_cls.inference import mosaic
+    from lightning_cls.figures import mosaic
 
     drawn = {}
     real = mosaic.draw_mosaic

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lightning_cls.explain import Explainer, blend, default_layer, load_explainer
-from lightning_cls.explain.overlay import colorize
+from lightning_cls.figures.overlay import colorize
 from lightning_cls.inference.spec import InputSpec
 from lightning_cls.models import create_model, list_models
 

@@ -1,4 +1,4 @@
-"""The prediction mosaic (``inference.mosaic.draw_mosaic``), read back pixel by pixel: wrong
+"""The prediction mosaic (``figures.mosaic.draw_mosaic``), read back pixel by pixel: wrong
 tiles framed and captioned in red, the side panels only when the truth is known."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from lightning_cls.inference.mosaic import CELL_H, CELL_W, IMAGE_PX, SIDE_W, TITLE_H, draw_mosaic
-from lightning_cls.inference.painting import RED
+from lightning_cls.figures.mosaic import CELL_H, CELL_W, IMAGE_PX, SIDE_W, TITLE_H, draw_mosaic
+from lightning_cls.figures.painting import RED
 
 CLASSES = [f"class{i}" for i in range(10)]
 

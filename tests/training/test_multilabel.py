@@ -145,7 +145,7 @@ def test_pos_weight_auto_comes_from_the_train_counts_and_is_saved(multilabel_squ
 
 
 def test_per_label_plot_and_curves_draw_the_multilabel_metrics(multilabel_run, tmp_path):
-    from lightning_cls.callbacks.plots import plot_curves, plot_per_label
+    from lightning_cls.figures.plots import plot_curves, plot_per_label
 
     plot_per_label(multilabel_run["per_class_test"], tmp_path / "per_label_scores.png")
     history = [{"epoch": 0, "val/map": 0.8, "val/f1_micro": 0.6, "val/loss": 0.5}]

@@ -153,7 +153,7 @@ class MultiClassTraining(TrainingTask):
 
     def test_figures(self, tensors, classes: list[str]) -> dict[str, Any]:
         """The confusion matrix and per-class accuracy bars (and the table in the log)."""
-        from lightning_cls.callbacks import plots
+        from lightning_cls.figures import plots
 
         matrix = tensors["confusion"].cpu()  # (K, K)
         classes = classes or [str(i) for i in range(matrix.shape[0])]

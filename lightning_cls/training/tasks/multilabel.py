@@ -205,7 +205,7 @@ class MultiLabelTraining(TrainingTask):
 
     def test_figures(self, tensors, classes: list[str]) -> dict[str, Any]:
         """Average precision, AUROC and F1 per label (``per_label_scores.png``)."""
-        from lightning_cls.callbacks.plots import plot_per_label
+        from lightning_cls.figures.plots import plot_per_label
 
         per_label = self.per_class("test", tensors, classes, {})
         return {"per_label_scores.png": partial(plot_per_label, per_label)} if per_label else {}

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lightning_cls.figures import painting
 from lightning_cls.fileio import atomic_savefig
-from lightning_cls.inference import painting
 from lightning_cls.inference.tasks import Task, create_task
 
 log = logging.getLogger(__name__)
@@ -105,14 +105,14 @@ def draw_mosaic(
     title: str = "predictions",
     tiles: int = 48,
     heatmaps=None,  # (N, H, W) in [0, 1], or a function of the tiles' images giving them
-    task: Task | None = None,  # whose side panels (``Task.errors_panel``); default multi-class
+    task: Task | None = None,  # whose side panels (``task.labels.errors``); default multi-class
 ) -> Path:
     """Draw the mosaic to ``path``. ``heatmaps``: a heat map over each tile (``explain``'s
     maps, drawn half transparent), or a function of the shown images (n, C, H, W) that gives
     their maps, so only the tiles drawn are explained.
 
     Tiles, their captions and the side panels' bars and lines are painted with PIL
-    (``inference.painting``); matplotlib draws the title and the bars' frame and ticks. 48
+    (``figures.painting``); matplotlib draws the title and the bars' frame and ticks. 48
     matplotlib axes took about a second to lay out and render, 48 captions as matplotlib
     texts about 0.2 s: longer than a short training run itself."""
     order = _tile_order(true, pred, tiles)
@@ -154,7 +154,7 @@ BARS_W = 260  # pixels of the side panel's bars (their names and counts left of 
 
 def _side_panels(true, pred, classes: Sequence[str], task: Task):
     """The painted bars of the task's per-class score (multi-class: accuracy; multi-label:
-    recall), their title and axis name, and the lines under them (``Task.errors_panel``)."""
+    recall), their title and axis name, and the lines under them (``task.labels.errors``)."""
     from PIL import Image, ImageDraw
 
     values, support, names, heading, lines = task.labels.errors(true, pred, classes)

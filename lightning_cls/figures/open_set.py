@@ -1,17 +1,23 @@
 """The open-set report's figures (``eval ood.near=... ood.far=...``): the known split's
 risk-coverage curve beside each unknown set's OSCR curve, and one score histogram per set.
-matplotlib ``Figure`` objects framed as ``callbacks.plots`` frames its own (``painting.figure``,
+matplotlib ``Figure`` objects framed as ``figures.plots`` frames its own (``painting.figure``,
 no pyplot state), written atomically."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lightning_cls.figures import painting
 from lightning_cls.fileio import atomic_savefig
-from lightning_cls.inference import open_set, painting
+from lightning_cls.inference import open_set
+
+if TYPE_CHECKING:
+    from lightning_cls.inference.open_set_report import OpenSetScores
 
 
 def risk_coverage_plot(
@@ -64,3 +70,18 @@ def score_histogram(
     ax.grid(alpha=0.3)
     ax.legend(loc="best")
     return atomic_savefig(fig, path, **painting.SAVE)
+
+
+def write_ood_figures(found: OpenSetScores, out_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """``ood_risk_coverage.png`` and one ``ood_scores_<name>.png`` per unknown set in
+    ``out_dir``, from ``inference.open_set_report.open_set_scores``; returns its report with
+    each set's ``histogram`` file name."""
+    out_dir = Path(out_dir)
+    risk_coverage_plot(
+        found.inside, found.correct, found.unknown, out_dir / "ood_risk_coverage.png"
+    )
+    for name, outside in found.unknown.items():
+        path = out_dir / f"ood_scores_{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.png"
+        score_histogram(found.inside, outside, name, found.score, found.threshold, path)
+        found.report[name]["histogram"] = path.name
+    return found.report

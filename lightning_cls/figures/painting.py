@@ -1,5 +1,5 @@
-"""Figures painted with PIL, framed by matplotlib: what the run's plots (``callbacks.plots``)
-and the prediction mosaic (``inference.mosaic``) share.
+"""Figures painted with PIL, framed by matplotlib: what the run's plots (``figures.plots``)
+and the prediction mosaic (``figures.mosaic``) share.
 
 Every training run pays for its figures, so what grows with the classes or the tiles (cells,
 counts, bars, class names, tile labels) is painted with PIL, in matplotlib's font, into a canvas
