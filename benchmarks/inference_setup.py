@@ -75,7 +75,7 @@ def load_data(args) -> ArrayDataModule | SyntheticDataModule:
     per_class = 250 if args.quick else None
     val_size = 64 if args.quick else 5000
     batch_size = 32 if args.quick else 128
-    kwargs = dict(batch_size=batch_size, crop_padding=4, hflip=True, val_size=val_size, seed=0)
+    kwargs = dict(batch_size=batch_size, augment="crop_flip", val_size=val_size, seed=0)
     if args.data.is_file():
         cache = args.out_dir / f"cifar10_{per_class or 'all'}.pt"
         if cache.is_file():

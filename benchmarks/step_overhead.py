@@ -135,7 +135,7 @@ def datamodule(args, splits=None) -> SyntheticDataModule:
     size = (args.warmup + args.steps + 1) * args.batch_size  # one epoch holds every step
     dm = SyntheticDataModule(
         10, 3, 32, train_size=size, test_size=64, batch_size=args.batch_size,
-        crop_padding=4, hflip=True, seed=0, channels_last=recipe(args)[1],
+        augment="crop_flip", seed=0, channels_last=recipe(args)[1],
     )  # fmt: skip
     if splits is None:
         dm.setup()

@@ -111,7 +111,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def load_datamodule(args, **kw) -> tuple[ImageDataModule, str]:
-    common = dict(batch_size=args.batch_size, crop_padding=4, hflip=True, seed=0, **kw)
+    common = dict(batch_size=args.batch_size, augment="crop_flip", seed=0, **kw)
     if args.data.is_file():
         if not (args.unpack_dir / "train").is_dir():
             args.unpack_dir.mkdir(parents=True, exist_ok=True)

@@ -51,8 +51,6 @@ DATASETS = [o for o in options("data") if not o.startswith("_") and o != "custom
 COMMON_VALUES = {
     "batch_size": 7,
     "val_size": 0.25,
-    "crop_padding": 2,
-    "hflip": True,
     "pipeline": "pil",
     "channels_last": True,
     "drop_last": True,
@@ -61,14 +59,21 @@ COMMON_VALUES = {
     "persistent_workers": True,
     "cap_threads": True,
     "seed": 3,
-    "auto_augment": "randaugment",
-    "random_erasing": 0.5,
     "folds": 3,
     "fold": 1,
     "balanced_sampler": True,
+    "expect_fingerprint": "ab" * 32,
+}
+# A value unlike conf/augment/none.yaml's for each option of the augment preset (the data
+# configs hand it over as data.augment).
+AUGMENT_VALUES = {
+    "crop_padding": 2,
+    "hflip": True,
     "flip": "random",  # alternate needs the tensor pipeline (pil above: refused, tested elsewhere)
     "translate_pad": "reflect",
-    "expect_fingerprint": "ab" * 32,
+    "random_resized_crop": True,
+    "auto_augment": "randaugment",
+    "random_erasing": 0.5,
 }
 
 
@@ -80,11 +85,11 @@ UNSUPPORTED = {
 }
 
 
-def _overrides(values: dict) -> list[str]:
+def _overrides(values: dict, group: str = "data") -> list[str]:
     def text(v) -> str:
         return "null" if v is None else str(list(v) if isinstance(v, tuple) else v).lower()
 
-    return [f"data.{k}={text(v)}" for k, v in values.items()]
+    return [f"{group}.{k}={text(v)}" for k, v in values.items()]
 
 
 def required_data_keys(option: str, tmp_path) -> list[str]:
@@ -107,7 +112,9 @@ def test_data_options_are_the_registered_datasets(option, tmp_path):
 
 def test_common_values_cover_the_common_schema():
     schema = set(OmegaConf.load(CONF / "data" / "_common.yaml"))
-    assert set(COMMON_VALUES) | {"mean", "std"} == schema
+    assert set(COMMON_VALUES) | {"mean", "std", "augment"} == schema
+    options = set(OmegaConf.load(CONF / "augment" / "none.yaml")) - {"_target_"}
+    assert set(AUGMENT_VALUES) == options
 
 
 @pytest.mark.parametrize("option", DATASETS + ["custom"])
@@ -122,9 +129,11 @@ def test_every_data_config_accepts_every_common_key(option, tmp_path, tiny_datas
         with pytest.raises(InstantiationException, match=f"data.{key}=.* not supported"):
             instantiate(compose(overrides=base + _overrides({key: values[key]}), tmp=tmp_path).data)
         values[key] = default
-    dm = instantiate(compose(overrides=base + _overrides(values), tmp=tmp_path).data)
+    overrides = base + _overrides(values) + _overrides(AUGMENT_VALUES, "augment")
+    dm = instantiate(compose(overrides=overrides, tmp=tmp_path).data)
     if isinstance(dm, ImageDataModule):  # the others may accept a key they have no use for
         assert {key: getattr(dm, key) for key in values} == values
+        assert dm.augment.options() == AUGMENT_VALUES
 
 
 @pytest.fixture

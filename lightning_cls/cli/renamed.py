@@ -3,7 +3,8 @@
 ``serve`` took the model file as ``artifact=`` and trust as ``serve.trust_artifact=`` while
 predict, eval, export, calibrate and explain say ``ckpt_path=`` and ``trust_artifact=``; one
 name now serves every command; and ``reject=null`` (no rule) became ``reject=none`` when
-``reject`` turned into a config group. ``renamed(config_name, args)`` rewrites the old spelling on the
+``reject`` turned into a config group; the augmentation options left ``data`` for their own
+group (``data.hflip=`` is ``augment.hflip=``, conf/augment). ``renamed(config_name, args)`` rewrites the old spelling on the
 command line before Hydra composes (so sweeps, ``+``/``~`` prefixes and the saved overrides all
 use the new key) and writes one ``warning:`` line per old key to stderr.
 """
@@ -16,6 +17,18 @@ import sys
 RENAMED: dict[str, dict[str, str]] = {
     "serve": {"artifact": "ckpt_path", "serve.trust_artifact": "trust_artifact"},
 }
+# Every command that composes data: the options of lightning_cls.data.AugmentPreset (spelt here,
+# not imported: the CLI loads no torch; tests/data/test_preset.py keeps the two lists equal).
+AUGMENT_OPTIONS = (
+    "crop_padding",
+    "hflip",
+    "flip",
+    "translate_pad",
+    "random_resized_crop",
+    "auto_augment",
+    "random_erasing",
+)
+RENAMED_EVERYWHERE = {f"data.{key}": f"augment.{key}" for key in AUGMENT_OPTIONS}
 # {group: {old value: new value}}: ``reject`` became a config group (conf/reject/), and Hydra
 # takes no ``null`` for a group; ``reject=null`` (the documented "no rule") means ``none``.
 RENAMED_VALUES: dict[str, dict[str, str]] = {"reject": {"null": "none"}}
@@ -23,7 +36,7 @@ RENAMED_VALUES: dict[str, dict[str, str]] = {"reject": {"null": "none"}}
 
 def renamed(config_name: str | None, args: list[str]) -> list[str]:
     """``args`` with each old key of ``config_name``'s command spelt as its new key."""
-    table = RENAMED.get(config_name or "", {})
+    table = {**RENAMED_EVERYWHERE, **RENAMED.get(config_name or "", {})}
     out = []
     for arg in args:
         key, eq, value = arg.partition("=")

@@ -8,6 +8,7 @@ from lightning_cls.data.base import ImageDataModule
 from lightning_cls.data.digits import DigitsDataModule
 from lightning_cls.data.imagefolder import ImageFolderDataModule
 from lightning_cls.data.multilabel import MultiLabelDataModule
+from lightning_cls.data.preset import AugmentPreset, create_preset, list_presets
 from lightning_cls.data.registry import create_dataset, list_datasets, register_dataset
 from lightning_cls.data.streaming import StreamingDataModule
 from lightning_cls.data.synthetic import SyntheticDataModule
@@ -20,6 +21,7 @@ from lightning_cls.data.torchvision_sets import (
 from lightning_cls.inference.spec import Split
 
 __all__ = [
+    "AugmentPreset",
     "CIFAR10DataModule",
     "CIFAR100DataModule",
     "DigitsDataModule",
@@ -32,6 +34,8 @@ __all__ = [
     "StreamingDataModule",
     "SyntheticDataModule",
     "create_dataset",
+    "create_preset",
     "list_datasets",
+    "list_presets",
     "register_dataset",
 ]

@@ -50,17 +50,17 @@ TRANSLATE_PADS = ("zeros", "reflect")
 
 
 def check_flip_and_pad(flip: str, hflip: bool, translate_pad: str) -> None:
-    """``data.flip`` and ``data.translate_pad``, or one line naming the bad value."""
+    """``augment.flip`` and ``augment.translate_pad``, or one line naming the bad value."""
     if flip not in FLIPS:
-        raise ValueError(f"Unknown data.flip={flip!r}; use one of {', '.join(FLIPS)}.")
+        raise ValueError(f"Unknown augment.flip={flip!r}; use one of {', '.join(FLIPS)}.")
     if flip == "alternate" and not hflip:
         raise ValueError(
-            "data.flip=alternate says how to flip, and data.hflip=false turns flipping off; "
-            "set data.hflip=true (or data.flip=random)."
+            "augment.flip=alternate says how to flip, and augment.hflip=false turns flipping "
+            "off; set augment.hflip=true (or augment.flip=random)."
         )
     if translate_pad not in TRANSLATE_PADS:
         raise ValueError(
-            f"Unknown data.translate_pad={translate_pad!r}; use one of {', '.join(TRANSLATE_PADS)}."
+            f"Unknown augment.translate_pad={translate_pad!r}; use one of {', '.join(TRANSLATE_PADS)}."
         )
 
 
@@ -99,15 +99,16 @@ def batch_crop(
         raise ValueError(f"crop padding must be >= 0, got {padding}.")
     if pad_mode not in TRANSLATE_PADS:
         raise ValueError(
-            f"Unknown data.translate_pad={pad_mode!r}; use one of {', '.join(TRANSLATE_PADS)}."
+            f"Unknown augment.translate_pad={pad_mode!r}; use one of {', '.join(TRANSLATE_PADS)}."
         )
     if padding == 0:
         return images
     b, c, h, w = images.shape  # (B, C, H, W)
     if pad_mode == "reflect" and padding >= min(h, w):
         raise ValueError(
-            f"data.translate_pad=reflect needs data.crop_padding < the image side ({min(h, w)} "
-            f"px), got {padding}; lower data.crop_padding or use data.translate_pad=zeros."
+            f"augment.translate_pad=reflect needs augment.crop_padding < the image side "
+            f"({min(h, w)} px), got {padding}; lower augment.crop_padding or use "
+            "augment.translate_pad=zeros."
         )
     if offsets is None:
         offsets = random_offsets(b, padding, generator)
@@ -330,12 +331,12 @@ class BatchAugment:
         check_flip_and_pad(flip, hflip, translate_pad)
         if auto_augment is not None and auto_augment not in POLICIES:
             raise ValueError(
-                f"Unknown data.auto_augment={auto_augment!r}; use one of {', '.join(POLICIES)} "
+                f"Unknown augment.auto_augment={auto_augment!r}; use one of {', '.join(POLICIES)} "
                 "or null."
             )
         if not 0.0 <= random_erasing <= 1.0:
             raise ValueError(
-                f"data.random_erasing={random_erasing} must be a probability in [0, 1] (0: off)."
+                f"augment.random_erasing={random_erasing} must be a probability in [0, 1] (0: off)."
             )
         if image_size is not None and image_size < 1:
             raise ValueError(f"image_size must be >= 1, got {image_size}.")
@@ -361,24 +362,6 @@ class BatchAugment:
         self.auto_augment, self.random_erasing = auto_augment, random_erasing
         self.flip, self.translate_pad = flip, translate_pad
 
-    @classmethod
-    def for_data(cls, data, dtype: torch.dtype = torch.float32) -> BatchAugment:
-        """The transform a DataModule's settings describe (mean/std, crop, flip, size, RRC)."""
-        return cls(
-            data.mean,
-            data.std,
-            data.crop_padding,
-            data.hflip,
-            data.channels_last,
-            dtype,
-            image_size=data.image_size,
-            random_resized_crop=getattr(data, "random_resized_crop", False),
-            auto_augment=getattr(data, "auto_augment", None),
-            random_erasing=getattr(data, "random_erasing", 0.0),
-            flip=getattr(data, "flip", "random"),
-            translate_pad=getattr(data, "translate_pad", "zeros"),
-        )
-
     def flips(
         self,
         batch_size: int,
@@ -392,9 +375,9 @@ class BatchAugment:
             return random_flips(batch_size, self.flip_p, generator)
         if indices is None:
             raise ValueError(
-                "data.flip=alternate needs each image's index in the dataset, which only the "
+                "augment.flip=alternate needs each image's index in the dataset, which only the "
                 "in-memory tensor pipeline gives (data.pipeline=tensor; not streamed data); "
-                "use data.flip=random here."
+                "use augment.flip=random here."
             )
         return alternate_flips(indices, epoch, seed)
 

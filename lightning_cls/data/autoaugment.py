@@ -334,7 +334,7 @@ def make_plan(policy: str, n: int, h: int, w: int, generator=None) -> Plan:
     if policy == "autoaugment_cifar10":
         return autoaugment_cifar10_plan(n, h, w, generator=generator)
     raise ValueError(
-        f"Unknown data.auto_augment={policy!r}; use one of {', '.join(POLICIES)} or null."
+        f"Unknown augment.auto_augment={policy!r}; use one of {', '.join(POLICIES)} or null."
     )
 
 
@@ -375,7 +375,7 @@ def random_erasing_params(
     """(N, 4) int64 boxes (top, left, h, w) as ``RandomErasing(p, scale, ratio)`` draws them;
     h = w = 0 where nothing is erased (not drawn with ``p``, or no attempt fitted)."""
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"data.random_erasing={p} must be a probability in [0, 1].")
+        raise ValueError(f"augment.random_erasing={p} must be a probability in [0, 1].")
     chosen = torch.rand(n, generator=generator, dtype=torch.float64) < p
     u_area, u_ratio, u_top, u_left = (
         torch.rand(n, attempts, generator=generator, dtype=torch.float64) for _ in range(4)

@@ -11,6 +11,9 @@ seeded draws. Sources differ only in their reader and the loader it builds (timm
   ``mean``, ``std``); ``pipeline="tensor"`` batches them with ``TensorBatchLoader`` (augmented
   on the batch's device), ``pipeline="pil"`` with per-sample torchvision transforms.
 - streamed (``data/streaming.py``): ``read_splits`` and ``make_loader`` read litdata chunks.
+
+Training augmentation is one object, ``augment`` (an ``AugmentPreset``, ``data/preset.py``),
+which builds either pipeline's train transform; a source only names its ``default_augment``.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ import pytorch_lightning as pl
 import torch
 from torchvision import transforms as T
 
-from lightning_cls.data.augment import BatchAugment, check_flip_and_pad
+from lightning_cls.data.augment import BatchAugment
 from lightning_cls.data.fingerprint import DataIndex, check_fingerprint
-from lightning_cls.data.memory import carve_val, memory_loader, pil_auto_augment
+from lightning_cls.data.memory import carve_val, memory_loader
+from lightning_cls.data.preset import AUGMENT_OPTIONS, AugmentPreset, resolve_augment
 from lightning_cls.data.tensor_loader import batch_generator
 from lightning_cls.inference.spec import InputSpec, Split
 
@@ -66,6 +70,8 @@ class ImageDataModule(pl.LightningDataModule):
     config_note = ""  # after the fix in the config check's message
     # Why ``fingerprint`` is None for this source (data/fingerprint.py; docs/data.md).
     fingerprint_note = "its images are built in or downloaded by name, not read from local files"
+    # The registered preset (data/preset.py) used when no ``augment`` is given.
+    default_augment = "none"
 
     def __init__(
         self,
@@ -76,8 +82,7 @@ class ImageDataModule(pl.LightningDataModule):
         cap_threads: bool = False,
         drop_last: bool = False,
         pipeline: str = "tensor",
-        crop_padding: int = 0,
-        hflip: bool = False,
+        augment: AugmentPreset | str | Mapping | None = None,
         channels_last: bool = False,
         train_transform: Callable | None = None,
         eval_transform: Callable | None = None,
@@ -87,21 +92,29 @@ class ImageDataModule(pl.LightningDataModule):
         num_channels: int | None = None,
         image_size: int | None = None,
         name: str | None = None,
-        auto_augment: str | None = None,
-        random_erasing: float = 0.0,
         folds: int | None = None,
         fold: int = 0,
         balanced_sampler: bool = False,
-        flip: str = "random",
-        translate_pad: str = "zeros",
         expect_fingerprint: str | None = None,
+        **old_augment_options,
     ):
+        """``augment``: the training augmentation, an ``AugmentPreset``, a registered preset's
+        name (``"crop_flip"``) or None for the source's ``default_augment``. The options it
+        holds (``hflip=``, ``crop_padding=``, ...) are still taken as keywords, deprecated."""
         super().__init__()
-        check_flip_and_pad(flip, hflip, translate_pad)
-        if flip == "alternate" and pipeline == "pil":
+        unknown = sorted(set(old_augment_options) - set(AUGMENT_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}.__init__() got an unexpected keyword argument "
+                f"'{unknown[0]}'"
+            )
+        augment = resolve_augment(
+            augment, self.default_augment, old_augment_options, type(self).__name__
+        )
+        if augment.flip == "alternate" and pipeline == "pil":
             raise ValueError(
-                "data.flip=alternate needs data.pipeline=tensor (the per-sample pil pipeline "
-                "does not know each image's epoch); use data.flip=random with pipeline=pil."
+                "augment.flip=alternate needs data.pipeline=tensor (the per-sample pil pipeline "
+                "does not know each image's epoch); use augment.flip=random with pipeline=pil."
             )
         if pipeline not in PIPELINES:
             raise ValueError(f"Unknown pipeline '{pipeline}'; use one of {', '.join(PIPELINES)}.")
@@ -117,16 +130,14 @@ class ImageDataModule(pl.LightningDataModule):
         self.persistent_workers = persistent_workers and num_workers > 0
         self.cap_threads = cap_threads
         self.drop_last, self.pipeline = drop_last, pipeline
-        self.crop_padding, self.hflip, self.channels_last = crop_padding, hflip, channels_last
+        # What training does to each image (data/preset.py): one object for both pipelines.
+        self.augment, self.channels_last = augment, channels_last
         self._train_transform, self._eval_transform = train_transform, eval_transform
         # One seed for the validation split, shuffling and every augmentation draw.
         self.val_size, self.seed = val_size, seed
-        # Stronger augmentation (data/autoaugment.py), k-fold validation (data/folds.py), a
-        # class-balanced train sampler (tensor pipeline); checked where they are used.
-        self.auto_augment, self.random_erasing = auto_augment, random_erasing
+        # k-fold validation (data/folds.py), a class-balanced train sampler (tensor pipeline);
+        # checked where they are used.
         self.folds, self.fold, self.balanced_sampler = folds, fold, balanced_sampler
-        # airbench's flip every other epoch and reflect-padded translate (data/augment.py).
-        self.flip, self.translate_pad = flip, translate_pad
         # What the config promises (model configs interpolate these); checked in setup().
         self.expected = {
             "num_classes": num_classes,
@@ -220,7 +231,8 @@ class ImageDataModule(pl.LightningDataModule):
         _ = self.fingerprint  # data.expect_fingerprint refuses other files before any work
 
     def batch_augment(self, dtype: torch.dtype = torch.float32) -> BatchAugment:
-        return BatchAugment.for_data(self, dtype)
+        """The batched train/eval transform of this data's uint8 batches (``augment.batch``)."""
+        return self.augment.batch(self.mean, self.std, self.image_size, self.channels_last, dtype)
 
     def train_dataloader(self):
         loader = self.make_loader("train", train=True)
@@ -270,7 +282,7 @@ class ImageDataModule(pl.LightningDataModule):
         the batch (the in-memory loader yields ``(x, y, key)``), so the augmentation of batch
         ``i`` of epoch ``e`` is the same however far ahead Lightning fetches; a loader that
         cannot carry one (litdata's) is keyed by the trainer's epoch, step and rank, which a
-        resumed run repeats. ``data.flip=alternate`` flips by each image's index and the key's
+        resumed run repeats. ``augment.flip=alternate`` flips by each image's index and the key's
         epoch (the loader's order for that epoch, so a resumed run flips the same images).
         The input dtype follows ``trainer.precision``: Lightning casts
         float inputs for ``*-true`` precisions before this hook, when the batch is still
@@ -311,17 +323,7 @@ class ImageDataModule(pl.LightningDataModule):
     def train_transform(self) -> Callable:
         if self._train_transform is not None:
             return self._train_transform
-        steps: list = []
-        if self.crop_padding:
-            fill = "constant" if self.translate_pad == "zeros" else "reflect"
-            steps.append(
-                T.RandomCrop(self.image_size, padding=self.crop_padding, padding_mode=fill)
-            )
-        if self.hflip:
-            steps.append(T.RandomHorizontalFlip())
-        steps += pil_auto_augment(self.auto_augment)
-        erase = [T.RandomErasing(self.random_erasing)] if self.random_erasing else []
-        return T.Compose(steps + self._to_normalized_tensor() + erase)
+        return self.augment.pil(self.image_size, self.mean, self.std, self.resize_size)
 
     def eval_transform(self) -> Callable:
         if self._eval_transform is not None:

@@ -7,7 +7,7 @@ kept) and the centre square cut out — into an in-memory uint8 split, cached on
 (``lightning_cls.data.cache``) so the next run memory-maps it.
 
 Photos (``decode_size`` > ``image_size``, e.g. 256 and 224): training takes a per-sample
-``RandomResizedCrop(image_size)`` of the cached square (``random_resized_crop=True``),
+``RandomResizedCrop(image_size)`` of the cached square (``augment.random_resized_crop=true``),
 evaluation its centre ``image_size`` crop — torchvision's ``Resize(256)`` + ``CenterCrop(224)``
 pixel for pixel, since the centre crop lies inside the cached centre square. Squares keep the
 cache one dense (N, C, S, S) array that memory-maps and batches without padding; the cost is
@@ -101,7 +101,6 @@ class ImageFolderDataModule(ImageDataModule):
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         decode_size: int | None = None,
-        random_resized_crop: bool = False,
         index: str | None = None,
         **kwargs,
     ):
@@ -110,11 +109,11 @@ class ImageFolderDataModule(ImageDataModule):
         first unreadable file, "skip" leaves such files out (``self.skipped``). ``cache``
         keeps decoded arrays in ``cache_dir`` (default ``<root>/.lightning_cls_cache``).
         ``mean``/``std`` default to ImageNet's. ``decode_size`` (default ``image_size``) is the
-        side of the cached squares; ``random_resized_crop`` trains on random resized crops of
-        them (torchvision's default scale/ratio). ``index``: a CSV of the files to keep (the
+        side of the cached squares; ``augment.random_resized_crop`` trains on random resized
+        crops of them (torchvision's default scale/ratio). ``index``: a CSV of the files to keep (the
         doctor's cleaned index, ``data/file_index.py``); others are left out. Other keyword
         arguments go to
-        ``ImageDataModule`` (batch_size, pipeline, crop_padding, hflip, val_size, seed, ...).
+        ``ImageDataModule`` (batch_size, pipeline, augment, val_size, seed, ...).
         """
         super().__init__(num_classes=num_classes, **kwargs)
         if num_channels not in (1, 3):
@@ -132,7 +131,7 @@ class ImageFolderDataModule(ImageDataModule):
                 f"set data.decode_size >= {image_size} (e.g. {round(image_size * 8 / 7)}, "
                 "torchvision's 256 for 224)."
             )
-        self.decode_size, self.random_resized_crop = decode_size, random_resized_crop
+        self.decode_size = decode_size
         self.root = Path(root).expanduser()
         self.image_size, self.num_channels = image_size, num_channels
         self.on_corrupt, self.cache, self.cache_dir = on_corrupt, cache, cache_dir
@@ -336,19 +335,6 @@ class ImageFolderDataModule(ImageDataModule):
     @property
     def resize_size(self) -> int | None:  # predict/serve: Resize(this) + CenterCrop
         return self.decode_size if self.decode_size != self.image_size else None
-
-    def train_transform(self):
-        if self._train_transform is not None or not (
-            self.random_resized_crop or self.decode_size != self.image_size
-        ):
-            return super().train_transform()
-        crop = (
-            T.RandomResizedCrop(self.image_size)
-            if self.random_resized_crop
-            else T.CenterCrop(self.image_size)
-        )
-        steps = [crop] + ([T.RandomHorizontalFlip()] if self.hflip else [])
-        return T.Compose(steps + self._to_normalized_tensor())
 
     def eval_transform(self):
         if self._eval_transform is not None or self.decode_size == self.image_size:

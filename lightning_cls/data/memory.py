@@ -14,7 +14,6 @@ from collections.abc import Callable
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
-from torchvision import transforms as T
 
 from lightning_cls.data.folds import split_fold, stratified_pick
 from lightning_cls.data.tensor_loader import TensorBatchLoader
@@ -95,22 +94,6 @@ def memory_loader(data, split: Split, train: bool):
         persistent_workers=data.persistent_workers,
         worker_init_fn=worker_init_fn if data.num_workers > 0 else None,
     )
-
-
-def pil_auto_augment(policy: str | None) -> list:
-    """torchvision's transform for ``data.auto_augment`` (the PIL pipeline's equivalent)."""
-    known = {
-        None: [],
-        "randaugment": [T.RandAugment()],
-        "trivialaugment": [T.TrivialAugmentWide()],
-        "autoaugment_cifar10": [T.AutoAugment(T.AutoAugmentPolicy.CIFAR10)],
-    }
-    if policy not in known:
-        raise ValueError(
-            f"Unknown data.auto_augment={policy!r}; use one of "
-            "randaugment, trivialaugment, autoaugment_cifar10 or null."
-        )
-    return known[policy]
 
 
 def hold_out(

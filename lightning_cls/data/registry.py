@@ -4,7 +4,7 @@ The same ``Registry`` as models and callbacks. Every built-in DataModule registe
 the name of its config (``conf/data/<name>.yaml``); a third-party package adds its own through
 the ``lightning_cls.datasets`` entry-point group, and ``data=custom data.name=<name>`` trains on
 it. A builder (a ``LightningDataModule`` class or a function returning one) takes the common
-data options (``batch_size``, ``val_size``, ``hflip``, ...) and its own as keyword arguments.
+data options (``batch_size``, ``val_size``, ``augment``, ...) and its own as keyword arguments.
 """
 
 from __future__ import annotations

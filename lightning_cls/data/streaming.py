@@ -60,7 +60,7 @@ class StreamingDataModule(ImageDataModule):
     from the environment or ``storage_options``). ``cache_dir`` (default: a fresh temporary
     folder per run, removed at teardown) holds downloaded chunks, at most ``max_cache_size``.
     ``image_size`` below the stored size trains on random resized crops
-    (``random_resized_crop``) or centre crops, and evaluates on centre crops. The other
+    (``augment.random_resized_crop``) or centre crops, and evaluates on centre crops. The other
     options are ``ImageDataModule``'s; ``val_size``, ``pipeline`` and the ``DataLoader``
     settings have no use here (the splits are as written, batches come as uint8).
     """
@@ -72,7 +72,6 @@ class StreamingDataModule(ImageDataModule):
         self,
         input_dir: str,
         image_size: int | None = None,
-        random_resized_crop: bool = False,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         cache_dir: str | None = None,
@@ -101,7 +100,6 @@ class StreamingDataModule(ImageDataModule):
             raise ValueError(f"max_split_images must be >= 1, got {max_split_images}.")
         super().__init__(name=name, **kwargs)
         self.input_dir = str(input_dir).rstrip("/")
-        self.random_resized_crop = random_resized_crop
         self._image_size, self._mean, self._std = image_size, mean, std
         self.max_cache_size, self.storage_options = max_cache_size, storage_options or {}
         self.max_split_images = max_split_images

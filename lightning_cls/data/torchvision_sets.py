@@ -92,9 +92,7 @@ class CIFAR10DataModule(TorchvisionDataModule):
     ]
     num_channels, image_size = 3, 32
     default_mean, default_std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
-
-    def __init__(self, crop_padding: int = 4, hflip: bool = True, **kw):
-        super().__init__(crop_padding=crop_padding, hflip=hflip, **kw)
+    default_augment = "crop_flip"  # pad-4 random crop + horizontal flip
 
 
 @register_dataset("cifar100")

@@ -13,6 +13,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 
 from helpers import SGD, SMALL, make_data, make_module, make_trainer
 from lightning_cls.callbacks import EarlyStopping, RngState
+from lightning_cls.data.preset import AugmentPreset
 
 # The train loader's position travels in the DataModule's state (ImageDataModule.state_dict),
 # which Lightning restores even for end-of-epoch checkpoints.
@@ -22,7 +23,7 @@ def _fit(root, max_epochs, ckpt_path=None, stop: EarlyStopping | None = None):
     """A deterministic run writing last.ckpt every epoch (+ RngState, + ``stop`` if given)."""
     pl.seed_everything(7, workers=True)
     # Random crop + flip make the run depend on the global RNG as well as the loader order.
-    data = make_data(SMALL, crop_padding=1, hflip=True)
+    data = make_data(SMALL, augment=AugmentPreset(crop_padding=1, hflip=True))
     module = make_module(data, optimizer=SGD, dropout=0.2)
     checkpoint = ModelCheckpoint(dirpath=root / "ckpt", save_last=True, save_top_k=0)
     callbacks = [*([stop] if stop else []), checkpoint, RngState()]

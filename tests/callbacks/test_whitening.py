@@ -40,7 +40,7 @@ def test_fit_start_whitens_training_patches_and_freezes_bias(tiny_data, tiny_tra
 
 
 def test_training_images_are_normalized_unaugmented(tiny_data):
-    data = tiny_data(num_channels=3, image_size=16, crop_padding=2, hflip=True)
+    data = tiny_data(num_channels=3, image_size=16, augment="airbench")
     data.setup()
     images = training_images(data, 10)
     raw = data.splits["train"].images[:10].float() / 255

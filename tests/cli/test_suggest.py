@@ -23,7 +23,7 @@ def train_config() -> dict:
     "key, expected",
     [
         ("trainer.max_epoch", "unknown key trainer.max_epoch: did you mean trainer.max_epochs?"),
-        ("data.hflp", "unknown key data.hflp: did you mean data.hflip?"),
+        ("augment.hflp", "unknown key augment.hflp: did you mean augment.hflip?"),
         ("max_epochs", "unknown key max_epochs: did you mean trainer.max_epochs?"),  # wrong level
         ("modle.name", "unknown key modle.name: did you mean model.name?"),  # the group misspelt
         ("optimizer.learning_rate", ""),  # nothing close: Hydra's own words

@@ -1,4 +1,4 @@
-"""data.flip=alternate (airbench's derandomised flip) and data.translate_pad=reflect."""
+"""augment.flip=alternate (airbench's derandomised flip) and augment.translate_pad=reflect."""
 
 import pytest
 import torch
@@ -8,6 +8,7 @@ from torchvision import transforms as T
 
 from helpers.tiny import make_data, make_module, make_trainer
 from lightning_cls.data.augment import BatchAugment, alternate_flips, batch_crop
+from lightning_cls.data.preset import AugmentPreset
 
 
 def test_alternate_flips_swap_every_epoch_and_start_at_a_fair_coin_per_image():
@@ -31,7 +32,7 @@ def test_batch_augment_alternate_mirrors_exactly_the_chosen_images():
         mask = alternate_flips(idx, epoch, 3)[:, None, None, None]
         expect = torch.where(mask, images.flip(-1), images).float() / 255
         torch.testing.assert_close(out, expect)
-    with pytest.raises(ValueError, match="data.flip=alternate needs each image's index"):
+    with pytest.raises(ValueError, match="augment.flip=alternate needs each image's index"):
         augment(images, train=True)
 
 
@@ -48,15 +49,15 @@ def test_reflect_translate_matches_torchvision_reflect_padding():
 
 
 def test_bad_values_are_one_line_before_training():
-    with pytest.raises(ValueError, match=r"Unknown data.flip='sideways'; use one of random, alt"):
-        make_data(hflip=True, flip="sideways")
-    with pytest.raises(ValueError, match=r"data.translate_pad='wrap'; use one of zeros, reflect"):
-        make_data(translate_pad="wrap")
-    with pytest.raises(ValueError, match="data.flip=alternate says how to flip.*hflip=true"):
-        make_data(flip="alternate")
-    with pytest.raises(ValueError, match="data.flip=alternate needs data.pipeline=tensor"):
-        make_data(hflip=True, flip="alternate", pipeline="pil")
-    with pytest.raises(ValueError, match="translate_pad=reflect needs data.crop_padding < the"):
+    with pytest.raises(ValueError, match=r"Unknown augment.flip='sideways'; use one of random, a"):
+        make_data(augment=AugmentPreset(hflip=True, flip="sideways"))
+    with pytest.raises(ValueError, match=r"augment.translate_pad='wrap'; use one of zeros, reflec"):
+        make_data(augment=AugmentPreset(translate_pad="wrap"))
+    with pytest.raises(ValueError, match="augment.flip=alternate says how to flip.*hflip=true"):
+        make_data(augment=AugmentPreset(flip="alternate"))
+    with pytest.raises(ValueError, match="augment.flip=alternate needs data.pipeline=tensor"):
+        make_data(augment=AugmentPreset(hflip=True, flip="alternate"), pipeline="pil")
+    with pytest.raises(ValueError, match="translate_pad=reflect needs augment.crop_padding < the"):
         batch_crop(torch.zeros(1, 1, 4, 4, dtype=torch.uint8), 4, pad_mode="reflect")
 
 
@@ -72,7 +73,7 @@ class _Record(Callback):
 
 def _fit(root, epochs, ckpt=None, save=None):
     torch.manual_seed(0)
-    data = make_data(hflip=True, flip="alternate")
+    data = make_data(augment=AugmentPreset(hflip=True, flip="alternate"))
     record = _Record()
     trainer = make_trainer(root, callbacks=[record], max_epochs=epochs)
     trainer.fit(make_module(data), datamodule=data, ckpt_path=ckpt)

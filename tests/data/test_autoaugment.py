@@ -9,6 +9,7 @@ from torchvision.transforms import v2
 
 from lightning_cls.data import autoaugment as A
 from lightning_cls.data.augment import BatchAugment, normalize
+from lightning_cls.data.preset import AugmentPreset
 
 
 def _images(n=6, c=3, h=20, w=24, seed=0):
@@ -166,9 +167,9 @@ def test_batch_augment_with_rrc_and_a_policy_leaves_the_fused_path():
 
 
 def test_bad_options_are_named():
-    with pytest.raises(ValueError, match="Unknown data.auto_augment='randaug'; use one of"):
+    with pytest.raises(ValueError, match="Unknown augment.auto_augment='randaug'; use one of"):
         BatchAugment((0.5,), (0.5,), auto_augment="randaug")
-    with pytest.raises(ValueError, match=r"data.random_erasing=1.5 must be a probability"):
+    with pytest.raises(ValueError, match=r"augment.random_erasing=1.5 must be a probability"):
         BatchAugment((0.5,), (0.5,), random_erasing=1.5)
     with pytest.raises(ValueError, match="RandAugment magnitude must be in"):
         A.randaugment_plan(2, 8, 8, magnitude=31)
@@ -177,10 +178,12 @@ def test_bad_options_are_named():
 def test_datamodule_option_reaches_both_pipelines(tmp_path):
     from lightning_cls.data.digits import DigitsDataModule
 
-    dm = DigitsDataModule(auto_augment="autoaugment_cifar10", random_erasing=0.25)
+    dm = DigitsDataModule(
+        augment=AugmentPreset(auto_augment="autoaugment_cifar10", random_erasing=0.25)
+    )
     assert dm.batch_augment().auto_augment == "autoaugment_cifar10"
     assert dm.batch_augment().random_erasing == 0.25
     names = [type(t).__name__ for t in DigitsDataModule(
-        pipeline="pil", auto_augment="randaugment", random_erasing=0.5
+        pipeline="pil", augment=AugmentPreset(auto_augment="randaugment", random_erasing=0.5)
     ).train_transform().transforms]  # fmt: skip
     assert names[0] == "RandAugment" and names[-1] == "RandomErasing"

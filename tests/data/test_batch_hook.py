@@ -7,6 +7,7 @@ import torch
 
 from helpers import make_trainer
 from lightning_cls.data import SyntheticDataModule
+from lightning_cls.data.preset import AugmentPreset
 
 
 def _data() -> SyntheticDataModule:
@@ -17,8 +18,7 @@ def _data() -> SyntheticDataModule:
         test_size=8,
         batch_size=16,
         val_size=16,
-        crop_padding=2,
-        hflip=True,
+        augment=AugmentPreset(crop_padding=2, hflip=True),
         seed=5,
     )
 

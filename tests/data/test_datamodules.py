@@ -11,6 +11,7 @@ from helpers import make_module, make_trainer
 from lightning_cls.callbacks import ShapeCheck
 from lightning_cls.data import DigitsDataModule, SyntheticDataModule
 from lightning_cls.data.base import data_fields
+from lightning_cls.data.preset import AugmentPreset
 from lightning_cls.inference.spec import InputSpec
 
 
@@ -129,8 +130,7 @@ def test_bf16_true_hands_the_model_a_bf16_batch():
         train_size=32,
         test_size=8,
         batch_size=8,
-        crop_padding=1,
-        hflip=True,
+        augment=AugmentPreset(crop_padding=1, hflip=True),
     )
     module = make_module(dm, hidden=8)
     dtypes = _InputDtypes()

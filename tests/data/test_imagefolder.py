@@ -7,6 +7,7 @@ import torch
 
 from helpers import make_module, make_trainer
 from lightning_cls.data.imagefolder import ImageFolderDataModule
+from lightning_cls.data.preset import AugmentPreset
 
 
 def _dm(root, **kw):
@@ -54,7 +55,7 @@ def test_uses_given_val_and_test_folders(full_root):
 
 
 def test_grayscale_and_loader_in_a_plain_loop(image_root):
-    dm = _dm(image_root, num_channels=1, crop_padding=1, hflip=True)
+    dm = _dm(image_root, num_channels=1, augment=AugmentPreset(crop_padding=1, hflip=True))
     dm.setup()
     assert dm.splits["train"].images.shape[1] == 1 and dm.mean == (0.449,)
     x, y = next(iter(dm.train_dataloader()))
@@ -62,7 +63,7 @@ def test_grayscale_and_loader_in_a_plain_loop(image_root):
 
 
 def test_fast_dev_run_trains(image_root):
-    dm = _dm(image_root, crop_padding=1, hflip=True)
+    dm = _dm(image_root, augment=AugmentPreset(crop_padding=1, hflip=True))
     module = make_module(dm)
     trainer = make_trainer(fast_dev_run=2)
     trainer.fit(module, datamodule=dm)
@@ -241,7 +242,7 @@ def test_decode_size_caches_squares_and_crops_them(tmp_path, make_folder):
     from torchvision import transforms as T
 
     root = make_folder(tmp_path / "photos", "train", {"a": 6, "b": 6}, size=20)
-    dm = _dm(root, decode_size=12, random_resized_crop=True, val_size=2, test_size=2, hflip=True)
+    dm = _dm(root, decode_size=12, augment="photo", val_size=2, test_size=2)
     dm.setup()
     assert dm.splits["train"].images.shape[-2:] == (12, 12)  # the cached decode size
     assert dm.spec.resize_size == 12 and dm.spec.image_size == 8

@@ -15,6 +15,7 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from helpers.tiny import make_data, make_module, make_trainer
+from lightning_cls.data.preset import AugmentPreset
 from lightning_cls.training.optim import cosine
 
 
@@ -34,8 +35,7 @@ def _fit(tmp_path, ckpt_path=None, every_step=False):
         test_size=8,
         val_size=8,
         batch_size=8,
-        crop_padding=2,
-        hflip=True,
+        augment=AugmentPreset(crop_padding=2, hflip=True),
         seed=4,
     )
     module = make_module(

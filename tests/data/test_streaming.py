@@ -14,6 +14,7 @@ pytest.importorskip("litdata")
 from helpers import make_trainer
 from lightning_cls.data.base import data_fields
 from lightning_cls.data.chunks import DATASET_FILE, write_streaming
+from lightning_cls.data.preset import AugmentPreset
 from lightning_cls.data.streaming import StreamingDataModule
 from lightning_cls.data.tensor_loader import batch_generator
 from lightning_cls.inference.spec import InputSpec
@@ -67,9 +68,7 @@ def test_round_trip_through_the_optimize_entry_point(fork_server, fork_env, tmp_
 
 def test_train_loader_serves_every_sample_once_and_augments(tmp_path):
     out, images = _write(tmp_path)
-    dm = StreamingDataModule(
-        str(out), batch_size=16, image_size=6, random_resized_crop=True, hflip=True
-    )
+    dm = StreamingDataModule(str(out), batch_size=16, image_size=6, augment="photo")
     dm.setup()
     labels = torch.cat([y for _, y in dm.train_dataloader()])
     assert sorted(labels.tolist()) == sorted((torch.arange(40) % 3).tolist())
@@ -186,7 +185,9 @@ def test_memory_stays_bounded_streaming_four_times_the_limit(tmp_path):
             with open("/proc/self/status") as f:
                 return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS"))
 
-        dm = StreamingDataModule({str(out)!r}, batch_size=64, image_size=56, random_resized_crop=True)
+        dm = StreamingDataModule(
+            {str(out)!r}, batch_size=64, image_size=56, augment={{"random_resized_crop": True}}
+        )
         dm.setup()
         augment = dm.batch_augment()
         loader = dm.train_dataloader()
@@ -244,7 +245,7 @@ def test_streamed_batches_go_through_the_base_batch_hook(tmp_path):
     """One batch hook for every source: a streamed uint8 batch (no key) is augmented with
     draws seeded from the trainer's epoch, step and rank, in trainer.precision's dtype."""
     out, _ = _write(tmp_path)
-    dm = StreamingDataModule(str(out), batch_size=8, crop_padding=2, hflip=True, seed=7)
+    dm = StreamingDataModule(str(out), batch_size=8, augment="airbench", seed=7)
     dm.setup()
     x, y = next(iter(dm.train_dataloader()))
     dm.trainer = make_trainer(precision="bf16-true")
@@ -389,9 +390,11 @@ def test_export_auto_calibrates_and_scores_on_streamed_splits(trained, tmp_path)
 
 def test_stronger_augmentation_applies_and_unsupported_options_are_named(tmp_path):
     out, _ = _write(tmp_path)
-    plain = StreamingDataModule(str(out), batch_size=8, hflip=False)
+    plain = StreamingDataModule(str(out), batch_size=8, augment="none")
     strong = StreamingDataModule(
-        str(out), batch_size=8, hflip=False, auto_augment="randaugment", random_erasing=1.0
+        str(out),
+        batch_size=8,
+        augment=AugmentPreset(auto_augment="randaugment", random_erasing=1.0),
     )
     plain.setup()
     strong.setup()
