@@ -33,9 +33,10 @@ def _groups(text: str) -> dict[str, tuple[set[str], str]]:
     [
         ("serve", ["ckpt_path"], {"paths", "serve"}),
         ("predict", ["ckpt_path", "inputs"], {"paths"}),
-        ("export", ["ckpt_path"], {"data", "export", "paths"}),
+        ("export", ["ckpt_path"], {"augment", "data", "export", "paths"}),
         ("explain", ["ckpt_path", "inputs"], {"paths"}),
-        ("eval", ["ckpt_path"], {"data", "logger", "paths", "trainer"}),
+        # augment: a data config picks its preset (data=cifar10: augment=crop_flip)
+        ("eval", ["ckpt_path"], {"augment", "data", "logger", "paths", "trainer"}),
     ],
 )
 def test_help_is_the_commands_own(command, required, groups, user_command, tmp_path):
