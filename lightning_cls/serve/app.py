@@ -136,6 +136,14 @@ class ServeApp:
         if declared.isdigit() and int(declared) > config.max_body_bytes:
             raise too_large(int(declared), config.max_body_bytes)
         raw = await self._read_body(receive)
+        content = content_type.decode("latin-1")
+        return await self.admitted(lambda deadline: work(content, raw, deadline))
+
+    async def admitted(self, work: Callable[[float], Awaitable[Any]]) -> Any:
+        """A received request's queue slot (503 with Retry-After while ``serve.max_queue``
+        requests are in flight, or draining), then ``work(deadline)`` within ``serve.timeout``
+        (504): ``admit``'s second half, and the gRPC port's (``grpc_oip.py``) whole."""
+        config = self.config
         # A queue slot only now: a slow or stalled upload holds none.
         if self.draining or self.in_flight >= config.max_queue:
             reason = (
@@ -147,8 +155,7 @@ class ServeApp:
         self.in_flight += 1
         self.metrics.queue_depth(+1)
         try:  # serve.timeout runs from here: header checks, decoding and the model
-            deadline = time.monotonic() + config.timeout
-            return await work(content_type.decode("latin-1"), raw, deadline)
+            return await work(time.monotonic() + config.timeout)
         except (TimeoutError, Expired):  # asyncio's timeouts raise TimeoutError (Python 3.11)
             raise Reject(
                 504,

@@ -29,6 +29,9 @@ class ServeConfig:
     engine: str = "asgi"
     host: str = "127.0.0.1"
     port: int = 8000
+    # The Open Inference Protocol over gRPC on this port too (grpc_oip.py, the grpc extra);
+    # None: HTTP only.
+    grpc_port: int | None = None
     workers: int = 1  # independent server processes sharing the port (SO_REUSEPORT)
     threads: int | None = None  # intra-op threads per worker; default cores // workers
     max_batch_size: int = 32  # images per model call (a long request is split)
@@ -74,6 +77,16 @@ class ServeConfig:
             )
         if not 1024 <= int(self.port) <= 65535:
             raise ValueError(f"serve.port={self.port} must be in 1024..65535.")
+        if self.grpc_port is not None and (
+            not isinstance(self.grpc_port, int)
+            or isinstance(self.grpc_port, bool)
+            or not 1024 <= self.grpc_port <= 65535
+            or self.grpc_port == self.port
+        ):
+            raise ValueError(
+                f"serve.grpc_port={self.grpc_port!r} must be a port in 1024..65535 other than "
+                f"serve.port={self.port}, or null (no gRPC)."
+            )
         for key in (
             "workers",
             "max_batch_size",

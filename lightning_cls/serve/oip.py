@@ -38,8 +38,9 @@ import time
 import numpy as np
 
 from lightning_cls import __version__
-from lightning_cls.serve.inputs import Reject, checked_top_k
+from lightning_cls.serve.inputs import Reject, checked_top_k, too_large
 from lightning_cls.serve.oip_tensors import (
+    Request,
     TensorSpec,
     classification,
     encode_response,
@@ -78,24 +79,28 @@ class OpenInference:
                 TensorSpec("prediction", "BYTES", (-1,)),  # /predict's JSON object
             ],
         }
-        self.metadata = dumps(
-            {
-                "name": self.name,
-                "versions": [self.version],
-                "platform": f"lightning_cls_{kind}",
-                "inputs": [s.metadata() for s in self.inputs.values()],
-                "outputs": [s.metadata() for o in self.outputs.values() for s in o],
-                "parameters": {
-                    "classes": list(spec.classes),
-                    "task": spec.task,
-                    "image_size": spec.image_size,
-                    "num_channels": spec.num_channels,
-                    "mean": list(spec.mean),
-                    "std": list(spec.std),
-                },
-            }
-        )
+        self.metadata_dict = {  # ModelMetadata over gRPC (grpc_oip.py): the same, less parameters
+            "name": self.name,
+            "versions": [self.version],
+            "platform": f"lightning_cls_{kind}",
+            "inputs": [s.metadata() for s in self.inputs.values()],
+            "outputs": [s.metadata() for o in self.outputs.values() for s in o],
+            "parameters": {
+                "classes": list(spec.classes),
+                "task": spec.task,
+                "image_size": spec.image_size,
+                "num_channels": spec.num_channels,
+                "mean": list(spec.mean),
+                "std": list(spec.std),
+            },
+        }
+        self.metadata = dumps(self.metadata_dict)
         self.config = dumps(self.model_config(kind))
+        self.server_metadata = {
+            "name": "lightning_cls",
+            "version": __version__,
+            "extensions": EXTENSIONS,
+        }
 
     async def __call__(self, scope, receive, send_message) -> None:
         path, method = scope["path"].rstrip("/"), scope["method"]
@@ -106,9 +111,10 @@ class OpenInference:
             return await _error(
                 send_message, 405, f"{path} takes GET, not {method}", {"allow": "GET"}
             )
+        if method == "GET" and (refused := self._body_refused(scope)) is not None:
+            return await _error(send_message, refused.status, refused.detail, refused.headers)
         if path == V2_PREFIX:
-            body = {"name": "lightning_cls", "version": __version__, "extensions": EXTENSIONS}
-            return await send(send_message, 200, dumps(body))
+            return await send(send_message, 200, dumps(self.server_metadata))
         if path == "/v2/health/live":
             return await send(send_message, 200, b'{"live":true}')
         if path == "/v2/health/ready":
@@ -119,12 +125,10 @@ class OpenInference:
         if match is None:
             return await _error(send_message, 404, f"no Open Inference Protocol endpoint {path}")
         name, version, action = match.groups()
-        if name != self.name or version not in (None, self.version):
-            which = f"'{name}'" + (f" version '{version}'" if version else "")
-            served = f"'{self.name}' (version '{self.version}')"
-            return await _error(
-                send_message, 404, f"unknown model {which}; this server serves {served}"
-            )
+        try:
+            self.check_model(name, version)
+        except Reject as err:
+            return await _error(send_message, err.status, err.detail)
         want = "POST" if action == "/infer" else "GET"
         if method != want:
             return await _error(
@@ -141,10 +145,38 @@ class OpenInference:
             return await send(send_message, 200, self.statistics())
         return await send(send_message, 200, self.metadata)
 
+    def check_model(self, name: str, version: str | None) -> None:
+        """A 404 naming the model served unless ``name`` (and ``version``, if given) is it."""
+        if name != self.name or version not in (None, self.version):
+            which = f"'{name}'" + (f" version '{version}'" if version else "")
+            served = f"'{self.name}' (version '{self.version}')"
+            raise Reject(404, f"unknown model {which}; this server serves {served}")
+
+    def _body_refused(self, scope) -> Reject | None:
+        """A GET (health, metadata, config, stats) takes no body: one declared over
+        ``serve.max_body_bytes`` is a 413 as ``/predict``'s, any other a 400; never read."""
+        declared, chunked = b"", False
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = value
+            elif name == b"transfer-encoding":
+                chunked = True
+        limit = self.app.config.max_body_bytes
+        if declared.isdigit() and int(declared) > limit:
+            refused = too_large(int(declared), limit)
+            return Reject(413, refused.detail, {"connection": "close"})
+        if chunked or (declared and declared != b"0"):
+            detail = f"GET {scope['path']} takes no body; send the request without one"
+            return Reject(400, detail, {"connection": "close"})
+        return None
+
+    def model_stats(self) -> dict:
+        """Triton's ``$model_stat`` for the served model (``ServeMetrics``' counters)."""
+        return {"name": self.name, "version": self.version, **self.app.metrics.model_stats()}
+
     def statistics(self) -> bytes:
         """Triton's ``$stats_model_response`` for the served model."""
-        stat = {"name": self.name, "version": self.version, **self.app.metrics.model_stats()}
-        return dumps({"model_stats": [stat]})
+        return dumps({"model_stats": [self.model_stats()]})
 
     def model_config(self, kind: str) -> dict:
         """Triton's model configuration (``model_config.proto`` as JSON): dims without the
@@ -209,6 +241,13 @@ class OpenInference:
     async def _answer(self, raw: bytes, json_length: int | None, deadline: float):
         config = self.app.config
         request = parse_request(raw, json_length, self.inputs, config.max_images_per_request)
+        return encode_response(*await self.run(request, deadline))
+
+    async def run(self, request: Request, deadline: float) -> tuple[dict, list[tuple]]:
+        """A checked request (over HTTP, or gRPC: ``grpc_oip.py``) -> the answer's head
+        (model name and version, id) and its outputs as (name, datatype, shape, data,
+        binary), from the batcher before ``deadline``."""
+        config = self.app.config
         offered = {s.name: s for s in self.outputs[request.input]}
         for name in request.outputs:
             if name not in offered:
@@ -249,7 +288,7 @@ class OpenInference:
             asked = request.outputs.get(name, {})
             binary = asked.get("binary_data", binary_default) is True
             outputs.append(self._output(offered[name], values[name](), asked, binary))
-        return encode_response(head, outputs)
+        return head, outputs
 
     def _output(self, spec: TensorSpec, data, asked: dict, binary: bool) -> tuple:
         """One output as (name, datatype, shape, data, binary); its classification, if asked."""

@@ -86,15 +86,13 @@ def parse_request(
         raise Reject(400, f"request JSON is not valid ({err})") from err
     if not isinstance(body, dict) or not isinstance(body.get("inputs"), list):
         raise Reject(400, 'request JSON must be an object with an "inputs" list')
-    known = " or ".join(f"'{s.name}' ({s.datatype})" for s in inputs.values())
     if len(body["inputs"]) != 1 or not isinstance(body["inputs"][0], dict):
-        raise Reject(400, f"send exactly one input, {known}; got {len(body['inputs'])}")
+        raise Reject(400, f"send exactly one input, {_known(inputs)}; got {len(body['inputs'])}")
     tensor = body["inputs"][0]
     name = tensor.get("name")
-    if not isinstance(name, str) or name not in inputs:
-        raise Reject(400, f"unknown input {name!r}; this model takes {known}")
-    spec = inputs[name]
-    shape = _checked_shape(tensor, spec, max_batch)
+    spec, shape = checked_input(
+        name, tensor.get("datatype"), tensor.get("shape"), inputs, max_batch
+    )
     size = _parameters(tensor, f"input '{name}'").get("binary_data_size")
     if size is not None:
         rest = len(raw) - (json_length or len(raw))
@@ -105,7 +103,7 @@ def parse_request(
                 f"input '{name}': binary_data_size={size!r} but {rest} bytes "
                 "follow the JSON (Inference-Header-Content-Length gives its length)",
             )
-        data = _from_binary(raw[json_length : json_length + size], spec, shape)
+        data = from_binary(raw[json_length : json_length + size], spec, shape)
     elif "data" in tensor:
         data = _from_json(tensor["data"], spec, shape)
     else:
@@ -119,6 +117,21 @@ def parse_request(
     parameters = _parameters(body, "the request")
     asked = {o["name"]: _parameters(o, f"output '{o['name']}'") for o in outputs}
     return Request(name, data, asked, parameters, body.get("id"))
+
+
+def _known(inputs: dict[str, TensorSpec]) -> str:
+    return " or ".join(f"'{s.name}' ({s.datatype})" for s in inputs.values())
+
+
+def checked_input(
+    name: Any, datatype: Any, shape: Any, inputs: dict[str, TensorSpec], max_batch: int
+) -> tuple[TensorSpec, tuple[int, ...]]:
+    """An input's name, datatype and shape (over HTTP or gRPC) -> its ``TensorSpec`` and
+    shape, or a 400 naming the one at fault."""
+    if not isinstance(name, str) or name not in inputs:
+        raise Reject(400, f"unknown input {name!r}; this model takes {_known(inputs)}")
+    spec = inputs[name]
+    return spec, _checked_shape({"shape": shape, "datatype": datatype}, spec, max_batch)
 
 
 def _parameters(entry: dict, which: str) -> dict:
@@ -169,7 +182,9 @@ def _checked_shape(tensor: dict, spec: TensorSpec, max_batch: int) -> tuple[int,
     return tuple(shape)
 
 
-def _from_binary(chunk: bytes, spec: TensorSpec, shape: tuple[int, ...]):
+def from_binary(chunk: bytes, spec: TensorSpec, shape: tuple[int, ...]):
+    """Raw tensor bytes (the binary-data extension's, gRPC's ``raw_input_contents``) -> a
+    float32 array of ``shape`` or ``shape[0]`` BYTES elements; a 400 when they do not fit."""
     count = math.prod(shape)
     if spec.datatype == "BYTES":
         items, offset = [], 0
@@ -190,7 +205,7 @@ def _from_binary(chunk: bytes, spec: TensorSpec, shape: tuple[int, ...]):
             f"input '{spec.name}': {len(chunk)} binary bytes for shape "
             f"{list(shape)}; FP32 needs {count * 4}",
         )
-    return _finite(np.frombuffer(chunk, "<f4").reshape(shape).astype(np.float32), spec.name)
+    return finite(np.frombuffer(chunk, "<f4").reshape(shape).astype(np.float32), spec.name)
 
 
 def _from_json(data: Any, spec: TensorSpec, shape: tuple[int, ...]):
@@ -218,10 +233,10 @@ def _from_json(data: Any, spec: TensorSpec, shape: tuple[int, ...]):
             f"input '{spec.name}': {array.size} numbers for shape "
             f"{list(shape)}, which holds {count}",
         )
-    return _finite(array.reshape(shape), spec.name)
+    return finite(array.reshape(shape), spec.name)
 
 
-def _finite(array: np.ndarray, name: str) -> np.ndarray:
+def finite(array: np.ndarray, name: str) -> np.ndarray:
     """``array`` when every value is a finite float32; else a 400 counting the others."""
     bad = array.size - int(np.isfinite(array).sum())
     if bad:
@@ -259,11 +274,7 @@ def encode_response(head: dict, outputs: list[tuple[str, str, list[int], Any, bo
     for name, datatype, shape, data, binary in outputs:
         entry = {"name": name, "datatype": datatype, "shape": shape}
         if binary:
-            blob = (
-                b"".join(struct.pack("<I", len(b)) + b for b in data)
-                if datatype == "BYTES"
-                else np.ascontiguousarray(data, "<f4").tobytes()
-            )
+            blob = tensor_bytes(datatype, data)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         elif datatype == "BYTES":
@@ -275,3 +286,11 @@ def encode_response(head: dict, outputs: list[tuple[str, str, list[int], Any, bo
     if not blobs:
         return text, None
     return text + b"".join(blobs), len(text)
+
+
+def tensor_bytes(datatype: str, data) -> bytes:
+    """An output's raw bytes: BYTES elements each after its 4-byte little-endian length,
+    FP32 little-endian float32 (the binary-data extension's, gRPC's ``raw_output_contents``)."""
+    if datatype == "BYTES":
+        return b"".join(struct.pack("<I", len(b)) + b for b in data)
+    return np.ascontiguousarray(data, "<f4").tobytes()

@@ -78,9 +78,20 @@ class DrainingServer(uvicorn.Server):
     waits for admitted ones, then shuts down; uvicorn's ``handle_exit`` is its documented
     signal hook."""
 
-    def __init__(self, config: uvicorn.Config, app: ServeApp, drain_s: float):
+    def __init__(self, config: uvicorn.Config, app: ServeApp, drain_s: float, grpc=None):
         super().__init__(config)
         self.app, self.drain_s = app, drain_s
+        self.grpc = grpc  # serve.grpc_port's server (grpc_oip.py), on this event loop
+
+    async def startup(self, sockets=None) -> None:
+        if self.grpc is not None:  # before HTTP: /health answering means both are open
+            await self.grpc.start()
+        await super().startup(sockets)
+
+    async def shutdown(self, sockets=None) -> None:
+        if self.grpc is not None:  # drained (_drain) by now: admission is shared
+            await self.grpc.stop(self.config.timeout_graceful_shutdown)
+        await super().shutdown(sockets)
 
     def handle_exit(self, sig, frame) -> None:
         if self.app.draining:  # a second signal: stop now
@@ -115,11 +126,18 @@ def run_worker(config: ServeConfig, metrics: ServeMetrics, reuse_port: bool) -> 
         log_level=config.log_level,
         timeout_graceful_shutdown=min(1.0, config.drain_s / 2),
     )
-    server = DrainingServer(uv_config, app, config.drain_s)
+    grpc = None
+    if config.grpc_port is not None:
+        from lightning_cls.serve.grpc_oip import GrpcServer
+
+        grpc = GrpcServer(app, config)
+    server = DrainingServer(uv_config, app, config.drain_s, grpc)
     metrics.worker_ready(os.getpid())
     log.info(
         "Serving %s on http://%s:%d (pid %d)", predictor, config.host, config.port, os.getpid()
     )
+    if grpc is not None:
+        log.info("and over gRPC on %s:%d", config.host, config.grpc_port)
     try:
         server.run(sockets=[sock])
     finally:
@@ -149,7 +167,7 @@ def _descriptors_for(max_connections: int, spare: int = 256) -> None:
         )
 
 
-def bind(host: str, port: int, reuse_port: bool) -> socket.socket:
+def bind(host: str, port: int, reuse_port: bool, key: str = "serve.port") -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -160,8 +178,8 @@ def bind(host: str, port: int, reuse_port: bool) -> socket.socket:
     except OSError as err:
         sock.close()
         raise ValueError(
-            f"serve.port={port} on {host} cannot be bound ({err.strerror}); "
-            "stop what uses it or choose another serve.port."
+            f"{key}={port} on {host} cannot be bound ({err.strerror}); "
+            f"stop what uses it or choose another {key}."
         ) from err
     sock.listen(2048)
     sock.set_inheritable(True)
@@ -178,6 +196,10 @@ def serve(config: ServeConfig) -> None:
 
 
 def _serve(config: ServeConfig, metrics: ServeMetrics) -> None:
+    if config.grpc_port is not None:  # fail here, in one line: no grpcio, or the port taken
+        import lightning_cls.serve.grpc_oip  # noqa: F401
+
+        bind(config.host, config.grpc_port, reuse_port=False, key="serve.grpc_port").close()
     if config.workers == 1:
         return run_worker(config, metrics, reuse_port=False)
     if not hasattr(socket, "SO_REUSEPORT"):
