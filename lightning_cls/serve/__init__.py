@@ -3,7 +3,7 @@
 ``ServeConfig`` (``config.py``) holds every option; ``ServeApp`` (``app.py``) is the ASGI app
 (``/predict``, ``/``, ``/health``, ``/info``, ``/metrics``), and ``oip.py`` the Open Inference
 Protocol v2 under ``/v2`` (``oip_tensors.py``: its tensors; ``responses.py``: the JSON answers
-both send); ``inputs.py`` checks and decodes request bodies; ``Batcher`` (``batcher.py``)
+both send), and ``grpc_oip.py`` the same over gRPC on ``serve.grpc_port`` (the ``grpc`` extra); ``inputs.py`` checks and decodes request bodies; ``Batcher`` (``batcher.py``)
 batches on the event loop and runs the model in one thread; ``serve`` (``server.py``) runs it on uvicorn in one or ``workers`` processes, with
 a SIGTERM drain. Needs the ``serve`` extra. No Hydra or Lightning below the entry point.
 """
