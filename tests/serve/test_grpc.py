@@ -64,7 +64,7 @@ def both(artifacts, tmp_path_factory):
     proc.grpc_url = f"127.0.0.1:{grpc_port}"
     proc.name = httpx.get(proc.url + "/info").json()["model"]["name"]
     yield proc
-    proc.stop()
+    assert proc.stop() == 0  # SIGTERM: both ports drained and closed, exit 0
 
 
 def _tensor(x: np.ndarray) -> grpcclient.InferInput:
