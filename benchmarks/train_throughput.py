@@ -236,7 +236,7 @@ def run_lightning(
     so the caller can tell whether bf16-mixed really ran in bf16.
     """
     bf16 = fast and cpu_has_native_bf16()
-    module = ClassificationModule(net=make_model(channels_last=fast), classes=dm.classes)
+    module = ClassificationModule(net=make_model(channels_last=fast), spec=dm.spec)
     if seen_dtypes is not None:
         module.net.register_forward_hook(lambda mod, inp, out: seen_dtypes.add(str(out.dtype)))
     clock = _Clock(args.warmup)

@@ -15,6 +15,7 @@ config beside the artifact, as for a checkpoint).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from functools import partial
@@ -168,14 +169,13 @@ def _override_tta(module: ClassificationModule, flip, translate) -> dict:
             f"tta_translate={translate!r} is not a pixel shift; use an int >= 0 (0: none, "
             "1: airbench's level 2) or null for the checkpoint's own."
         )
+    tta = module.tta  # inference/tta.py: TTA
     if flip is not None:
-        module.hparams.tta_flip = bool(flip)
+        tta = dataclasses.replace(tta, flip=bool(flip))
     if translate is not None:
-        module.hparams.tta_translate = translate
-    return {
-        "tta_flip": bool(module.hparams.get("tta_flip", False)),
-        "tta_translate": int(module.hparams.get("tta_translate", 0) or 0),
-    }
+        tta = dataclasses.replace(tta, translate=translate)
+    module.hparams["tta"] = tta.to_dict()
+    return {"tta_flip": tta.flip, "tta_translate": tta.translate}
 
 
 @hydra.main(config_path=config_dir(), config_name="eval", version_base="1.3")

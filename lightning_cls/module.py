@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytorch_lightning as pl
@@ -12,17 +13,21 @@ from torch import nn
 from torchmetrics import CatMetric, MeanMetric, Metric, MetricCollection
 
 from lightning_cls.inference.network import build_network, class_names
-from lightning_cls.inference.predictor import selective_tta
-from lightning_cls.inference.predictor import tta as test_time_augment
 from lightning_cls.inference.rules.msp import MSP
-from lightning_cls.inference.spec import InputSpec
+from lightning_cls.inference.spec import REQUIRED_KEYS, InputSpec
 from lightning_cls.inference.tasks import Task
+from lightning_cls.inference.tta import LEGACY_KEYS, TTA, selective_tta, warn_legacy
 from lightning_cls.models import fill_input_options
 from lightning_cls.training.distill import Distiller
 from lightning_cls.training.optim import apply_group_scales
-from lightning_cls.training.selective_tta import check_tta, choose_threshold
+from lightning_cls.training.selective_tta import choose_threshold
 from lightning_cls.training.tasks import TrainingTask, checkpoint_task, create_training_task
 from lightning_cls.training.tasks.base import FLAT_OPTIONS, task_config, warn_flat
+
+# The input fields a spec gives the module, saved flat in its hyperparameters as every reader
+# of checkpoints (InputSpec.from_hparams, model_weights.json, resume's data check) takes them.
+INPUT_FIELDS = ("classes", "mean", "std", "image_size", "num_channels", "resize_size")
+INPUT_FIELDS += ("data_fingerprint",)
 
 
 class EpochMean:
@@ -62,13 +67,13 @@ class ClassificationModule(pl.LightningModule):
     checkpoint's hyperparameters are plain containers and ``load_from_checkpoint`` rebuilds it
     without Hydra. Pass ``net`` to wrap any other ``nn.Module`` (then pass it again on load).
 
-    ``classes``, ``mean``, ``std``, ``image_size`` and ``num_channels`` describe the input the
-    network expects; they travel in the checkpoint so predict/export need nothing else.
+    ``spec`` (an ``InputSpec`` or its dict, e.g. ``datamodule.spec``) describes the input the
+    network expects (classes, mean/std, image size, channels, resize, data fingerprint); its
+    fields travel in the checkpoint so predict/export need nothing else.
     ``optimizer`` and ``scheduler`` are partials: ``optimizer(params)`` and
     ``scheduler(optimizer, total_steps=...)`` (see ``lightning_cls.training.optim``).
     ``classes``/``num_classes`` (attributes) and ``test_confusion`` (a
-    ``MulticlassConfusionMatrix`` over the last test run) are read by callbacks. ``spec`` (an
-    ``InputSpec``, e.g. ``datamodule.spec``) gives those input fields at once.
+    ``MulticlassConfusionMatrix`` over the last test run) are read by callbacks.
 
     ``task`` (a name, or the mapping of a name and every option of that task:
     ``conf/task/<name>.yaml``, e.g. ``{"name": "multiclass", "label_smoothing": 0.1}``;
@@ -76,14 +81,15 @@ class ClassificationModule(pl.LightningModule):
     decision rule and what calibration chose; this module asks it and never branches on it,
     and lists none of its options. What the task chose while learning (a multi-label
     threshold, ``"auto"`` weights) appears in ``hparams["task"]`` and so in every checkpoint.
-    Options given flat (``label_smoothing=0.1``: older code and checkpoints) still work,
-    deprecated. ``distill`` (a ``Distiller``) adds a teacher's soft targets to the training
+    Older checkpoints' flat options (``label_smoothing``) still load, deprecated
+    (``load_from_checkpoint``). ``distill`` (a ``Distiller``) adds a teacher's soft targets to the training
     loss; the teacher is not part of the module or its checkpoints.
 
-    ``tta="selective"``: the TTA of ``tta_flip``/``tta_translate`` only for images whose plain
-    confidence is below ``tta_threshold``, chosen at each validation epoch's end (validation
+    ``tta`` (a ``TTA``, ``inference/tta.py``; ``conf/tta/``) is the evaluation's test-time
+    augmentation. ``TTA(mode="selective")``: its flip/translate only for images whose plain
+    confidence is below ``tta.threshold``, chosen at each validation epoch's end (validation
     itself runs the full TTA to choose it: the least share of images whose accuracy is within
-    ``tta_tolerance`` of full TTA's; ``training/selective_tta.py``). The threshold is a
+    ``tta.tolerance`` of full TTA's; ``training/selective_tta.py``). The threshold is a
     hyperparameter, so checkpoints and every exported spec carry it; ``test/tta_share``
     (and ``val/tta_share``) log the share of images that got the TTA.
     """
@@ -95,47 +101,27 @@ class ClassificationModule(pl.LightningModule):
         net: nn.Module | None = None,
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[..., Any] | None = None,
-        classes: Sequence[str] | None = None,
-        mean: Sequence[float] | None = None,
-        std: Sequence[float] | None = None,
-        image_size: int | None = None,
-        num_channels: int | None = None,
-        tta_flip: bool = False,
-        tta_translate: int = 0,
-        resize_size: int | None = None,  # photos: shorter side resized to this, centre-cropped
         param_groups: Callable[[nn.Module], list[dict]] | None = None,
         task: str | Mapping[str, Any] = "multiclass",  # a name, or {name, its options}
         distill: Distiller | None = None,  # a teacher's soft targets (training/distill.py)
-        spec: InputSpec | None = None,  # the input fields above at once (datamodule.spec)
-        tta: str = "full",  # full | selective (TTA only below a confidence threshold)
-        tta_threshold: float | None = None,  # selective's threshold (chosen on validation)
-        tta_tolerance: float = 0.002,  # selective: accuracy it may give up against full TTA
-        data_fingerprint: str | None = None,  # sha256 of the files trained on (data/fingerprint.py)
-        **flat_task_options: Any,  # deprecated: a task's options given beside the module's
+        spec: InputSpec | Mapping[str, Any] | None = None,  # the input (datamodule.spec)
+        tta: TTA | Mapping[str, Any] | None = None,  # test-time augmentation (None: none)
     ):
         super().__init__()
-        check_tta(tta, tta_flip, tta_translate, tta_tolerance)
-        warn_flat(  # only those set: an older checkpoint holds every built-in option
-            {k: v for k, v in flat_task_options.items() if v != FLAT_OPTIONS.get(k, v)},
-            "ClassificationModule options",
-        )
-        task = task_config(task, flat_task_options)
+        tta = TTA.from_value(tta)
+        task = task_config(task)
         self.save_hyperparameters(
-            ignore=["net", "optimizer", "scheduler", "param_groups", "distill", "spec"]
+            ignore=["net", "optimizer", "scheduler", "param_groups", "distill", "spec", "tta"]
         )
-        for key in flat_task_options:  # they live in the task's mapping
-            self.hparams.pop(key, None)
         self.hparams["task"] = task
-        if spec is not None:  # its input fields, as plain containers (weights_only checkpoints)
-            self.hparams.update(
-                classes=list(spec.classes),
-                mean=list(spec.mean),
-                std=list(spec.std),
-                image_size=spec.image_size,
-                num_channels=spec.num_channels,
-                resize_size=spec.resize_size,
-                data_fingerprint=spec.data_fingerprint,  # the files it learned from
-            )
+        self.hparams["tta"] = tta.to_dict()  # plain containers: weights_only checkpoints
+        classes = image_size = num_channels = None
+        if spec is not None:  # its input fields, flat, as every reader of checkpoints takes them
+            if not isinstance(spec, InputSpec):
+                spec = InputSpec.from_dict(spec, "ClassificationModule(spec=...)")
+            saved = {key: getattr(spec, key) for key in INPUT_FIELDS}
+            saved.update(classes=list(spec.classes), mean=list(spec.mean), std=list(spec.std))
+            self.hparams.update(saved)
             classes, image_size = self.hparams.classes, spec.image_size
             num_channels = spec.num_channels
         if net is None:
@@ -148,6 +134,12 @@ class ClassificationModule(pl.LightningModule):
             model_kwargs = fill_input_options(model_kwargs or {}, spec)
             self.hparams["model_kwargs"] = model_kwargs
             net = build_network(model_name, model_kwargs, classes)
+        elif classes is None and not (model_kwargs or {}).get("num_classes"):
+            raise ValueError(
+                "ClassificationModule(net=...) cannot tell the number of classes: pass "
+                "spec=datamodule.spec (an InputSpec naming the classes) or model_kwargs="
+                "{'num_classes': ...}."
+            )
         self.net = net
         # The one place the number of classes is derived (metrics, mixup and plots read it).
         self.classes = class_names(classes, (model_kwargs or {}).get("num_classes"))
@@ -165,7 +157,7 @@ class ClassificationModule(pl.LightningModule):
         self.distiller = distill  # a plain object: the teacher is no submodule (not saved)
         # Selective TTA: each validation image's confidence and plain/full-TTA hits (synced
         # over ranks), and the share of images that got the TTA per stage.
-        if tta == "selective":
+        if tta.mode == "selective":
             keys = ("confidence", "plain", "full")
             self.tta_records = nn.ModuleDict({k: CatMetric() for k in keys})
         self.tta_share = nn.ModuleDict({stage: MeanMetric() for stage in ("val", "test")})
@@ -181,6 +173,28 @@ class ClassificationModule(pl.LightningModule):
         if task is not None:
             hparams["task"] = task.config()
         return hparams
+
+    @property
+    def tta(self) -> TTA:
+        """The evaluation's test-time augmentation (``hparams["tta"]``, its threshold as
+        selective TTA chose it)."""
+        return TTA.from_value(self.hparams["tta"])
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None,
+                             strict=None, weights_only=None, **kwargs):  # fmt: skip
+        """Lightning's ``load_from_checkpoint``, given the constructor arguments that the
+        checkpoint's hyperparameters hold in another shape (``init_arguments``): the input
+        fields are saved flat (every checkpoint reader takes them so) and become ``spec``; an
+        older checkpoint's flat TTA keys (``tta_flip``, ...) and task options
+        (``label_smoothing``, ...) become ``tta`` and ``task``. Lightning passes only the
+        constructor's parameters through, so this is the one place those layouts are read
+        (``kwargs`` still win)."""
+        saved = saved_hparams(checkpoint_path)
+        kwargs = {**init_arguments(saved), **kwargs}
+        return super().load_from_checkpoint(
+            checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs
+        )
 
     @property
     def decision(self) -> Task:
@@ -291,7 +305,7 @@ class ClassificationModule(pl.LightningModule):
         self._end_eval_epoch("test")
 
     def _end_eval_epoch(self, stage: str) -> None:
-        if stage == "val" and self.hparams.get("tta", "full") == "selective":
+        if stage == "val" and self.tta.mode == "selective":
             self._choose_tta_threshold()
         tensors = self.task.epoch_tensors(stage)  # computed (and synced over ranks) once
         self._log_epoch(self.task.epoch_end(stage, tensors))
@@ -314,8 +328,9 @@ class ClassificationModule(pl.LightningModule):
         calibration chose (``training/calibration.py``). Either layout of hyperparameters."""
         saved = checkpoint.get("hyper_parameters") or {}
         self.task.restore(checkpoint_task(saved))
-        if saved.get("tta_threshold") is not None:  # selective TTA's, chosen with these weights
-            self.hparams["tta_threshold"] = saved["tta_threshold"]
+        threshold = saved_tta(saved).threshold
+        if threshold is not None:  # selective TTA's, chosen with these weights
+            self.hparams["tta"] = self.tta.with_threshold(threshold).to_dict()
 
     def per_class_results(self, stage: str, metrics: Mapping | None = None) -> dict[str, dict]:
         """Per class of the last ``stage`` ("val"/"test") epoch, as the task reports it:
@@ -331,21 +346,22 @@ class ClassificationModule(pl.LightningModule):
         return self.task.per_class(stage, tensors, list(self.classes), metrics)
 
     def _logits(self, x: torch.Tensor, tta: bool, y=None, stage: str | None = None):
-        flip, translate = self.hparams.tta_flip, self.hparams.get("tta_translate", 0)
-        if not tta or not (flip or translate):
+        options = self.tta
+        flip, translate = options.flip, options.translate
+        if not tta or not options.active:
             return self(x)  # (B, classes)
         # Flip / translate TTA (airbench), the same functions as the exported Predictor's.
         confidence = lambda logits: self.decision.confidence(logits, MSP)  # noqa: E731
-        if stage == "val" and self.hparams.get("tta", "full") == "selective":
+        if stage == "val" and options.mode == "selective":
             plain = self(x)  # (B, classes): recorded with the full TTA's, to choose by
             full, _ = selective_tta(self, x, flip, translate, math.inf, confidence, plain)
             records = (confidence(plain), self._hits(plain, y), self._hits(full, y))
             for metric, value in zip(self.tta_records.values(), records):
                 metric.update(value.float())
             return full
-        threshold = self.hparams.get("tta_threshold")
+        threshold = options.threshold
         if threshold is None:
-            return test_time_augment(self, x, flip, translate)
+            return options.logits(self, x)
         logits, low = selective_tta(self, x, flip, translate, threshold, confidence)
         if stage in self.tta_share:
             self.tta_share[stage].update(low.float())
@@ -367,9 +383,11 @@ class ClassificationModule(pl.LightningModule):
         conf, plain, full = (records[k].compute().flatten() for k in records)
         for metric in records.values():
             metric.reset()
-        tolerance = self.hparams.get("tta_tolerance", 0.002)
-        threshold, share, accuracy = choose_threshold(conf, plain.bool(), full.bool(), tolerance)
-        self.hparams["tta_threshold"] = threshold
+        tta = self.tta
+        threshold, share, accuracy = choose_threshold(
+            conf, plain.bool(), full.bool(), tta.tolerance
+        )
+        self.hparams["tta"] = tta.with_threshold(threshold).to_dict()
         self.log_dict(
             {
                 "val/tta_threshold": threshold,
@@ -403,3 +421,46 @@ class ClassificationModule(pl.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
+
+
+def saved_tta(hparams: Mapping[str, Any]) -> TTA:
+    """A checkpoint's TTA, in either layout (``tta`` as a TTA's dict, or the older mode string
+    beside flat ``tta_flip``/``tta_translate``/``tta_threshold``/``tta_tolerance``)."""
+    legacy = {k: hparams[k] for k in LEGACY_KEYS if k in hparams}
+    return TTA.from_value(hparams.get("tta"), legacy)
+
+
+def init_arguments(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """The constructor arguments a checkpoint's hyperparameters hold in another shape: ``spec``
+    (from the flat input fields), ``tta`` and ``task`` (older checkpoints' flat keys folded
+    in, with a deprecation warning where one is set to other than its default)."""
+    out: dict[str, Any] = {"tta": saved_tta(hparams)}
+    default = TTA().to_dict()
+    legacy = {
+        k: hparams[k] for k, f in LEGACY_KEYS.items() if hparams.get(k, default[f]) != default[f]
+    }
+    if isinstance(hparams.get("tta"), str) and hparams["tta"] != "full":
+        legacy["tta"] = hparams["tta"]
+    warn_legacy(legacy, "The checkpoint's hyperparameters")
+    flat = {k: hparams[k] for k in FLAT_OPTIONS if k in hparams}
+    warn_flat({k: v for k, v in flat.items() if v != FLAT_OPTIONS[k]}, "The checkpoint's")
+    out["task"] = task_config(hparams.get("task"), flat)
+    if all(hparams.get(key) is not None for key in REQUIRED_KEYS):
+        out["spec"] = {key: hparams.get(key) for key in INPUT_FIELDS}
+    return out
+
+
+def saved_hparams(checkpoint_path) -> dict[str, Any]:
+    """A checkpoint's ``hyper_parameters`` (a path or a file object, left where it was)."""
+    if hasattr(checkpoint_path, "read"):  # a file object: read, then rewound for Lightning
+        where = checkpoint_path.tell()
+        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+        checkpoint_path.seek(where)
+    elif os.path.isfile(checkpoint_path):  # mapped, not read: the weights stay on disk
+        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True, mmap=True)
+    else:  # a remote path (s3://...)
+        from lightning_fabric.utilities.cloud_io import get_filesystem
+
+        with get_filesystem(checkpoint_path).open(checkpoint_path, "rb") as f:
+            checkpoint = torch.load(f, map_location="cpu", weights_only=True)
+    return dict(checkpoint.get("hyper_parameters") or {})

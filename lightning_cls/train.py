@@ -177,10 +177,7 @@ def build_module(cfg: DictConfig, spec, optimizer, scheduler):
         model_kwargs=model_kwargs,
         optimizer=optimizer,
         scheduler=scheduler,
-        tta_flip=cfg.tta_flip,
-        tta_translate=cfg.get("tta_translate", 0),
-        tta=cfg.get("tta", "full"),
-        tta_tolerance=cfg.get("tta_tolerance", 0.002),
+        tta=instantiate(cfg.tta) if cfg.get("tta") else None,  # conf/tta: a TTA
         param_groups=instantiate(cfg.param_groups) if cfg.get("param_groups") else None,
         task=task_options(cfg),  # conf/task/<name>.yaml: the name and all of the task's options
         spec=spec,

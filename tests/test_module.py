@@ -4,7 +4,14 @@ import pytest
 import torch
 from torch import nn
 
+from lightning_cls.inference.spec import InputSpec
+from lightning_cls.inference.tta import TTA
 from lightning_cls.module import ClassificationModule
+
+
+def spec(classes, channels=1):
+    """An input spec with ``classes`` (what the module takes instead of loose fields)."""
+    return InputSpec(list(classes), (0.5,) * channels, (0.25,) * channels, 4, channels)
 
 
 class LeftHalf(nn.Module):
@@ -21,8 +28,8 @@ class LeftHalf(nn.Module):
 def test_flip_tta_averages_the_mirror_image_logits():
     x = torch.zeros(2, 1, 4, 4)
     x[0, ..., :2] = 1.0  # bright left half
-    plain = ClassificationModule(net=LeftHalf(), classes=["left", "right"])
-    tta = ClassificationModule(net=LeftHalf(), classes=["left", "right"], tta_flip=True)
+    plain = ClassificationModule(net=LeftHalf(), spec=spec(["left", "right"]))
+    tta = ClassificationModule(net=LeftHalf(), spec=spec(["left", "right"]), tta=TTA(flip=True))
     assert plain._logits(x, tta=True)[0, 0] > 0  # no TTA configured: the plain logits
     torch.testing.assert_close(tta._logits(x, tta=True), torch.zeros(2, 2))  # mirror cancels
     torch.testing.assert_close(tta._logits(x, tta=False), plain(x))  # training never uses TTA
@@ -37,27 +44,29 @@ class TopLeft(nn.Module):
 
 def test_translate_tta_averages_copies_shifted_by_p_pixels_with_reflected_edges():
     x = torch.arange(16.0).view(1, 1, 4, 4)  # x[0, 0, i, j] = 4 i + j
-    module = ClassificationModule(net=TopLeft(), classes=["a", "b"], tta_translate=1)
+    module = ClassificationModule(net=TopLeft(), spec=spec("ab"), tta=TTA(translate=1))
     # Half the unshifted logit, a quarter each of the copies shifted up-left and down-right:
     # with reflect padding both copies start at pixel (1, 1).
     torch.testing.assert_close(module._logits(x, tta=True)[:, 0], torch.tensor([0.5 * 0 + 0.5 * 5]))
-    both = ClassificationModule(net=TopLeft(), classes=["a", "b"], tta_flip=True, tta_translate=2)
+    both = ClassificationModule(net=TopLeft(), spec=spec("ab"), tta={"flip": True, "translate": 2})
     mirror = x.flip(-1)  # flip TTA inside each copy: (x[0, 0] + x[0, 3]) / 2 = 1.5 unshifted
     shifted = (x[..., 2, 2] + mirror[..., 2, 2]) / 2  # p=2: both copies start at (2, 2)
     torch.testing.assert_close(both._logits(x, tta=True)[:, 0], (1.5 + shifted[:, 0]) / 2)
-    with pytest.raises(ValueError, match="tta_translate must be >= 0 pixels, got -1"):
-        ClassificationModule(net=TopLeft(), classes=["a", "b"], tta_translate=-1)._logits(x, True)
+    with pytest.raises(ValueError, match=r"tta.translate=-1 is not a pixel shift; use an int >= 0"):
+        ClassificationModule(net=TopLeft(), spec=spec("ab"), tta=TTA(translate=-1))
 
 
 def test_module_needs_a_network():
     with pytest.raises(ValueError, match="needs model_name .* or net"):
         ClassificationModule()
-    with pytest.raises(ValueError, match="Cannot tell the number of classes: pass classes"):
+    with pytest.raises(
+        ValueError, match=r"cannot tell the number of classes: pass spec=datamodule"
+    ):
         ClassificationModule(net=nn.Identity())
 
 
 def test_the_number_of_classes_is_derived_once_from_names_or_a_count():
-    named = ClassificationModule(net=nn.Identity(), classes=["cat", "dog", "emu"])
+    named = ClassificationModule(net=nn.Identity(), spec=spec(["cat", "dog", "emu"]))
     assert named.classes == ["cat", "dog", "emu"] and named.num_classes == 3
     counted = ClassificationModule(net=nn.Identity(), model_kwargs={"num_classes": 2})
     assert counted.classes == ["0", "1"] and counted.num_classes == 2
@@ -65,9 +74,7 @@ def test_the_number_of_classes_is_derived_once_from_names_or_a_count():
     with pytest.raises(
         ValueError, match=r"num_classes=4 but 3 classes are named .*set model.num_classes=3"
     ):
-        ClassificationModule(
-            net=nn.Identity(), classes=["a", "b", "c"], model_kwargs={"num_classes": 4}
-        )
+        ClassificationModule(net=nn.Identity(), spec=spec("abc"), model_kwargs={"num_classes": 4})
 
 
 def test_ranks_spawned_with_one_module_count_into_their_own_metric_states():
@@ -84,7 +91,7 @@ def test_ranks_spawned_with_one_module_count_into_their_own_metric_states():
     def spawned(module):  # what each rank unpickles (one process here: the same storage)
         return ForkingPickler.loads(ForkingPickler.dumps(module))
 
-    module = ClassificationModule(net=LeftHalf(), classes=["left", "right"])
+    module = ClassificationModule(net=LeftHalf(), spec=spec(["left", "right"]))
     ranks = [spawned(module), spawned(module)]
     losses = [rank.eval_losses["test"] for rank in ranks]
     assert all(loss.weight.is_shared() for loss in losses)  # the cause: one shared storage

@@ -4,8 +4,10 @@
 predict, eval, export, calibrate and explain say ``ckpt_path=`` and ``trust_artifact=``; one
 name now serves every command; and ``reject=null`` (no rule) became ``reject=none`` when
 ``reject`` turned into a config group; the augmentation options left ``data`` for their own
-group (``data.hflip=`` is ``augment.hflip=``, conf/augment). ``renamed(config_name, args)`` rewrites the old spelling on the
-command line before Hydra composes (so sweeps, ``+``/``~`` prefixes and the saved overrides all
+group (``data.hflip=`` is ``augment.hflip=``, conf/augment); train's ``tta_flip``/
+``tta_translate``/``tta_tolerance`` and ``tta=full|selective`` became the ``tta`` group's
+``tta.flip``, ... and ``tta.mode``. ``renamed(config_name, args)`` rewrites the old spelling on
+the command line before Hydra composes (so sweeps, ``+``/``~`` prefixes and the saved overrides all
 use the new key) and writes one ``warning:`` line per old key to stderr.
 """
 
@@ -16,6 +18,17 @@ import sys
 # {primary config: {old key: new key}}
 RENAMED: dict[str, dict[str, str]] = {
     "serve": {"artifact": "ckpt_path", "serve.trust_artifact": "trust_artifact"},
+    # train's flat TTA keys became the one ``tta`` group's options (conf/tta/)
+    "train": {
+        "tta_flip": "tta.flip",
+        "tta_translate": "tta.translate",
+        "tta_tolerance": "tta.tolerance",
+    },
+}
+# {primary config: {old key: (its old values, new key)}}: ``tta=full|selective`` chose the
+# mode before ``tta`` became a group (conf/tta/: none, flip, airbench, ...).
+RENAMED_WITH_VALUES: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
+    "train": {"tta": (("full", "selective"), "tta.mode")},
 }
 # Every command that composes data: the options of lightning_cls.data.AugmentPreset (spelt here,
 # not imported: the CLI loads no torch; tests/data/test_preset.py keeps the two lists equal).
@@ -44,6 +57,10 @@ def renamed(config_name: str | None, args: list[str]) -> list[str]:
         value = RENAMED_VALUES.get(key.lstrip("+~"), {}).get(value, value) if eq else value
         arg = f"{key}={value}" if eq else arg
         new = table.get(key.lstrip("+~")) if eq and not arg.startswith("-") else None
+        values, by_value = RENAMED_WITH_VALUES.get(config_name or "", {}).get(
+            key.lstrip("+~"), ((), None)
+        )
+        new = by_value if eq and value in values else new
         if new is None:
             out.append(arg)
             continue

@@ -4,7 +4,7 @@ Any ONNX server (Triton, KServe, ONNX Runtime in another language) can run it wi
 Python: the graph takes uint8 NHWC images ``(batch, image_size, image_size, channels)`` (what
 an image decoder produces, resized by the client to ``image_size``), and does the /255,
 mean/std normalisation, the NHWC -> NCHW transpose, the artifact's test-time augmentation
-(``tta_flip``/``tta_translate``, only for the images below ``tta_threshold`` when the model
+(``spec.tta``: flip/translate, only for the images below its ``threshold`` when the model
 has one) and the task's probabilities itself (``spec.decision``: the softmax after the
 calibrated temperature; a sigmoid per label, each after its own temperature, for a multi-label
 model, whose threshold travels in the metadata). There is no resize in the graph: resizing
@@ -58,8 +58,8 @@ class EndToEnd(nn.Module):
     def __init__(self, net: nn.Module, spec: InputSpec):
         super().__init__()
         self.net = net
-        self.flip, self.translate = spec.tta_flip, spec.tta_translate
-        self.tta_threshold = spec.tta_threshold if (self.flip or self.translate) else None
+        self.flip, self.translate = spec.tta.flip, spec.tta.translate
+        self.tta_threshold = spec.tta.threshold if spec.tta.active else None
         self.task = spec.decision  # probabilities after the model's temperature(s)
         scale, shift = normalize_constants(spec.mean, spec.std, spec.num_channels)
         self.register_buffer("scale", scale.view(1, 1, 1, -1).clone())  # (1, 1, 1, C)

@@ -1,8 +1,8 @@
 """``Predictor``: any artifact, its preprocessing and flip TTA, behind one batched API.
 
 Predictions equal ``ClassificationModule.predict_step`` on the same images: uint8 images are
-normalized with the artifact's mean/std, and the artifact's test-time augmentation (``tta_flip``,
-``tta_translate``; ``tta``) is applied to the logits before the task turns them into
+normalized with the artifact's mean/std, and the artifact's test-time augmentation (``spec.tta``,
+a ``TTA``: ``inference/tta.py``) is applied to the logits before the task turns them into
 probabilities (``spec.decision``: softmax, or a sigmoid per class for a multi-label model), as
 in training's evaluation.
 
@@ -35,70 +35,12 @@ from lightning_cls.inference.runtimes import (  # noqa: F401 (UntrustedArtifactE
 )
 from lightning_cls.inference.spec import InputSpec, SpecError
 from lightning_cls.inference.tasks import Task
+from lightning_cls.inference.tta import flip_tta, selective_tta, tta  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger(__name__)
-
-
-def flip_tta(forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """Mean logits of ``x`` and its horizontal mirror (airbench's flip TTA). (B, C, H, W) -> (B, K)."""
-    return (forward(x) + forward(arrays.flip_lr(x))) / 2
-
-
-def tta(
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    x: torch.Tensor,
-    flip: bool = False,
-    translate: int = 0,
-) -> torch.Tensor:
-    """Test-time augmentation of a normalized (B, C, H, W) batch -> (B, K) logits.
-
-    ``flip``: the mean of each image's and its mirror's logits. ``translate`` = p > 0
-    (airbench's TTA level 2): half that, plus half the mean over two copies shifted by p pixels
-    up-left and down-right (edges reflect-padded), each also flip-averaged when ``flip``.
-    The one implementation: ``ClassificationModule``'s evaluation calls it too. ``x`` is a
-    tensor or a numpy array, as ``forward`` takes.
-    """
-    if translate < 0:
-        raise ValueError(f"tta_translate must be >= 0 pixels, got {translate}.")
-    return _augmented(forward, x, flip, translate, forward(x))
-
-
-def _augmented(forward, x, flip: bool, translate: int, plain):
-    """``tta`` given the plain pass's logits ``plain`` (not computed twice)."""
-    once = (lambda v: flip_tta(forward, v)) if flip else forward
-    logits = (plain + forward(arrays.flip_lr(x))) / 2 if flip else plain
-    if translate:
-        p, (h, w) = translate, x.shape[-2:]
-        padded = arrays.reflect_pad(x, p)
-        shifted = once(padded[..., :h, :w]) + once(padded[..., 2 * p :, 2 * p :])
-        logits = (logits + shifted / 2) / 2
-    return logits
-
-
-def selective_tta(
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    x: torch.Tensor,
-    flip: bool,
-    translate: int,
-    threshold: float,
-    confidence: Callable,
-    plain=None,
-):
-    """``tta`` only for the images whose plain prediction is unsure: (B, K) logits and the
-    (B,) bool mask of the images that got it. ``confidence`` maps (B, K) logits to (B,)
-    (the task's max probability after its temperature); an image below ``threshold`` gets
-    the TTA, the rest keep their one plain pass (on a CPU the level-2 TTA costs 6 passes).
-    ``plain``: that pass's logits when the caller has them already."""
-    plain = forward(x) if plain is None else plain  # (B, K)
-    low = confidence(plain) < threshold  # (B,)
-    if not low.any():
-        return plain, low
-    logits = plain.copy() if arrays.is_numpy(plain) else plain.clone()
-    logits[low] = _augmented(forward, x[low], flip, translate, plain[low])
-    return logits, low
 
 
 class Predictor:
@@ -168,24 +110,18 @@ class Predictor:
         return self._run(x, lambda forward, v: forward(v))
 
     def tta_logits(self, x):
-        """Logits with the artifact's TTA (``spec.tta_flip``, ``spec.tta_translate``), on the
-        CPU; with ``spec.tta_threshold`` only for the images whose confidence is below it
+        """Logits with the artifact's TTA (``spec.tta``: flip, translate), on the CPU; with
+        ``spec.tta.threshold`` only for the images whose confidence is below it
         (``selective_tta``), as the training run's test did."""
-        flip, translate = self.spec.tta_flip, self.spec.tta_translate
-        if not (flip or translate):
+        if not self.spec.tta.active:
             return self.logits(x)
         self._check_input(x)
         return self._run(x, self._tta)
 
     def _tta(self, forward: Callable, v):
         """The artifact's TTA of one batch through ``forward`` (full, or selective)."""
-        spec = self.spec
-        if spec.tta_threshold is None:
-            return tta(forward, v, spec.tta_flip, spec.tta_translate)
         confidence = lambda logits: self.task.confidence(logits, MSP)  # noqa: E731
-        return selective_tta(
-            forward, v, spec.tta_flip, spec.tta_translate, spec.tta_threshold, confidence
-        )[0]
+        return self.spec.tta.logits(forward, v, confidence)
 
     def _run(self, x, compute: Callable, forward: Callable | None = None):
         """``compute(forward, batch)`` with ``x`` as the runtime takes it (float32, contiguous,
@@ -254,19 +190,9 @@ class Predictor:
             return arrays.join(*self._outputs(v))
 
         self._check_input(x)
-        if self.spec.tta_threshold is not None:  # judge the confidence on the logits columns
-            k = self.spec.num_classes
-            confidence = lambda out: self.task.confidence(out[:, :k], MSP)  # noqa: E731
-            spec = self.spec
-            return self._run(
-                x,
-                lambda forward, v: selective_tta(
-                    forward, v, spec.tta_flip, spec.tta_translate, spec.tta_threshold, confidence
-                )[0],
-                joined,
-            )
-        flip, translate = self.spec.tta_flip, self.spec.tta_translate
-        return self._run(x, lambda forward, v: tta(forward, v, flip, translate), joined)
+        k = self.spec.num_classes  # judge the confidence on the logits columns
+        confidence = lambda out: self.task.confidence(out[:, :k], MSP)  # noqa: E731
+        return self._run(x, lambda forward, v: self.spec.tta.logits(forward, v, confidence), joined)
 
     @property
     def score_name(self) -> str:

@@ -1,6 +1,6 @@
 """``InputSpec``: the one description of a classifier's input, carried by every artifact.
 
-Classes, per-channel mean/std, square input size, channels, channel order and flip TTA, the
+Classes, per-channel mean/std, square input size, channels, channel order and its TTA, the
 task (multi-class, or multi-label with its decision threshold), plus the registry
 name/options that rebuild the network from bare weights. Every other form is derived from
 it: a DataModule's ``spec`` and ``ClassificationModule`` hparams hold its keys,
@@ -23,6 +23,7 @@ import numpy as np
 
 from lightning_cls.inference.arrays import check_channels, normalize_numpy
 from lightning_cls.inference.decision import DecisionError, build_decision
+from lightning_cls.inference.tta import LEGACY_KEYS, TTA
 
 if TYPE_CHECKING:
     import torch
@@ -48,12 +49,10 @@ class InputSpec:
     image_size: int
     num_channels: int
     channel_order: str = ""
-    tta_flip: bool = False  # average the logits of each image and its mirror (airbench)
-    # Also average copies shifted by this many pixels (airbench's TTA level 2); 0: off.
-    tta_translate: int = 0
-    # Selective TTA (tta=selective): only images whose max probability (after the temperature)
-    # is below this get the TTA above; chosen on validation while training. None: every image.
-    tta_threshold: float | None = None
+    # Test-time augmentation (inference/tta.py): flip, translate (airbench's levels 1 and 2),
+    # and selective TTA's threshold (only images whose max probability after the temperature
+    # is below it get the TTA; chosen on validation while training). Its dict in JSON.
+    tta: TTA = field(default_factory=TTA)
     layout: str = "NCHW"
     preprocessing: str = PREPROCESSING
     model_name: str | None = None  # registry name, to rebuild the network from bare weights
@@ -89,15 +88,16 @@ class InputSpec:
             "std": lambda v: tuple(float(x) for x in _sequence(v)),
             "image_size": _integer,
             "num_channels": _integer,
-            "tta_flip": bool,
-            "tta_translate": lambda v: _integer(v or 0),
-            "tta_threshold": lambda v: None if v is None else float(v),
             "model_kwargs": lambda v: dict(v or {}),
             "task": lambda v: str(v or "multiclass"),
             "threshold": lambda v: None if v is None else float(v),
             "label_smoothing": lambda v: float(v or 0.0),
             "data_fingerprint": lambda v: None if v is None else str(v),
         }
+        try:
+            set_(self, "tta", TTA.from_value(self.tta))
+        except (TypeError, ValueError) as err:
+            raise SpecError("tta", str(err)) from None
         for name, convert in conversions.items():
             value = getattr(self, name)
             try:
@@ -135,10 +135,6 @@ class InputSpec:
             )
         if not self.classes:
             raise SpecError("classes", "InputSpec needs the class names (classes=[...]), got none.")
-        if self.tta_translate < 0:
-            raise SpecError(
-                "tta_translate", f"tta_translate must be >= 0 pixels, got {self.tta_translate}."
-            )
         if self.image_size < 1:
             raise SpecError("image_size", f"image_size must be >= 1, got {self.image_size}.")
         try:  # how the outputs are decided: the task and its trust settings (decision.py)
@@ -189,7 +185,7 @@ class InputSpec:
         return normalize(images, self.mean, self.std)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = asdict(self)  # tta: its dict
         d["classes"], d["mean"], d["std"] = list(self.classes), list(self.mean), list(self.std)
         if isinstance(self.temperature, tuple):
             d["temperature"] = list(self.temperature)
@@ -208,6 +204,7 @@ class InputSpec:
 
         ``source`` names where the mapping came from, for the message when keys are missing.
         """
+        d = legacy_tta(d)
         task = d.get("task")
         if isinstance(task, Mapping):  # a checkpoint's task: its name, options, calibration
             d = {**task, **d, "task": task.get("name") or "multiclass"}  # overrides win
@@ -240,9 +237,25 @@ class InputSpec:
         return cls.from_dict(dict(hparams), "The checkpoint's hyper_parameters")
 
 
+def legacy_tta(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``d`` with an older layout's flat TTA keys (``tta_flip``, ``tta_translate``,
+    ``tta_threshold``, ``tta_tolerance``; a checkpoint's ``tta="full"|"selective"``) folded
+    into its one ``tta`` entry; they override what the entry holds (``+spec.tta_flip=false``
+    on an artifact written with the ``tta`` entry)."""
+    flat = {k: d[k] for k in LEGACY_KEYS if k in d}
+    if not flat and not isinstance(d.get("tta"), str):
+        return d
+    rest = {k: v for k, v in d.items() if k not in LEGACY_KEYS}
+    try:
+        rest["tta"] = TTA.from_value(d.get("tta"), flat)
+    except (TypeError, ValueError) as err:
+        raise SpecError("tta", str(err)) from None
+    return rest
+
+
 def props_to_dict(props: Mapping[str, str], source: str = "Model metadata") -> dict[str, Any]:
     """ONNX ``metadata_props`` -> the spec's keys (other tools' entries are skipped)."""
-    known = InputSpec.__dataclass_fields__
+    known = {*InputSpec.__dataclass_fields__, *LEGACY_KEYS}  # older files: flat TTA keys
     out = {}
     for key, value in props.items():
         if key not in known:
@@ -263,8 +276,7 @@ _KINDS = {
     "std": "a list of numbers, one per channel",
     "image_size": "an integer (pixels)",
     "num_channels": "an integer (1 or 3)",
-    "tta_translate": "an integer (pixels)",
-    "tta_threshold": "a probability",
+    "tta": "a test-time augmentation (TTA(...) or its dict)",
     "model_kwargs": "a mapping",
     "task": "a task name",
     "threshold": "a probability",
@@ -310,7 +322,7 @@ def merge_spec(
 ) -> InputSpec:
     """The spec stored in an artifact with ``overrides`` on top (they fill or replace keys)."""
     merged = {**(stored or {}), **{k: v for k, v in (overrides or {}).items() if v is not None}}
-    unknown = sorted(set(overrides or {}) - set(InputSpec.__dataclass_fields__))
+    unknown = sorted(set(overrides or {}) - {*InputSpec.__dataclass_fields__, *LEGACY_KEYS})
     if unknown:
         raise ValueError(
             f"Unknown spec key(s) {unknown}; known: {', '.join(InputSpec.__dataclass_fields__)}."

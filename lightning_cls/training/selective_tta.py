@@ -1,6 +1,6 @@
-"""``tta=selective``: the confidence threshold below which an image gets test-time augmentation,
-chosen on the validation split (the learning half; ``inference.predictor.selective_tta``
-applies it, and the threshold travels as ``tta_threshold`` in checkpoints and every spec).
+"""``TTA(mode="selective")``: the confidence threshold below which an image gets test-time
+augmentation, chosen on the validation split (the learning half; ``inference.tta`` applies it,
+and the threshold travels as ``tta.threshold`` in checkpoints and every spec).
 
 The rule: the least share of images with TTA whose validation accuracy is within ``tolerance``
 of full TTA's. The images sorted by the plain prediction's confidence (max probability after
@@ -15,23 +15,6 @@ from __future__ import annotations
 import math
 
 import torch
-
-TTA_MODES = ("full", "selective")
-
-
-def check_tta(mode: str, flip: bool, translate: int, tolerance: float) -> None:
-    """``tta``/``tta_tolerance`` (module options), or one line naming the bad value."""
-    if mode not in TTA_MODES:
-        raise ValueError(f"Unknown tta={mode!r}; use one of {', '.join(TTA_MODES)}.")
-    if mode == "selective" and not (flip or translate):
-        raise ValueError(
-            "tta=selective chooses which images get the TTA of tta_flip/tta_translate, and "
-            "both are off; set tta_flip=true (and/or tta_translate=1), or tta=full."
-        )
-    if not 0.0 <= tolerance < 1.0:
-        raise ValueError(
-            f"tta_tolerance={tolerance} must be an accuracy difference in [0, 1), e.g. 0.002."
-        )
 
 
 def choose_threshold(
