@@ -66,7 +66,7 @@ def test_ray_serve_batch_function_runs_one_model_call_per_batch(trained, monkeyp
     bodies = [_png(images[0]), b"not an image", _png(images[1]), _png(images[2])]
     results = batching.classify_batch(predictor, bodies, top_k=2)
     assert len(results) == 4 and results[1] == {"error": "not a readable image"}
-    assert not trained.spec.tta_flip and calls == [3]  # the three good images in one call
+    assert not trained.spec.tta.flip and calls == [3]  # the three good images in one call
     probs = loaded.predict_images(images)
     for result, row in zip([results[0], results[2], results[3]], probs):
         (best, second) = result["predictions"]

@@ -22,13 +22,7 @@ from lightning_cls.inference.images import IMAGE_SUFFIXES, decode_image, find_im
 
 # OpenVINO IR (export=openvino); the openvino package is imported only when a .xml is loaded.
 from lightning_cls.inference.openvino import OpenVINORuntime
-from lightning_cls.inference.predictor import (
-    Predictor,
-    UntrustedArtifactError,
-    flip_tta,
-    load_artifact,
-    tta,
-)
+from lightning_cls.inference.predictor import Predictor, UntrustedArtifactError, load_artifact
 from lightning_cls.inference.runtimes import (
     RUNTIMES,
     Runtime,
@@ -37,6 +31,7 @@ from lightning_cls.inference.runtimes import (
     runtime_for,
 )
 from lightning_cls.inference.spec import META_FILE, InputSpec
+from lightning_cls.inference.tta import TTA, flip_tta, tta
 
 register_runtime(".xml", OpenVINORuntime)
 
@@ -55,6 +50,7 @@ __all__ = [
     "IMAGE_SUFFIXES",
     "META_FILE",
     "RUNTIMES",
+    "TTA",
     "InputSpec",
     "Predictor",
     "Runtime",

@@ -100,7 +100,7 @@ class TTA:
     def from_value(cls, value: Any = None, legacy: Mapping[str, Any] | None = None) -> TTA:
         """A ``TTA`` from a ``TTA``, its dict, None (no TTA), or an older layout's mode string
         (``"full"``/``"selective"``); ``legacy``: older flat keys (``tta_flip``, ...), which
-        override. Unknown keys name the known ones."""
+        override (``tta_threshold=None``: every image). Unknown keys name the known ones."""
         if isinstance(value, TTA):
             fields = value.to_dict()
         elif value is None:
@@ -120,7 +120,7 @@ class TTA:
                 f"Unknown tta option(s) {unknown}; known: {', '.join(cls.__dataclass_fields__)}."
             )
         for key, name in LEGACY_KEYS.items():
-            if (legacy or {}).get(key) is not None:
+            if key in (legacy or {}):
                 fields[name] = legacy[key]
         if isinstance(fields.get("flip"), int):  # 0/1 from older JSON
             fields["flip"] = bool(fields["flip"])

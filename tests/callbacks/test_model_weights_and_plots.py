@@ -78,7 +78,7 @@ def test_curves_and_confusion_matrix_are_written(
     # Each row holds its own epoch's train accuracy (logged after the callbacks' epoch end).
     logged = trainer.logged_metrics["train/acc"].item()
     assert plots.history[1]["train/acc"] == pytest.approx(logged)
-    module.hparams.tta_flip = True  # the matrix counts the logits test/acc scores
+    module.hparams["tta"] = {"flip": True}  # the matrix counts the logits test/acc scores
     with caplog.at_level(logging.INFO, logger="lightning_cls"):
         results = trainer.test(module, datamodule=data)[0]
     assert set(plots.figures) == {"confusion_matrix.png", "per_class_accuracy.png"}  # the task's

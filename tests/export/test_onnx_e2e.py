@@ -22,6 +22,7 @@ from lightning_cls.export.onnx_e2e import (
 )
 from lightning_cls.inference import load_artifact
 from lightning_cls.inference.runtimes import make_session
+from lightning_cls.inference.tta import TTA
 
 
 class _ExportsDifferently(torch.nn.Module):
@@ -75,7 +76,7 @@ def test_e2e_graph_takes_uint8_nhwc_and_matches_normalising_by_hand(trained, tmp
 
 
 def test_e2e_graph_applies_the_specs_tta_like_the_predictor(trained, tmp_path):
-    spec = dataclasses.replace(trained.spec, tta_flip=True, tta_translate=1)
+    spec = dataclasses.replace(trained.spec, tta=TTA(flip=True, translate=1))
     path = export_format(
         "onnx_e2e", trained.net, spec, tmp_path / "e2e.onnx", check_batch_sizes=(1, 7)
     )
@@ -157,16 +158,15 @@ def test_e2e_graph_applies_the_temperature_and_selective_tta_like_the_predictor(
     plain = load_artifact(trained.ckpt, spec=calibrated).predict_images(nchw)
     confidence = plain.max(1).values.sort().values
     threshold = (confidence[15] + confidence[16]).item() / 2  # half get the TTA, none on the edge
-    tta = dict(tta_flip=True, tta_translate=1, tta_threshold=threshold)
-    spec = dataclasses.replace(calibrated, **tta)
+    spec = dataclasses.replace(calibrated, tta=TTA(flip=True, translate=1, threshold=threshold))
     path = export_format("onnx_e2e", trained.net, spec, tmp_path / "e2e.onnx")
     (probs,) = make_session(path).run(None, {INPUT_NAME: images.numpy()})
     expected = load_artifact(trained.ckpt, spec=spec).predict_images(nchw)
     torch.testing.assert_close(torch.from_numpy(probs), expected, atol=1e-5, rtol=1e-4)
     # Each part matters here: TTA on every image, or on none, or T = 1 answers otherwise.
     for other in (
-        dict(tta_threshold=None),
-        dict(tta_flip=False, tta_translate=0),
+        dict(tta=spec.tta.with_threshold(None)),
+        dict(tta=TTA()),
         dict(temperature=1.0),
     ):
         changed = load_artifact(trained.ckpt, spec=dataclasses.replace(spec, **other))

@@ -72,7 +72,7 @@ def make_module(
     ``spec``; a SimpleCNN is [4, 8] channels wide unless told. ``model_kwargs`` are the
     network's options (they win over the data's sizes: ``num_classes=None`` is filled from the
     classes, as in model configs); ``module_kwargs`` the module's other arguments (``task``,
-    ``scheduler``, ``param_groups``, ``tta_flip``, ...), among them ``net`` (then no network
+    ``scheduler``, ``param_groups``, ``tta``, ...), among them ``net`` (then no network
     is built from a name) and input fields that differ from the data's (``classes``, ...)."""
     data = make_data() if data is None else data
     options = dict(module_kwargs or {})

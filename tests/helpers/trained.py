@@ -21,7 +21,7 @@ from PIL import Image
 
 from helpers.tiny import LEARNABLE, as_overrides, fit, make_data, make_module, make_trainer
 from lightning_cls.data import SyntheticDataModule
-from lightning_cls.inference import InputSpec
+from lightning_cls.inference import TTA, InputSpec
 from lightning_cls.module import ClassificationModule
 
 _BUILT: dict[tuple, object] = {}
@@ -85,8 +85,8 @@ def _build_artifacts(root: Path, tta_flip: bool, tta_translate: int) -> Artifact
     data = make_data(
         num_classes=3, num_channels=3, image_size=12, train_size=96, test_size=16, val_size=32
     )
-    tta = dict(tta_flip=tta_flip, tta_translate=tta_translate)
-    module = make_module(data, module_kwargs=tta)
+    tta = TTA(flip=tta_flip, translate=tta_translate)
+    module = make_module(data, module_kwargs={"tta": tta})
     trainer = make_trainer(root, limit_val_batches=0)
     trainer.fit(module, datamodule=data)
     ckpt = root / "model.ckpt"

@@ -15,6 +15,7 @@ from lightning_cls.inference import InputSpec, Predictor, arrays, load_artifact,
 from lightning_cls.inference.images import load_image_batch
 from lightning_cls.inference.spec import normalize
 from lightning_cls.inference.tasks import create_task
+from lightning_cls.inference.tta import TTA
 
 SIZE, RESIZE = 8, 10
 
@@ -89,7 +90,7 @@ def test_probabilities_and_decisions_agree(task, threshold):
 
 def _spec(**overrides) -> InputSpec:
     fields = dict(classes=list("abcde"), mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.3),
-                  image_size=SIZE, num_channels=3, tta_flip=True, tta_translate=1)  # fmt: skip
+                  image_size=SIZE, num_channels=3, tta=TTA(flip=True, translate=1))  # fmt: skip
     return InputSpec(**{**fields, **overrides})
 
 

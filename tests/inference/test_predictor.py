@@ -9,7 +9,14 @@ import sys
 import pytest
 import torch
 
-from lightning_cls.inference import InputSpec, Predictor, flip_tta, load_artifact, predict_files
+from lightning_cls.inference import (
+    TTA,
+    InputSpec,
+    Predictor,
+    flip_tta,
+    load_artifact,
+    predict_files,
+)
 from lightning_cls.inference.runtimes import RUNTIMES, OnnxRuntime, register_runtime
 from lightning_cls.inference.spec import normalize
 
@@ -29,7 +36,7 @@ def test_importing_inference_pulls_in_neither_lightning_nor_hydra():
 @pytest.mark.parametrize("kind", KINDS)
 def test_predictions_equal_predict_step_with_flip_and_translate_tta(artifacts, kind):
     # The fixture trains with flip + 1-pixel translate TTA: this test covers both.
-    assert artifacts.spec.tta_flip and artifacts.spec.tta_translate == 1
+    assert artifacts.spec.tta == TTA(flip=True, translate=1)
     x = artifacts.spec.preprocess(artifacts.images)
     with torch.no_grad():
         expected = artifacts.module.predict_step(x, 0)
@@ -41,7 +48,7 @@ def test_predictions_equal_predict_step_with_flip_and_translate_tta(artifacts, k
     assert predictor.spec == InputSpec.from_dict(
         {**artifacts.spec.to_dict(), **predictor.spec.to_dict()}
     )
-    assert predictor.spec.tta_flip and predictor.spec.tta_translate == 1
+    assert predictor.spec.tta == TTA(flip=True, translate=1)
     got = predictor.predict_images(artifacts.images, batch_size=len(artifacts.images))
     if kind in ("ckpt", "weights"):  # the same eager network: bit for bit
         torch.testing.assert_close(got, expected, atol=0, rtol=0)

@@ -127,7 +127,7 @@ def test_info_describes_model_and_batching_without_machine_paths(server, artifac
     info = httpx.get(server.url + "/info").json()["model"]
     assert info["artifact"] == info["config"]["artifact"] == artifacts.paths["onnx"].name
     assert info["spec"]["classes"] == list(artifacts.spec.classes)
-    assert info["spec"]["tta_flip"] is True
+    assert info["spec"]["tta"]["flip"] is True
     assert info["runtime"] == "onnx"
     assert info["config"]["max_batch_size"] == 8 and info["config"]["host"] == "127.0.0.1"
     assert info["config"]["threads"] >= 1

@@ -42,7 +42,10 @@ def test_weighted_loss_matches_torch_and_stays_out_of_the_state_dict():
     loss = WeightedCrossEntropy([0.5, 1.0, 2.0])
     expected = torch.nn.functional.cross_entropy(logits, y, torch.tensor([0.5, 1.0, 2.0]))
     torch.testing.assert_close(loss(logits, y), expected)
-    module = make_module(make_data(num_classes=3), module_kwargs={"class_weights": [0.5, 1.0, 2.0]})
+    module = make_module(
+        make_data(num_classes=3),
+        module_kwargs={"task": {"name": "multiclass", "class_weights": [0.5, 1.0, 2.0]}},
+    )
     assert isinstance(module.task.criterion, WeightedCrossEntropy)
     assert not any("criterion" in k for k in module.state_dict())
 

@@ -8,6 +8,7 @@ import torch
 from helpers.tiny import make_data, make_module, make_trainer
 from lightning_cls.inference.predictor import Predictor, selective_tta, tta
 from lightning_cls.inference.spec import InputSpec
+from lightning_cls.inference.tta import TTA
 from lightning_cls.training.selective_tta import choose_threshold
 
 
@@ -49,19 +50,27 @@ def test_selective_tta_gives_full_tta_below_the_threshold_and_one_pass_above(kin
 
 def test_bad_tta_options_are_one_line():
     data = make_data()
-    with pytest.raises(ValueError, match=r"Unknown tta='some'; use one of full, selective"):
-        make_module(data, module_kwargs=dict(tta="some"))
-    with pytest.raises(ValueError, match="tta=selective chooses which images.*set tta_flip=true"):
-        make_module(data, module_kwargs=dict(tta="selective"))
+    with pytest.raises(ValueError, match=r"Unknown tta.mode='some'; use one of full, selective"):
+        make_module(data, module_kwargs=dict(tta={"mode": "some"}))
+    with pytest.raises(ValueError, match="tta.mode=selective chooses which.*set tta.flip=true"):
+        make_module(data, module_kwargs=dict(tta=TTA(mode="selective")))
+    with pytest.raises(ValueError, match=r"tta.tolerance=1.5 must be an accuracy difference in"):
+        TTA(flip=True, tolerance=1.5)
+    with pytest.raises(ValueError, match=r"tta.flip='yes' is not a boolean; use true or false"):
+        TTA(flip="yes")
+    with pytest.raises(ValueError, match=r"Unknown tta option\(s\) \['flips'\]; known: flip"):
+        TTA.from_value({"flips": True})
 
 
 def test_module_chooses_on_validation_logs_the_share_and_the_predictor_follows(tmp_path):
     torch.manual_seed(0)
     data = make_data()
-    module = make_module(data, module_kwargs=dict(tta="selective", tta_flip=True, tta_translate=1))
+    module = make_module(
+        data, module_kwargs=dict(tta=TTA(flip=True, translate=1, mode="selective"))
+    )
     trainer = make_trainer(tmp_path, max_epochs=2)
     trainer.fit(module, datamodule=data)
-    threshold = module.hparams["tta_threshold"]
+    threshold = module.hparams["tta"]["threshold"]
     metrics = trainer.callback_metrics
     assert threshold is not None and 0.0 <= float(metrics["val/tta_share"]) <= 1.0
     trainer.test(module, datamodule=data)
@@ -77,13 +86,14 @@ def test_module_chooses_on_validation_logs_the_share_and_the_predictor_follows(t
     path = tmp_path / "m.ckpt"
     trainer.save_checkpoint(path)
     saved = torch.load(path, weights_only=True)["hyper_parameters"]
-    assert saved["tta_threshold"] == threshold
+    assert saved["tta"]["threshold"] == threshold
     spec = InputSpec.from_hparams(module.hparams)
-    assert spec.tta_threshold == threshold
+    assert spec.tta.threshold == threshold
     with torch.no_grad():
         ours = module._logits(x, tta=True, stage="predict")
     predicted = Predictor(module.net, spec).image_logits(images)
     torch.testing.assert_close(predicted, ours, rtol=1e-5, atol=1e-5)
     full = Predictor(module.net, InputSpec.from_dict({**spec.to_dict(), "tta_threshold": None}))
+    assert full.spec.tta == spec.tta.with_threshold(None)  # an older flat key still overrides
     if 0 < expected < 1:  # negative control: full TTA differs on the confident images
         assert not torch.allclose(full.image_logits(images), predicted)
