@@ -443,7 +443,8 @@ def init_arguments(hparams: Mapping[str, Any]) -> dict[str, Any]:
         legacy["tta"] = hparams["tta"]
     warn_legacy(legacy, "The checkpoint's hyperparameters")
     flat = {k: hparams[k] for k in FLAT_OPTIONS if k in hparams}
-    warn_flat({k: v for k, v in flat.items() if v != FLAT_OPTIONS[k]}, "The checkpoint's")
+    set_flat = {k: v for k, v in flat.items() if v != FLAT_OPTIONS[k]}
+    warn_flat(set_flat, "The checkpoint's hyperparameters", DeprecationWarning)
     out["task"] = task_config(hparams.get("task"), flat)
     if all(hparams.get(key) is not None for key in REQUIRED_KEYS):
         out["spec"] = {key: hparams.get(key) for key in INPUT_FIELDS}

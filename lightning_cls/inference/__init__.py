@@ -31,7 +31,8 @@ from lightning_cls.inference.runtimes import (
     runtime_for,
 )
 from lightning_cls.inference.spec import META_FILE, InputSpec
-from lightning_cls.inference.tta import TTA, flip_tta, tta
+# ``lightning_cls.inference.tta`` is the module (TTA, tta, selective_tta), not the function.
+from lightning_cls.inference.tta import TTA, flip_tta
 
 register_runtime(".xml", OpenVINORuntime)
 
@@ -65,6 +66,5 @@ __all__ = [
     "register_runtime",
     "runtime_for",
     "top_k_labels",
-    "tta",
     "write_predictions_csv",
 ]

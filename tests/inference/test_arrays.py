@@ -11,11 +11,11 @@ import pytest
 import torch
 from PIL import Image
 
-from lightning_cls.inference import InputSpec, Predictor, arrays, load_artifact, predict_files, tta
+from lightning_cls.inference import InputSpec, Predictor, arrays, load_artifact, predict_files
 from lightning_cls.inference.images import load_image_batch
 from lightning_cls.inference.spec import normalize
 from lightning_cls.inference.tasks import create_task
-from lightning_cls.inference.tta import TTA
+from lightning_cls.inference.tta import TTA, tta
 
 SIZE, RESIZE = 8, 10
 
