@@ -31,6 +31,7 @@ from lightning_cls.inference.runtimes import (
     runtime_for,
 )
 from lightning_cls.inference.spec import META_FILE, InputSpec
+
 # ``lightning_cls.inference.tta`` is the module (TTA, tta, selective_tta), not the function.
 from lightning_cls.inference.tta import TTA, flip_tta
 
