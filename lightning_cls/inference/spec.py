@@ -167,11 +167,6 @@ class InputSpec:
         )
 
     @property
-    def multilabel(self) -> bool:
-        """Whether labels are multi-hot rows; code that serves every task asks ``decision``."""
-        return self.decision.multi_hot
-
-    @property
     def num_classes(self) -> int:
         return len(self.classes)
 

@@ -45,7 +45,7 @@ def test_the_threshold_is_chosen_on_val_and_travels_with_the_best_checkpoint(mul
     # test ran on the best checkpoint with its own threshold (not the last epoch's)
     assert multilabel_run["test"]["test/threshold"] == pytest.approx(hparams["threshold"])
     predictor = load_artifact(multilabel_run["best_ckpt"])
-    assert predictor.spec.multilabel and predictor.spec.threshold == hparams["threshold"]
+    assert predictor.spec.decision.multi_hot and predictor.spec.threshold == hparams["threshold"]
     weights = load_artifact(Path(multilabel_run["best_ckpt"]).with_name("model_weights.pt"))
     assert (weights.spec.task, weights.spec.threshold) == ("multilabel", hparams["threshold"])
 
