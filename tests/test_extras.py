@@ -21,6 +21,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SCANNED = ("tests", "benchmarks")
+# Files that run in environments of their own, never the project's: the serving peers of
+# benchmarks/serve_peers.py (MLServer, KServe), installed by `make venv-peers` because their pins
+# clash with the project's (the Makefile target is checked below).
+OWN_ENVIRONMENTS = ("benchmarks/peers",)
 PROJECT = "lightning-cls"
 
 
@@ -125,6 +129,8 @@ def undeclared_imports() -> dict[str, list[str]]:
     missing: dict[str, list[str]] = {}
     for folder in SCANNED:
         for path in sorted((REPO / folder).rglob("*.py")):
+            if str(path.relative_to(REPO)).startswith(OWN_ENVIRONMENTS):
+                continue
             text = path.read_text()
             optional = {m for m in imports(path) if f'importorskip("{m}"' in text}
             for module in sorted(imports(path)):
@@ -162,3 +168,15 @@ def test_the_check_finds_an_undeclared_import(tmp_path, monkeypatch):
     )
     assert declared(make_test_extras()) == {"lightning-cls", "torch", "pytest", "numpy"}
     assert undeclared_imports() == {"psutil": ["tests/test_x.py"]}
+
+
+def test_files_in_their_own_environments_have_a_make_target():
+    """benchmarks/peers/ is skipped above only because `make venv-peers` installs what it
+    imports (mlserver, kserve), each in its own environment."""
+    makefile = (REPO / "Makefile").read_text()
+    recipe = re.search(r"^venv-peers:.*?(?=^\S)", makefile, re.M | re.S)
+    assert recipe, "Makefile has no venv-peers target"
+    assert "mlserver==" in recipe.group(0) and "kserve==" in recipe.group(0)
+    for path in (REPO / "benchmarks" / "peers").glob("*.py"):
+        top = {m.split(".")[0] for m in imports(path)} - set(sys.stdlib_module_names)
+        assert top <= {"mlserver", "kserve", "numpy", "onnxruntime"}, (path.name, top)
