@@ -12,7 +12,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import LearningRateFinder
 
-from lightning_cls.fileio import atomic_savefig
+from lightning_cls.figures.lr_finder import save_lr_finder_plot
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +31,7 @@ class LRFinderPlot(LearningRateFinder):
         self.suggestion = self.optimal_lr.suggestion()
         folder = Path(self.dirpath or trainer.default_root_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        import matplotlib
-
-        matplotlib.use("Agg")
-        fig = self.optimal_lr.plot(suggest=True)
-        atomic_savefig(fig, folder / "lr_finder.png", dpi=100)
+        save_lr_finder_plot(self.optimal_lr, folder / "lr_finder.png")
         log.info(
             "LR finder suggests optimizer.lr=%.3g (plot: %s)",
             self.suggestion or float("nan"),
