@@ -16,14 +16,12 @@ from lightning_cls.inference import tasks
 from lightning_cls.inference.tasks import MultiClass, MultiLabel, Task, create_task
 
 PACKAGE = Path(tasks.__file__).resolve().parents[1]
-# The task classes and the objects they hand out may read ``multi_hot``; InputSpec.multilabel
-# (inference/spec.py) is a deprecated property that another change removes.
+# The task classes and the objects they hand out may read ``multi_hot``.
 TASK_FILES = {
     "inference/tasks.py",
     "inference/task_calibration.py",
     "inference/task_labels.py",
     "inference/task_rows.py",
-    "inference/spec.py",
 }
 
 
