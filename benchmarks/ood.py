@@ -46,6 +46,8 @@ import numpy as np
 from PIL import Image
 from trust import QUIET, digits_folder, generated_folder, noise_folder, run  # sibling
 
+from lightning_cls.cli.renamed import renamed
+
 KNOWN = ("airplane", "automobile", "bird", "cat", "deer", "dog")
 UNKNOWN = ("frog", "horse", "ship", "truck")
 
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
             Path(args.cifar), work, args.per_class, args.ood_images
         )
         n_ood, common = args.ood_images, ["data.val_size=0.2", "data.test_size=0.2"]
-        recipe = args.model.split()
+        recipe = renamed("train", args.model.split())  # older keys (tta_flip=) still work
     sets = {
         "near": near,
         "near_val": near_val,
@@ -349,8 +351,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         "--work (train_seed<N>/results.json) instead of training them again")  # fmt: skip
     parser.add_argument(
         "--model",
-        default="experiment=cifar10_fast data.batch_size=256 optimizer.lr=0.375 "
-        "tta_flip=false tta_translate=0",
+        default="experiment=cifar10_fast data.batch_size=256 optimizer.lr=0.375 tta=none",
         help="train overrides: the model and its recipe",
     )
     args = parser.parse_args(argv)

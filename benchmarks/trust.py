@@ -4,7 +4,7 @@ out-of-distribution AUROC (energy and MSP) against the digits upscaled to 32x32 
     python benchmarks/trust.py --archive ../shared/data/cifar10-train-jpg.tar.gz \
         --per-class 500 --epochs 6 --work $WORK/trust
     python benchmarks/trust.py --model "experiment=cifar10_fast data.batch_size=128 \
-        optimizer.lr=0.1875 tta_flip=false tta_translate=0" --per-class 1000 --epochs 4 \
+        optimizer.lr=0.1875 tta=none" --per-class 1000 --epochs 4 \
         --work $WORK/trust_fast
     python benchmarks/trust.py --quick     # generated images, seconds (tests/benchmarks)
 
@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from lightning_cls.cli.renamed import renamed
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -93,6 +95,7 @@ def run(command: str, overrides: list[str], out: Path) -> dict:
     from lightning_cls import config_dir
 
     overrides = [*overrides, f"paths.output_dir={out}", f"paths.root_dir={out.parent}"]
+    overrides = renamed(command, overrides)  # older keys (tta_flip=...) as the command takes them
     print("python -m lightning_cls." + command, " ".join(overrides), flush=True)
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfg = compose(config_name=command, overrides=overrides)
