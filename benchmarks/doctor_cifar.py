@@ -40,16 +40,13 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageEnhance
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paired import cpu_name
+from PIL import Image, ImageEnhance
 
 
 def generated_root(folder: Path, classes: int = 3, count: int = 30) -> Path:

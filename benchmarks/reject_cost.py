@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from PIL import Image
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paired import cpu_name, summarize
+from PIL import Image
 from trust import QUIET, run
 
 

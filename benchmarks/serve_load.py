@@ -51,7 +51,7 @@ from serve_setup import (
 )
 
 
-async def _load(
+async def load(
     url: str,
     bodies: list[bytes],
     expected: torch.Tensor | None,
@@ -116,7 +116,7 @@ def measure(
     else:
         kind = "image/png"
     out = asyncio.run(
-        _load(server.url, bodies, expected, classes, concurrency, seconds, warmup, kind)
+        load(server.url, bodies, expected, classes, concurrency, seconds, warmup, kind)
     )
     after = server.batch_stats()
     calls = after[1] - before[1]
@@ -205,7 +205,7 @@ def overload(data: dict, work: Path, queue: int, seconds: float, warm_s: float =
     try:
         server.wait_ready()
         warm = asyncio.run(
-            _load(
+            load(
                 server.url,
                 data["simplecnn"]["bodies"],
                 data["simplecnn"]["expected"]["onnx"],
@@ -216,7 +216,7 @@ def overload(data: dict, work: Path, queue: int, seconds: float, warm_s: float =
         )
         rss_before = server.rss_mb()
         out = asyncio.run(
-            _load(
+            load(
                 server.url,
                 data["simplecnn"]["bodies"],
                 data["simplecnn"]["expected"]["onnx"],

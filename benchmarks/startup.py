@@ -48,8 +48,9 @@ def make_inputs(work: Path) -> tuple[Path, Path]:
     child process: this one stays small, because a child started from it reports this
     process's peak RSS as its own when that is larger (Linux keeps the high-water mark
     across exec)."""
-    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import startup; startup.write_inputs({str(work)!r})"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run(
+        [sys.executable, str(HERE / "startup.py"), "--inputs-only", str(work)], check=True
+    )
     return work / "model.onnx", work / "image.png"
 
 
@@ -218,7 +219,12 @@ def main() -> None:
     parser.add_argument("--label", default="this tree")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--write-docs", type=Path, nargs="?", const=ROOT / "docs/benchmarks.md")
+    # make_inputs' child: write the model and the image into this folder, measure nothing
+    parser.add_argument("--inputs-only", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.inputs_only:
+        write_inputs(str(args.inputs_only))
+        return
     rounds, warmup = (1, 0) if args.quick else (args.rounds, args.warmup)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="startup_") as tmp:

@@ -19,13 +19,9 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import sys
 from contextlib import nullcontext
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paired import cpu_name, paired_ratio
 from train_throughput import cycle, timed_loop
 

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse(argv)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    started, cpu = time.time(), _cpu()
+    started, cpu = time.time(), cpu_seconds()
     if args.quick:
         root = generated_folder(work / "known", classes=3, per_class=16)
         n_ood, common = 12, ["data.val_size=0.25", "data.test_size=0.25", "data.batch_size=16"]
@@ -72,7 +72,10 @@ def main(argv: list[str] | None = None) -> dict:
             report[f"auroc_{name}_{score}"] = ood["auroc"]
             if ood["false_accept_rate"] is not None:
                 report[f"false_accept_{name}"] = ood["false_accept_rate"]
-    report["wall_s"], report["cpu_s"] = round(time.time() - started, 1), round(_cpu() - cpu, 1)
+    report["wall_s"], report["cpu_s"] = (
+        round(time.time() - started, 1),
+        round(cpu_seconds() - cpu, 1),
+    )
     print(json.dumps(report))
     return report
 
@@ -163,7 +166,7 @@ def noise_folder(root: Path, n: int) -> Path:
     return root
 
 
-def _cpu() -> float:
+def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 

@@ -3,7 +3,7 @@
 One ``python -m lightning_cls.serve`` (SimpleCNN with random weights, ONNX, the defaults and
 ``serve_setup.SERVE_BASE``, as ``serve_load.py`` starts it), asked the same Open Inference
 Protocol infer body (``soak.oip_body``: one normalized FP32 image as JSON) by A, the project's
-load tool (``serve_load._load`` on ``http_client.Connection``), and B, Debian's ``wrk`` with
+load tool (``serve_load.load`` on ``http_client.Connection``), and B, Debian's ``wrk`` with
 ``wrk_oip.lua``; both at the same connection count for the same seconds, interleaved
 (A, B, A, B, ...). One served answer is checked against the in-process runtime's logits first.
 Reported: answered-200 requests per second per round, median and range, each tool's own CPU
@@ -47,7 +47,7 @@ AGREE = 0.10  # the tools agree when their medians differ by at most this share
 
 
 class _OIPConnection(Connection):
-    """``serve_load._load`` posts to ``/predict``; this connection sends its posts to the OIP
+    """``serve_load.load`` posts to ``/predict``; this connection sends its posts to the OIP
     infer path instead, so the tool's loop, warm-up and counting run unchanged."""
 
     def post(self, path: str, body: bytes, content_type: str):
@@ -56,9 +56,9 @@ class _OIPConnection(Connection):
 
 def project_tool(url: str, body: bytes, connections: int, seconds: float) -> dict:
     """A: the project's load tool on the OIP body; 200s per second and its CPU in cores."""
-    serve_load.Connection = _OIPConnection  # read by _load when it opens its connections
+    serve_load.Connection = _OIPConnection  # read by load when it opens its connections
     out = asyncio.run(
-        serve_load._load(url, [body], None, [], connections, seconds, 0.3, "application/json")
+        serve_load.load(url, [body], None, [], connections, seconds, 0.3, "application/json")
     )
     keys = ("rps", "client_cpu_cores", "codes", "p50_ms", "p99_ms")
     return {key: out[key] for key in keys}
