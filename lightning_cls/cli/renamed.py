@@ -8,7 +8,8 @@ group (``data.hflip=`` is ``augment.hflip=``, conf/augment); train's ``tta_flip`
 ``tta_translate``/``tta_tolerance`` and ``tta=full|selective`` became the ``tta`` group's
 ``tta.flip``, ... and ``tta.mode``. ``renamed(config_name, args)`` rewrites the old spelling on
 the command line before Hydra composes (so sweeps, ``+``/``~`` prefixes and the saved overrides all
-use the new key) and writes one ``warning:`` line per old key to stderr.
+use the new key) and writes one ``warning:`` line per old key to stderr. Export's old keys
+(``READ_OLD``) go on as they are, for ``ExportConfig``'s reader of the old layout.
 """
 
 from __future__ import annotations
@@ -45,13 +46,28 @@ RENAMED_EVERYWHERE = {f"data.{key}": f"augment.{key}" for key in AUGMENT_OPTIONS
 # {group: {old value: new value}}: ``reject`` became a config group (conf/reject/), and Hydra
 # takes no ``null`` for a group; ``reject=null`` (the documented "no rule") means ``none``.
 RENAMED_VALUES: dict[str, dict[str, str]] = {"reject": {"null": "none"}}
+# {primary config: old key prefixes} its config no longer declares, passed on as they are
+# (``++``: added) for the reader that translates them with its own deprecation line naming the
+# new key: lightning_cls.export.ExportConfig (export.opset -> export.onnx.opset, ...).
+EXPORT_OLD = (
+    "export.opset",
+    "export.torchscript_modes",
+    "export.openvino_precision",
+    "export.quantize",
+)
+READ_OLD: dict[str, tuple[str, ...]] = {"export": EXPORT_OLD, "train": EXPORT_OLD}
 
 
 def renamed(config_name: str | None, args: list[str]) -> list[str]:
     """``args`` with each old key of ``config_name``'s command spelt as its new key."""
     table = {**RENAMED_EVERYWHERE, **RENAMED.get(config_name or "", {})}
+    old_keys = READ_OLD.get(config_name or "", ())
     out = []
     for arg in args:
+        bare = arg.partition("=")[0].lstrip("+")
+        if "=" in arg and any(bare == k or bare.startswith(f"{k}.") for k in old_keys):
+            out.append(f"++{arg.lstrip('+')}")  # added where the config lacks it
+            continue
         key, eq, value = arg.partition("=")
         prefix = key[: len(key) - len(key.lstrip("+~"))]
         value = RENAMED_VALUES.get(key.lstrip("+~"), {}).get(value, value) if eq else value

@@ -10,8 +10,10 @@ Every format (INT8 methods, the Triton and ``auto`` steps included) is a ``Write
 in ``FORMATS`` (``export.writer``); a new format is one module with a ``Writer`` class and one
 registration (``register_format("name", MyWriter)``, or a lazy line in ``FORMATS``' table),
 read back by the runtime that ``inference.runtimes.RUNTIMES`` has for its suffix.
-``export_format(name, net, spec, path, **options)`` writes one format; ``export_model`` all
-that an ``ExportConfig`` asks for. The built-in formats are imported on first use.
+A format with options of its own declares them as a dataclass (``Writer.Options``) and gets
+them from its own entry of the export config (``export.<format>.*``, in
+``conf/export/<format>.yaml``). ``export_format(name, net, spec, path, **options)`` writes one
+format; ``export_model`` all that an ``ExportConfig`` asks for. The built-in formats are imported on first use.
 
 The public names below are imported on first use (PEP 562): the exporter and the writers
 import torch, which ``python -m lightning_cls.export --help`` never needs (tests/test_layers.py).
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
         QuantizeConfig,
         export_model,
     )
+    from lightning_cls.export.int8 import Int8Options
     from lightning_cls.export.writer import (
         FORMATS,
         ExportData,
@@ -44,7 +47,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "ExportConfig": "exporter",
     "ExportResult": "exporter",
-    "QuantizeConfig": "exporter",
+    "QuantizeConfig": "exporter",  # deprecated: the old export.quantize mapping
+    "Int8Options": "int8",
     "export_model": "exporter",
     "FORMATS": "writer",
     "ExportData": "writer",
@@ -71,6 +75,7 @@ __all__ = [
     "ExportConfig",
     "ExportData",
     "ExportResult",
+    "Int8Options",
     "QuantizeConfig",
     "Writer",
     "export_format",

@@ -2,7 +2,7 @@
 
 Reads top to bottom: load the network and its metadata → data (INT8 only) → export every
 requested format, each verified against eager PyTorch → INT8 reports. An INT8 model that
-loses more accuracy than ``export.quantize.max_acc_drop`` makes the command exit with 1.
+loses more accuracy than ``export.int8.max_acc_drop`` makes the command exit with 1.
 """
 
 from __future__ import annotations

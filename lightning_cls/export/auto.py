@@ -17,12 +17,11 @@ extra file ``auto_selection.json``) and in ``auto_selection.json`` beside it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,9 +29,10 @@ import torch
 from torch import nn
 
 from lightning_cls.export.errors import AccuracyDropError
-from lightning_cls.export.exporter import ExportConfig, QuantizeConfig
+from lightning_cls.export.exporter import ExportConfig
+from lightning_cls.export.int8 import Int8Options, Int8Writer
 from lightning_cls.export.quantize import QuantizationReport, accuracy_drop_points
-from lightning_cls.export.writer import FORMATS, ExportData, Writer
+from lightning_cls.export.writer import FORMATS, ExportData, Writer, options_of
 from lightning_cls.fileio import atomic_write_text
 from lightning_cls.inference.network import check_same_data
 from lightning_cls.inference.predictor import Predictor
@@ -46,7 +46,7 @@ SELECTION_FILE = "auto_selection.json"
 
 @dataclass
 class AutoConfig:
-    """How ``export=auto`` measures (``conf/export/auto.yaml``)."""
+    """How ``export=auto`` measures: its options, ``export.auto.*`` (``conf/export/auto.yaml``)."""
 
     batch_size: int = 64
     rounds: int = 5
@@ -77,27 +77,32 @@ class AutoStep(Writer):
     key, file, title = "auto", "auto", "export=auto"
     needs_data = "export=auto checks each runtime's accuracy on the validation split"
 
-    def __init__(self, config: ExportConfig | None = None):
-        self.config, self.data = config, None
+    Options = AutoConfig
+
+    def __init__(self, config: ExportConfig | None = None, options: AutoConfig | None = None):
+        self.config, self.options, self.data = config, options or AutoConfig(), None
 
     @classmethod
-    def from_config(cls, config, out):
-        return [cls(config)]
+    def from_options(cls, options, config):
+        return [cls(config, options)]  # every candidate is built from the whole config
 
     def bind(self, files, data):
         self.data = data
 
     def export(self, net, spec, path, **check):
-        cfg = AutoConfig(**(self.config.auto if self.config else {}))
-        return export_auto(net, spec, path, self.data.datamodule, cfg, check, self.config).path
+        datamodule = self.data.datamodule
+        return export_auto(net, spec, path, datamodule, self.options, check, self.config).path
 
 
-def candidates(config: ExportConfig) -> dict[str, Writer]:
-    """Every registered format's ``export=auto`` candidates, where it can run here."""
+def candidates(entries: Mapping[str, Mapping]) -> dict[str, Writer]:
+    """Every registered format's ``export=auto`` candidates, where it can run here, each built
+    from its own options (``entries``: the export config's ``options``)."""
     found: dict[str, Writer] = {}
     for name in FORMATS:
         writer = FORMATS.get(name)
-        offered = writer.candidates(config) if hasattr(writer, "candidates") else {}
+        offered = {}
+        if hasattr(writer, "candidates"):
+            offered = writer.candidates(options_of(name, entries))
         if offered and not writer.available():
             log.info("export=auto: %s skipped (needs %s).", name, ", ".join(writer.modules))
             continue
@@ -196,7 +201,7 @@ def export_auto(
     config: ExportConfig | None = None,
 ) -> AutoResult:
     """Export every candidate into ``out_dir``, measure them, and keep the winner
-    (``config``: the other export options, e.g. the ONNX opset)."""
+    (``config``: the other writers' options, e.g. the ONNX opset)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     datamodule.setup("fit")
@@ -207,13 +212,14 @@ def export_auto(
     net = net.eval()
     eager = Predictor(net, spec)
     eager_acc = eager.accuracy(val.images, val.labels)
-    gate = QuantizeConfig(
+    gate = Int8Options(
         calibration_batches=cfg.calibration_batches,
         calibration_batch_size=cfg.calibration_batch_size,
         max_acc_drop=cfg.max_acc_drop,
         latency_runs=0,
     )
-    writers = candidates(dataclasses.replace(config or ExportConfig(), quantize=gate))
+    entries = dict(config.options) if config is not None else {}
+    writers = candidates({**entries, Int8Writer.options_entry: vars(gate)})
     data = ExportData(train, val, reference_acc=eager_acc, datamodule=datamodule)
     paths, reports = export_candidates(net, spec, out, writers, data, check_kwargs or {})
     fns = {name: _load(path, threads) for name, path in paths.items()}

@@ -2,23 +2,28 @@
 network, into one folder.
 
 Shared by the ``python -m lightning_cls.export`` entry point and ``ExportCallback``.
-``ExportConfig`` mirrors ``conf/export/*.yaml`` field for field. Every format is a ``Writer``
-registered in ``export.writer.FORMATS``; ``ExportConfig.writers`` asks each requested one for
-its writers and orders them by what they require, and ``export_model`` runs them in that order
-through ``Writer.export`` (the one skeleton of ``export.writer``). This module names no format.
+``ExportConfig`` mirrors ``conf/export/*.yaml``: the skeleton's own fields (formats and the
+parity check) and each writer's entry (``export.onnx.opset``), handed to that writer alone.
+Every format is a ``Writer`` registered in ``export.writer.FORMATS``; ``ExportConfig.writers``
+asks each requested one for its writers (from its own options) and orders them by what they
+require, and ``export_model`` runs them in that order
+through ``Writer.export`` (the one skeleton of ``export.writer``). Apart from ``export=all``'s
+list and the reader of the old layout's keys, this module names no format.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from torch import nn
 
 from lightning_cls.export.errors import AccuracyDropError
-from lightning_cls.export.triton import TritonConfig
 from lightning_cls.export.writer import FORMATS, ExportData, Writer, in_order, writers_of
 from lightning_cls.fileio import atomic_write_text
 from lightning_cls.inference.network import check_same_data
@@ -32,94 +37,153 @@ ALL_FORMATS = ("onnx", "torchscript", "pt2")
 # ... and these where their extra (and converter) is installed; the others are named and skipped.
 ALL_IF_INSTALLED = ("executorch", "litert", "coreml")
 REPORT_FILE = "quantization_report.json"
-# export.quantize's switches (conf/export/int8.yaml, openvino.yaml) -> the INT8 format each asks for
+# The old layout, every option at the top of ``export``: key -> its writer's entry and option.
+MOVED = {
+    "opset": ("onnx", "opset"),
+    "torchscript_modes": ("torchscript", "modes"),
+    "openvino_precision": ("openvino", "precision"),
+}
+# ... and ``export.quantize``: its switches asked for INT8 formats, its other keys are now the
+# INT8 writers' options (``export.int8.*``, conf/export/int8.yaml).
 QUANTIZE_SWITCHES = {
     "static": "onnx_int8",
     "dynamic": "torchscript_int8_dynamic",
     "openvino": "openvino_int8",
 }
+OLD_KEYS = (*MOVED, "quantize")
 
 
-@dataclass
-class QuantizeConfig:
-    static: bool = False  # ONNX Runtime static int8 (needs "onnx" in formats)
-    dynamic: bool = False  # torch.ao dynamic int8 on nn.Linear, saved as TorchScript
-    calibration_batches: int = 8
-    calibration_batch_size: int = 32
-    per_channel: bool = True
-    activation_type: str = "uint8"
-    max_acc_drop: float = 1.0  # accuracy points on the validation split
-    force: bool = False  # keep an int8 file even if it drops more than max_acc_drop
-    latency_runs: int = 50
-    format: str = "qdq"  # static int8 ONNX layout: qdq or qoperator
-    openvino: bool = False  # NNCF int8 of the OpenVINO IR (needs "openvino" in formats)
-    keep_first_conv_float: bool = True  # static: the first Conv (the stem) stays float
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.formats)
-
-    @property
-    def formats(self) -> list[str]:
-        """The INT8 formats (``FORMATS`` names) these switches ask for; any other INT8 format
-        is asked for by name in ``export.formats``."""
-        return [name for flag, name in QUANTIZE_SWITCHES.items() if getattr(self, flag)]
-
-
-@dataclass
+@dataclass(init=False)
 class ExportConfig:
-    formats: list[str] = field(default_factory=list)
-    opset: int = 18
-    torchscript_modes: list[str] = field(default_factory=lambda: ["trace", "script"])
-    check_batch_sizes: list[int] = field(default_factory=lambda: [1, 7])
-    atol: float = 1e-4
-    rtol: float = 1e-3
-    quantize: QuantizeConfig = field(default_factory=QuantizeConfig)
-    openvino_precision: str = "f32"  # or bf16 (OpenVINO's CPU default where supported)
-    auto: dict = field(default_factory=dict)  # lightning_cls.export.auto.AutoConfig fields
-    triton: TritonConfig = field(default_factory=TritonConfig)
+    """What ``export_model`` writes: the formats, the parity check every format passes, and
+    each writer's own options by its entry (``options["onnx"] == {"opset": 18}``; the
+    ``export.onnx.*`` keys of conf/export/onnx.yaml), handed to that writer alone.
 
-    def __post_init__(self):
-        if isinstance(self.quantize, dict):
-            self.quantize = QuantizeConfig(**self.quantize)
-        if isinstance(self.triton, dict):
-            self.triton = TritonConfig(**self.triton)
-        self.auto = dict(self.auto or {})
-        self.torchscript_modes = list(self.torchscript_modes)
-        self.check_batch_sizes = [int(b) for b in self.check_batch_sizes]
+    Entries may also be given as keyword arguments (``ExportConfig(["onnx"], onnx={"opset":
+    17})``), as Hydra does from ``conf/export/*.yaml``. The old keys (``opset``,
+    ``torchscript_modes``, ``openvino_precision``, ``quantize``) are still read, each with one
+    deprecation line naming its new key (configs saved in run folders use them)."""
+
+    formats: list[str]
+    check_batch_sizes: list[int]
+    atol: float
+    rtol: float
+    options: dict[str, dict[str, Any]]
+
+    def __init__(
+        self,
+        formats: Sequence[str] = (),
+        check_batch_sizes: Sequence[int] = (1, 7),
+        atol: float = 1e-4,
+        rtol: float = 1e-3,
+        options: Mapping[str, Any] | None = None,
+        **entries: Any,
+    ):
+        formats = list(formats)
+        merged = {name: as_mapping(value) for name, value in (options or {}).items()}
+        old = {key: entries.pop(key) for key in OLD_KEYS if key in entries}
+        for name, value in entries.items():
+            merged[name] = {**merged.get(name, {}), **as_mapping(value)}
+        switched: dict[str, bool] = {}  # export.quantize's switches: format -> on/off
+        for key, value in old.items():
+            switched.update(translate(key, value, merged))
+        self.options = merged
+        self.check_batch_sizes = [int(b) for b in check_batch_sizes]
+        self.atol, self.rtol = atol, rtol
         # export=all: a format it took may be skipped for the model (``accepted``), not refused
-        self.from_all = list(self.formats) == ["all"]
-        formats = all_formats() if self.from_all else list(self.formats)
+        self.from_all = formats == ["all"]
+        formats = all_formats() if self.from_all else formats
+        formats = [name for name in formats if switched.get(name, True)]
+        formats += [name for name, on in switched.items() if on and name not in formats]
         unknown = [name for name in formats if name not in FORMATS]
         if unknown:
             raise ValueError(
                 f"Unknown export format(s) {unknown}; use {', '.join(FORMATS)} or 'all'."
             )
         self.formats = formats
-        self.writers(Path("."))  # what each writer requires is here: refused before any work
+        self.writers()  # each writer's options and requirements: refused before any work
 
-    def writers(self, out: Path) -> list[Writer]:
+    def writers(self) -> list[Writer]:
         """Every writer this config asks for (one per result key), each after its sources."""
-        names = [*self.formats, *(n for n in self.quantize.formats if n not in self.formats)]
         writers: dict[str, Writer] = {}
-        for name in names:
-            for writer in writers_of(name, self, out):
+        for name in self.formats:
+            for writer in writers_of(name, self):
                 writers.setdefault(writer.key, writer)
         return in_order(list(writers.values()), self.formats)
 
     @property
     def enabled(self) -> bool:
-        return bool(self.formats) or self.quantize.enabled
+        return bool(self.formats)
 
     @property
     def needs_data(self) -> bool:
         """Whether a writer needs the DataModule (INT8 calibrates, INT8 and auto validate)."""
-        return any(writer.needs_data for writer in self.writers(Path(".")))
+        return any(writer.needs_data for writer in self.writers())
 
     @property
     def check_kwargs(self) -> dict:
         """The parity-check settings of ``write_verified`` (every format's check)."""
         return {"check_batch_sizes": self.check_batch_sizes, "atol": self.atol, "rtol": self.rtol}
+
+
+def as_mapping(value: Any) -> dict[str, Any]:
+    """A writer's entry as a plain dict (given as a mapping, or as its ``Options`` object)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dict(vars(value))
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"An export writer's options are a mapping of option: value, not {value!r}; "
+            "e.g. export.onnx.opset=18."
+        )
+    return dict(value)
+
+
+def translate(key: str, value: Any, entries: dict[str, dict[str, Any]]) -> dict[str, bool]:
+    """The old key ``key`` moved into ``entries`` (an option), with one deprecation line
+    naming the new key; returns the formats ``export.quantize``'s switches turned on or off."""
+    if key in MOVED:
+        entry, option = MOVED[key]
+        value = list(value) if isinstance(value, list | tuple) else value
+        entries.setdefault(entry, {})[option] = value
+        shown = hydra_value(value)
+        warn_moved(f"export.{key}={shown}", f"export.{entry}.{option}={shown}")
+        return {}
+    quantize, switched, new = as_mapping(value), {}, []
+    quantize.pop("_target_", None)
+    for switch, name in QUANTIZE_SWITCHES.items():
+        if switch in quantize:
+            switched[name] = bool(quantize.pop(switch))
+            on = switched[name]
+            new.append(
+                f"{'' if on else 'no '}{name} in export.formats (for "
+                f"export.quantize.{switch}={hydra_value(on)})"
+            )
+    for option, setting in quantize.items():
+        entries.setdefault("int8", {})[option] = setting
+        new.append(f"export.int8.{option}={hydra_value(setting)}")
+    warn_moved("export.quantize", ", ".join(new) or "export.int8.<option>")
+    return switched
+
+
+class QuantizeConfig(dict):
+    """The old ``export.quantize`` mapping (its switches and the INT8 options), kept so that
+    configs saved in run folders (``_target_: lightning_cls.export.QuantizeConfig``) and code
+    passing ``ExportConfig(quantize=QuantizeConfig(...))`` still work: ``ExportConfig`` reads
+    it with a deprecation line. The INT8 options are ``export.int8.Int8Options``."""
+
+    def __init__(self, **options: Any):
+        super().__init__(options)
+
+
+def hydra_value(value: Any) -> str:
+    """``value`` as a command line writes it (``[trace,script]``)."""
+    if isinstance(value, list | tuple):
+        return f"[{','.join(hydra_value(v) for v in value)}]"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def warn_moved(old: str, new: str) -> None:
+    log.warning("%s is deprecated and will be removed; use %s instead (same meaning).", old, new)
 
 
 def all_formats() -> list[str]:
@@ -147,10 +211,10 @@ def export_model(
     """Export ``net`` as ``config`` says; writers with ``needs_data`` use ``datamodule``.
 
     Raises ``AccuracyDropError`` (after writing everything else and the INT8 report) when an
-    INT8 model loses more than ``config.quantize.max_acc_drop`` points and ``force`` is off.
+    INT8 model loses more than ``export.int8.max_acc_drop`` points and ``force`` is off.
     """
     out = Path(out_dir)
-    writers = accepted(config.writers(out), spec, config)
+    writers = accepted(config.writers(), spec, config)
     data = export_data(writers, spec, datamodule)
     out.mkdir(parents=True, exist_ok=True)
     result = ExportResult()

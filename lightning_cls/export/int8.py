@@ -15,13 +15,13 @@ calibration.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from lightning_cls.export import litert, onnx, openvino, torchscript
 from lightning_cls.export.errors import AccuracyDropError
-from lightning_cls.export.exporter import QuantizeConfig
 from lightning_cls.export.quantize import (
     SplitCalibrationReader,
     calibration_batches,
@@ -35,16 +35,32 @@ from lightning_cls.export.writer import Writer
 from lightning_cls.inference.predictor import load_artifact
 
 
+@dataclass
+class Int8Options:
+    """``export.int8.*`` (conf/export/int8.yaml): the options every INT8 writer shares."""
+
+    calibration_batches: int = 8
+    calibration_batch_size: int = 32
+    per_channel: bool = True
+    activation_type: str = "uint8"
+    max_acc_drop: float = 1.0  # accuracy points on the validation split
+    force: bool = False  # keep an int8 file even if it drops more than max_acc_drop
+    latency_runs: int = 50
+    format: str = "qdq"  # static int8 ONNX layout: qdq or qoperator
+    keep_first_conv_float: bool = True  # static: the first Conv (the stem) stays float
+
+
 class Int8Writer(Writer):
     """An INT8 file made from the fp32 file ``requires[0]`` names; ``method`` names it in the
-    report. ``quantize`` holds its options (``export.quantize.*``)."""
+    report. ``quantize`` holds its options (``export.int8.*``, one entry for every INT8 format)."""
 
     method: str = ""
     needs_data = "INT8 quantization calibrates on the train split and reports validation accuracy"
     features = False  # made from a written file, which has its outputs already
+    Options, options_entry = Int8Options, "int8"
 
-    def __init__(self, quantize: QuantizeConfig | None = None, file: str | None = None):
-        self.quantize = quantize or QuantizeConfig()
+    def __init__(self, quantize: Int8Options | None = None, file: str | None = None):
+        self.quantize = quantize or Int8Options()
         if file is not None:
             self.file = file
         self.source_path: Path | None = None
@@ -52,8 +68,8 @@ class Int8Writer(Writer):
         self.report = None  # the QuantizationReport of the last check
 
     @classmethod
-    def from_config(cls, config, out):
-        return [cls(config.quantize)]
+    def from_options(cls, options, config):
+        return [cls(options)]
 
     def bind(self, files, data):
         self.source_path, self.data = Path(files[self.requires[0]]), data
@@ -88,17 +104,17 @@ class Int8Writer(Writer):
 
 class OnnxStaticInt8(Int8Writer):
     """``model_int8.onnx``: ONNX Runtime static INT8 (QDQ or QOperator) of ``model.onnx``, the
-    graph's first Conv kept float unless ``export.quantize.keep_first_conv_float=false``."""
+    graph's first Conv kept float unless ``export.int8.keep_first_conv_float=false``."""
 
     key, file, title, method = "onnx_int8", "model_int8.onnx", "ONNX INT8", "onnx_static_int8"
-    requires, uses = ("onnx",), "export.quantize.static=true quantizes the ONNX file"
+    requires, uses = ("onnx",), "onnx_int8 quantizes the ONNX file"
     modules = ("onnx", "onnxruntime")
     copy_tagged = staticmethod(onnx.copy_tagged)
 
     @classmethod
-    def candidates(cls, config):
-        qdq = dataclasses.replace(config.quantize, format="qdq")
-        qop = dataclasses.replace(config.quantize, format="qoperator")
+    def candidates(cls, options):
+        qdq = dataclasses.replace(options, format="qdq")
+        qop = dataclasses.replace(options, format="qoperator")
         return {"ort_int8_qdq": cls(qdq), "ort_int8_qoperator": cls(qop, "model_int8_qop.onnx")}
 
     def write(self, net, example, tmp, spec):
@@ -122,13 +138,13 @@ class TorchDynamicInt8(Int8Writer):
     key, file, title = "torchscript_int8_dynamic", "model_int8_dynamic.torchscript", "INT8"
     method = "torch_dynamic_int8"
     requires = ("torchscript_trace",)
-    uses = "export.quantize.dynamic=true compares with the traced TorchScript file"
+    uses = "torchscript_int8_dynamic compares with the traced TorchScript file"
     features = True  # quantizes the network itself: its features output too
     copy_tagged = staticmethod(torchscript.copy_tagged)
 
     @classmethod
-    def from_config(cls, config, out):
-        return [TorchScriptWriter("trace"), cls(config.quantize)]
+    def from_options(cls, options, config):
+        return [TorchScriptWriter("trace"), cls(options)]
 
     def write(self, net, example, tmp, spec):
         if net is None:
@@ -141,13 +157,13 @@ class OpenVINOInt8(Int8Writer):
 
     key, file, companions = "openvino_int8", "model_int8.xml", (".bin",)
     title, method = "OpenVINO INT8", "openvino_nncf_int8"
-    requires, uses = ("openvino",), "export.quantize.openvino=true quantizes the OpenVINO IR"
+    requires, uses = ("openvino",), "openvino_int8 quantizes the OpenVINO IR"
     modules = ("openvino", "nncf")
     copy_tagged = staticmethod(openvino.copy_tagged)
 
     @classmethod
-    def candidates(cls, config):
-        return {"ov_int8": cls(config.quantize)}
+    def candidates(cls, options):
+        return {"ov_int8": cls(options)}
 
     def write(self, net, example, tmp, spec):
         q = self.quantize
@@ -176,8 +192,8 @@ class LiteRTInt8(Int8Writer):
         return litert.LiteRTWriter.unavailable()
 
     @classmethod
-    def from_config(cls, config, out):
-        return [litert.LiteRTWriter(), cls(config.quantize)]
+    def from_options(cls, options, config):
+        return [litert.LiteRTWriter(), cls(options)]
 
     def write(self, net, example, tmp, spec):
         if net is None:

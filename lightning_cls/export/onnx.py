@@ -7,6 +7,7 @@ by the export skeleton (``export.writer``) in ONNX Runtime, the runtime that ser
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,22 +29,27 @@ OUTPUT_NAME = "logits"
 FILE = "model.onnx"
 
 
+@dataclass
+class OnnxOptions:
+    """``export.onnx.*`` (conf/export/onnx.yaml), the ONNX files' options (``model.onnx`` and
+    ``model_e2e.onnx``)."""
+
+    opset: int = OPSET  # pinned, so files do not change with the torch version
+
+
 class OnnxWriter(Writer):
     """``model.onnx``: float NCHW in, logits out, read back in ONNX Runtime."""
 
     key, file, title = "onnx", FILE, "ONNX"
     modules = ("onnx", "onnxruntime")
+    Options = OnnxOptions
 
     def __init__(self, opset: int = OPSET):
         self.opset = opset
 
     @classmethod
-    def from_config(cls, config, out):
-        return [cls(config.opset)]
-
-    @classmethod
-    def candidates(cls, config):
-        return {"ort_fp32": cls(config.opset)}
+    def candidates(cls, options):
+        return {"ort_fp32": cls(options.opset)}
 
     def write(self, net, example, tmp, spec):
         write_onnx(net, example, tmp, spec, self.opset, INPUT_NAME, OUTPUT_NAME)

@@ -32,7 +32,7 @@ import dataclasses
 import torch
 from torch import nn
 
-from lightning_cls.export.onnx import OPSET, read_metadata, write_onnx
+from lightning_cls.export.onnx import OPSET, OnnxOptions, read_metadata, write_onnx
 from lightning_cls.export.writer import Writer
 from lightning_cls.inference.predictor import Predictor, tta
 from lightning_cls.inference.rules.msp import MSP
@@ -96,13 +96,10 @@ class OnnxE2EWriter(Writer):
 
     key, file, title = "onnx_e2e", FILE, "ONNX"
     modules = ("onnx", "onnxruntime")
+    Options, options_entry = OnnxOptions, "onnx"  # an ONNX file: export.onnx.opset
 
     def __init__(self, opset: int = OPSET):
         self.opset = opset
-
-    @classmethod
-    def from_config(cls, config, out):
-        return [cls(config.opset)]
 
     def refuses(self, spec):
         decided = [f"reject={spec.reject['score']}"] if spec.reject is not None else []

@@ -11,6 +11,7 @@ in the model's ``rt_info``; the export skeleton (``export.writer``) reads the IR
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -55,6 +56,21 @@ def _set_props(model, props: dict[str, str]) -> None:
         model.set_rt_info(value, [RT_SECTION, key])
 
 
+@dataclass
+class OpenVINOOptions:
+    """``export.openvino.*`` (conf/export/openvino.yaml)."""
+
+    # f32, or bf16 (OpenVINO's own CPU default on bf16-capable CPUs; validate it with export=auto)
+    precision: str = "f32"
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"export.openvino.precision={self.precision!r} is not one of {PRECISIONS}; "
+                "e.g. export.openvino.precision=f32."
+            )
+
+
 class OpenVINOWriter(Writer):
     """``model.xml`` + ``model.bin``, converted from the verified ONNX file (``onnx_path``, or
     the ``onnx`` file of this export)."""
@@ -62,6 +78,7 @@ class OpenVINOWriter(Writer):
     key, file, companions, title = "openvino", "model.xml", (".bin",), "OpenVINO"
     requires, uses = ("onnx",), "OpenVINO converts the ONNX file"
     modules = ("onnx", "openvino")
+    Options = OpenVINOOptions
 
     def __init__(self, onnx_path: str | Path | None = None, precision: str = "f32"):
         if precision not in PRECISIONS:
@@ -72,11 +89,7 @@ class OpenVINOWriter(Writer):
             self.requires = ()  # given its source: no ONNX file of this export needed
 
     @classmethod
-    def from_config(cls, config, out):
-        return [cls(precision=config.openvino_precision)]
-
-    @classmethod
-    def candidates(cls, config):
+    def candidates(cls, options):
         found = {"ov_f32": cls()}
         if cpu_has_native_bf16():
             found["ov_bf16"] = cls(precision="bf16")

@@ -303,8 +303,8 @@ def enforce_max_drop(
         path.with_suffix(suffix).unlink(missing_ok=True)
     raise AccuracyDropError(
         f"{message} Deleted {report.int8_path}. Calibrate on more batches "
-        "(export.quantize.calibration_batches), raise export.quantize.max_acc_drop, or set "
-        "export.quantize.force=true to keep the file anyway."
+        "(export.int8.calibration_batches), raise export.int8.max_acc_drop, or set "
+        "export.int8.force=true to keep the file anyway."
     )
 
 

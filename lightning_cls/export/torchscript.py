@@ -11,6 +11,7 @@ runtimes that still need it. Prefer ``.pt2`` (``lightning_cls.export.pt2``) for 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -37,13 +38,31 @@ def to_torchscript(
         except Exception as err:  # TorchScript raises its own frontend error types
             raise ValueError(
                 f"torch.jit.script cannot compile {type(net).__name__}: {err}\n"
-                "Use mode='trace' (export.torchscript_modes=[trace]; fine without data-dependent "
+                "Use mode='trace' (export.torchscript.modes=[trace]; fine without data-dependent "
                 "control flow in forward), or export .pt2."
             ) from err
 
 
+@dataclass
+class TorchScriptOptions:
+    """``export.torchscript.*`` (conf/export/torchscript.yaml)."""
+
+    modes: list[str] = field(default_factory=lambda: list(MODES))  # one file per mode
+
+    def __post_init__(self):
+        unknown = [mode for mode in self.modes if mode not in MODES]
+        if unknown or not self.modes:
+            raise ValueError(
+                f"export.torchscript.modes={list(self.modes)} is not a list of "
+                f"{' and/or '.join(MODES)}; e.g. export.torchscript.modes=[trace]."
+            )
+        self.modes = list(self.modes)
+
+
 class TorchScriptWriter(Writer):
     """``model_<mode>.torchscript`` with ``meta.json`` inside, read back by ``torch.jit``."""
+
+    Options = TorchScriptOptions
 
     def __init__(self, mode: str = "trace"):
         if mode not in MODES:
@@ -53,11 +72,11 @@ class TorchScriptWriter(Writer):
         self.title = f"TorchScript ({mode})"
 
     @classmethod
-    def from_config(cls, config, out):
-        return [cls(mode) for mode in config.torchscript_modes]
+    def from_options(cls, options, config):
+        return [cls(mode) for mode in options.modes]
 
     @classmethod
-    def candidates(cls, config):
+    def candidates(cls, options):
         return {"torchscript": cls("trace")}  # the PyTorch reference of export=auto
 
     def copy_tagged(self, src, dst, key, text):

@@ -74,6 +74,8 @@ class TritonStep(Writer):
     key, file, title = "triton", "triton", "Triton repository"
     modules = ("onnx",)
 
+    Options = TritonConfig  # export.triton.* (conf/export/triton.yaml)
+
     def __init__(self, config: TritonConfig | None = None):
         self.config = config or TritonConfig()
         self.requires = (self.config.source,)
@@ -83,8 +85,8 @@ class TritonStep(Writer):
         self.files = {}
 
     @classmethod
-    def from_config(cls, config, out):
-        return [cls(config.triton)]
+    def from_options(cls, options, config):
+        return [cls(options)]
 
     def bind(self, files, data):
         self.files = files

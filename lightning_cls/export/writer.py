@@ -6,9 +6,11 @@ entry-point group), as a runtime is registered in ``inference.runtimes.RUNTIMES`
 declares what the pipeline needs to know before anything is written: ``requires`` (the files,
 by result key, it is made from: OpenVINO and INT8 name their source), ``needs_data`` (why it
 needs the DataModule's splits, or ``""``), ``modules`` (the packages it and its runtime need:
-``export=auto`` skips it where one is missing) and ``from_config`` (the writers an
-``ExportConfig`` asks of it). ``export_model`` orders the requested writers by ``requires``
-and runs each through ``Writer.export``, by default the skeleton here, once for every format:
+``export=auto`` skips it where one is missing), ``Options`` (the dataclass of its own options:
+``export.<format>.*``, from its entry in ``conf/export/<format>.yaml``; ``options_of`` builds
+it from that entry alone) and ``from_options`` (the writers its options ask for).
+``export_model`` orders the requested writers by ``requires`` and runs each through
+``Writer.export``, by default the skeleton here, once for every format:
 
 0. ``writer.refuses(spec)``: a format that cannot carry the model's decision (Core ML a
    feature-space rule, ``onnx_e2e`` a rejection rule or prediction sets) is refused in one line
@@ -30,6 +32,7 @@ overrides ``export``. ``export_format(name, net, spec, path, **options)`` runs o
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import shutil
@@ -76,13 +79,20 @@ class Writer:
     modules: tuple[str, ...] = ()  # packages it and its runtime import (auto skips it without)
     extra: str = ""  # the pip extra that installs ``modules`` ("executorch")
 
-    @classmethod
-    def from_config(cls, config: ExportConfig, out: Path) -> list[Writer]:
-        """The writers ``config`` asks of this format (TorchScript: one per mode)."""
-        return [cls()]
+    # Its own options: a dataclass, built from its entry of the export config alone
+    # (``export.<options_entry>.*``; conf/export/<format>.yaml holds it); None: it takes none.
+    Options: type | None = None
+    options_entry: str = ""  # that entry's name ("": the name the format is registered under)
 
     @classmethod
-    def candidates(cls, config: ExportConfig) -> dict[str, Writer]:
+    def from_options(cls, options: Any, config: ExportConfig) -> list[Writer]:
+        """The writers this format's ``options`` (an ``Options``, or None) ask for (TorchScript:
+        one per mode); by default one, built with the options' fields as its arguments.
+        ``config``: the whole export (``export=auto`` builds every candidate from it)."""
+        return [cls(**vars(options))] if options is not None else [cls()]
+
+    @classmethod
+    def candidates(cls, options: Any) -> dict[str, Writer]:
         """``export=auto``'s candidates of this format, by name (``{}``: not a candidate)."""
         return {}
 
@@ -215,14 +225,35 @@ def register_format(name: str, writer: type[Writer] | str) -> None:
         FORMATS.register(name)(writer)
 
 
-def writers_of(name: str, config: ExportConfig, out: Path) -> list[Writer]:
-    """The writers ``config`` asks of format ``name``."""
+def options_of(name: str, entries: Mapping[str, Mapping[str, Any]]) -> Any:
+    """Format ``name``'s ``Options`` built from its own entry of ``entries`` (the export
+    config's ``options``; a missing entry: the defaults), or None for a format without options.
+    An option it does not have is a ``ValueError`` naming the ones it has."""
+    builder = FORMATS.get(name)
+    options_type = getattr(builder, "Options", None)
+    if options_type is None:
+        return None
+    entry = getattr(builder, "options_entry", "") or name
+    given = dict(entries.get(entry) or {})
+    known = [f.name for f in dataclasses.fields(options_type)]
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(
+            f"export.{entry} has no option {', '.join(unknown)} (export={name} takes "
+            f"{', '.join(known)}); fix the key, e.g. export.{entry}.{known[0]}=..."
+        )
+    return options_type(**given)
+
+
+def writers_of(name: str, config: ExportConfig) -> list[Writer]:
+    """The writers ``config`` asks of format ``name``, each given its own options."""
     builder = FORMATS.get(name)
     reason = builder.unavailable() if hasattr(builder, "unavailable") else ""
     if reason:  # refused before any work: one line naming the extra
         raise ValueError(f"export={name}: {reason}")
-    writers = builder.from_config(config, out) if hasattr(builder, "from_config") else [builder()]
-    return list(writers)
+    if not hasattr(builder, "from_options"):  # a plain builder (a factory function)
+        return [builder()]
+    return list(builder.from_options(options_of(name, config.options), config))
 
 
 def in_order(writers: list[Writer], formats: Sequence[str]) -> list[Writer]:

@@ -67,8 +67,8 @@ def rounded_format(monkeypatch):
 def test_a_registered_derived_format_is_written_gated_and_reported(
     trained, tmp_path, rounded_format
 ):
-    config = ExportConfig(formats=["onnx_rounded", "onnx"])  # ordered by what it requires
-    config.quantize.latency_runs = 0
+    # ordered by what it requires; a subclass of Int8Writer: the INT8 options are its own
+    config = ExportConfig(formats=["onnx_rounded", "onnx"], int8={"latency_runs": 0})
     result = export_model(trained.net, trained.spec, tmp_path, config, trained.data)
     assert list(result.paths) == ["onnx", "onnx_rounded"]
     assert result.paths["onnx_rounded"] == tmp_path / "model_rounded.onnx"
@@ -87,8 +87,7 @@ def test_the_gate_refuses_a_derived_file_that_loses_accuracy(trained, tmp_path, 
     FORMATS.pop("onnx_rounded")
     register_format("onnx_rounded", ZeroedOnnx)
     (tmp_path / "model_rounded.onnx").write_bytes(b"an older file, from another model")
-    config = ExportConfig(formats=["onnx", "onnx_rounded"])
-    config.quantize.latency_runs = 0
+    config = ExportConfig(formats=["onnx", "onnx_rounded"], int8={"latency_runs": 0})
     with pytest.raises(AccuracyDropError, match=r"rounded lost .* points .* Deleted"):
         export_model(trained.net, trained.spec, tmp_path, config, trained.data)
     names = sorted(p.name for p in tmp_path.iterdir())

@@ -25,13 +25,18 @@ def test_export_all_from_a_checkpoint(trained, helpers, tmp_path, monkeypatch):
         [
             f"ckpt_path={trained.ckpt}",
             "export=all",
-            "export.torchscript_modes=[trace]",
+            "export.torchscript.modes=[trace]",
+            "export.onnx.opset=17",
             f"output_dir={tmp_path}/out",
         ],
         tmp_path,
     )
     paths = export(cfg).paths
     assert sorted(paths) == ["onnx", "pt2", "torchscript_trace"]
+    import onnx
+
+    model = onnx.load(str(paths["onnx"]))
+    assert {o.domain: o.version for o in model.opset_import}[""] == 17  # its own option
     x = example_batch(trained.spec, 4)
     with torch.no_grad():
         expected = trained.net(x)
@@ -66,7 +71,7 @@ def test_cli_torchscript_and_pt2_run_without_onnx_installed(trained, helpers, tm
         f"ckpt_path={trained.ckpt}",
         "export=torchscript",
         "export.formats=[torchscript,pt2]",
-        "export.torchscript_modes=[trace]",
+        "export.torchscript.modes=[trace]",
         f"output_dir={tmp_path}/out",
     ]
     cmd = [sys.executable, "-c", code, *args]
@@ -82,18 +87,20 @@ def test_cli_int8_passes_then_fails_the_threshold_with_exit_1(
     common = [
         f"ckpt_path={trained.ckpt}",
         "export=int8",
-        "export.quantize.dynamic=false",
-        "export.quantize.latency_runs=3",
+        "export.formats=[onnx,onnx_int8]",
+        "export.int8.latency_runs=3",
         *SYNTHETIC,
     ]
     ok = _run_cli(fork_server, fork_env, [*common, f"output_dir={tmp_path}/ok"], tmp_path)
     assert ok.returncode == 0, ok.stderr[-3000:]
     assert (tmp_path / "ok" / "model_int8.onnx").is_file()
+    assert not (tmp_path / "ok" / "model_int8_dynamic.torchscript").exists()
+    assert "deprecated" not in ok.stderr + ok.stdout
     # No int8 model can gain 100 points, so this threshold must fail.
     bad = _run_cli(
         fork_server,
         fork_env,
-        [*common, "export.quantize.max_acc_drop=-100", f"output_dir={tmp_path}/bad"],
+        [*common, "export.int8.max_acc_drop=-100", f"output_dir={tmp_path}/bad"],
         tmp_path,
     )
     assert bad.returncode == 1

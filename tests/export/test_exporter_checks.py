@@ -9,8 +9,7 @@ from lightning_cls.export.exporter import ExportConfig, export_model
 
 
 def test_int8_calibration_on_other_classes_is_refused(trained, tmp_path):
-    config = ExportConfig(formats=["onnx"])
-    config.quantize.static = True
+    config = ExportConfig(formats=["onnx", "onnx_int8"])
     other = make_data(LEARNABLE, num_classes=5)
     with pytest.raises(
         ValueError,

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from lightning_cls.export.auto import AutoConfig, export_auto
-from lightning_cls.export.exporter import ExportConfig, QuantizeConfig, export_model
+from lightning_cls.export.exporter import ExportConfig, export_model
 from lightning_cls.export.int8 import Int8Writer
 from lightning_cls.export.quantize import AccuracyDropError
 from lightning_cls.fileio import is_temp_file
@@ -33,8 +33,7 @@ def test_int8_is_measured_under_a_temp_name_before_it_gets_its_final_name(
 
     monkeypatch.setattr(Predictor, "accuracy", spying_accuracy)
     config = ExportConfig(
-        formats=["onnx"],
-        quantize=QuantizeConfig(static=True, calibration_batches=2, latency_runs=2),
+        formats=["onnx", "onnx_int8"], int8={"calibration_batches": 2, "latency_runs": 2}
     )
     result = export_model(trained.net, trained.spec, tmp_path, config, trained.data)
     int8_calls = [(name, existed) for name, existed in measured if "int8" in name]
@@ -48,10 +47,8 @@ def test_int8_is_measured_under_a_temp_name_before_it_gets_its_final_name(
 def test_a_rejected_int8_leaves_nothing_at_its_final_name(trained, tmp_path):
     (tmp_path / "model_int8.onnx").write_bytes(b"an older int8 file, from another model")
     config = ExportConfig(
-        formats=["onnx", "openvino"],
-        quantize=QuantizeConfig(
-            static=True, openvino=True, calibration_batches=2, latency_runs=0, max_acc_drop=-100
-        ),
+        formats=["onnx", "openvino", "onnx_int8", "openvino_int8"],
+        int8={"calibration_batches": 2, "latency_runs": 0, "max_acc_drop": -100},
     )
     with pytest.raises(AccuracyDropError, match=r"onnx_static_int8 lost .*\n.*openvino_nncf_int8"):
         export_model(trained.net, trained.spec, tmp_path, config, trained.data)
@@ -81,8 +78,7 @@ def test_export_int8_and_auto_go_through_the_same_gated_path(trained, tmp_path, 
 
     monkeypatch.setattr(Int8Writer, "check", recording)
     config = ExportConfig(
-        formats=["onnx"],
-        quantize=QuantizeConfig(static=True, calibration_batches=2, latency_runs=0),
+        formats=["onnx", "onnx_int8"], int8={"calibration_batches": 2, "latency_runs": 0}
     )
     export_model(trained.net, trained.spec, tmp_path / "int8", config, trained.data)
     assert calls == ["onnx_static_int8"]

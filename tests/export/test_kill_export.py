@@ -88,7 +88,8 @@ def _on_device() -> dict[str, str]:
 
 
 def _full_export(ckpt, out, tmp_path):
-    formats = ",".join(["onnx", "torchscript", "pt2", "openvino", *_on_device()])
+    int8 = ["onnx_int8", "torchscript_int8_dynamic", "openvino_int8"]
+    formats = ",".join(["onnx", "torchscript", "pt2", "openvino", *int8, *_on_device()])
     return _command(
         EXPORT,
         ckpt,
@@ -96,10 +97,8 @@ def _full_export(ckpt, out, tmp_path):
         tmp_path,
         "export=openvino",
         f"export.formats=[{formats}]",
-        "export.quantize.static=true",
-        "export.quantize.dynamic=true",
-        "export.quantize.latency_runs=2",
-        "export.quantize.calibration_batches=2",
+        "export.int8.latency_runs=2",
+        "export.int8.calibration_batches=2",
     )
 
 

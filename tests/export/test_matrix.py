@@ -133,8 +133,8 @@ def _config(formats: list[str], triton_source: str = "onnx") -> ExportConfig:
     try:
         return ExportConfig(
             formats=formats,
-            torchscript_modes=["trace", "script"],
-            quantize=dict(latency_runs=0, calibration_batches=2, max_acc_drop=100.0),
+            torchscript={"modes": ["trace", "script"]},
+            int8=dict(latency_runs=0, calibration_batches=2, max_acc_drop=100.0),
             auto=dict(rounds=1, window_s=0.05, batch_size=8, calibration_batches=2),
             triton={"source": triton_source},
         )
@@ -283,7 +283,7 @@ def test_a_bf16_openvino_file_of_a_feature_rule_model_is_checked_on_both_outputs
     too: the check's runner answered the logits alone, and ``export=auto`` (which times the
     bf16 candidate on a CPU with native bf16) failed for a ``reject=knn`` model."""
     model = models["knn"]
-    config = ExportConfig(formats=["onnx", "openvino"], openvino_precision="bf16")
+    config = ExportConfig(formats=["onnx", "openvino"], openvino={"precision": "bf16"})
     paths = export_model(model.net, model.spec, tmp_path, config).paths
     predictor = load_artifact(paths["openvino"])
     assert (

@@ -115,12 +115,11 @@ def test_litert_without_its_converter_names_make_venv_litert(trained, tmp_path, 
 def tflite_int8(trained, tflite, tmp_path_factory):
     """``model_int8.tflite`` through the INT8 skeleton: PT2E calibrated on the train split in
     the converter's environment, gated against ``model.tflite``; (path, gate report)."""
-    from lightning_cls.export.exporter import QuantizeConfig
-    from lightning_cls.export.int8 import LiteRTInt8
+    from lightning_cls.export.int8 import Int8Options, LiteRTInt8
     from lightning_cls.export.writer import ExportData
 
     data = trained.data.splits
-    writer = LiteRTInt8(QuantizeConfig(latency_runs=0))
+    writer = LiteRTInt8(Int8Options(latency_runs=0))
     writer.bind({"litert": tflite}, ExportData(data["train"], data["val"]))
     path = writer.export(trained.net, trained.spec, tflite.parent / "model_int8.tflite")
     return path, writer.report
@@ -285,10 +284,10 @@ def test_export_all_skips_coreml_for_a_feature_rule_and_says_why(trained, monkey
     config = ExportConfig(formats=["all"])
     spec = with_rule(trained.spec, "knn")
     with caplog.at_level("WARNING"):
-        kept = [w.key for w in accepted(config.writers(Path(".")), spec, config)]
+        kept = [w.key for w in accepted(config.writers(), spec, config)]
     assert "coreml" not in kept and "executorch" in kept and "onnx" in kept
     assert "export=all skips coreml: reject=knn scores the network's features" in caplog.text
-    plain = [w.key for w in accepted(config.writers(Path(".")), trained.spec, config)]
+    plain = [w.key for w in accepted(config.writers(), trained.spec, config)]
     assert "coreml" in plain  # a model without a feature rule keeps its Core ML file
 
 

@@ -130,7 +130,10 @@ def test_export_onnx_e2e_config_composes(helpers, tmp_path):
     config = instantiate(helpers.compose(["export=onnx_e2e"], tmp_path).export)
     assert config.formats == ["onnx_e2e"]
     config = instantiate(helpers.compose(["export=triton_e2e"], tmp_path).export)
-    assert config.formats == ["onnx_e2e", "triton"] and config.triton.source == "onnx_e2e"
+    assert (
+        config.formats == ["onnx_e2e", "triton"]
+        and config.options["triton"]["source"] == "onnx_e2e"
+    )
 
 
 @pytest.mark.parametrize("score", ["msp", "energy"])

@@ -90,12 +90,12 @@ def test_bad_inputs_name_the_fix(trained, onnx_file, tmp_path):
 
 
 def test_openvino_format_needs_onnx():
-    from lightning_cls.export.exporter import ExportConfig, QuantizeConfig
+    from lightning_cls.export.exporter import ExportConfig
 
     with pytest.raises(ValueError, match="'onnx' is not in export.formats"):
         ExportConfig(formats=["openvino"])
-    with pytest.raises(ValueError, match="quantize.openvino=true"):
-        ExportConfig(formats=["onnx"], quantize=QuantizeConfig(openvino=True))
+    with pytest.raises(ValueError, match="openvino_int8 quantizes the OpenVINO IR, but 'openvino'"):
+        ExportConfig(formats=["onnx", "openvino_int8"])
 
 
 SIGNAL_STACK_SCRIPT = """

@@ -30,8 +30,7 @@ def test_predict_cli_same_top1_for_ckpt_onnx_int8_pt2(trained, tmp_path):
     for i in range(10):
         Image.fromarray(val.images[i].permute(1, 2, 0).numpy(), "RGB").save(folder / f"{i:02d}.png")
     (folder / "broken.png").write_bytes(b"not a png")
-    config = ExportConfig(formats=["onnx", "pt2"])
-    config.quantize.static, config.quantize.latency_runs = True, 2
+    config = ExportConfig(formats=["onnx", "pt2", "onnx_int8"], int8={"latency_runs": 2})
     paths = export_model(trained.net, trained.spec, tmp_path / "export", config, trained.data).paths
     top1 = {}
     for name, artifact in [

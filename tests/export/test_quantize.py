@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_cls.export.exporter import ExportConfig, QuantizeConfig, export_model
+from lightning_cls.export.exporter import ExportConfig, export_model
 from lightning_cls.export.quantize import (
     AccuracyDropError,
     QuantizationReport,
@@ -20,8 +20,7 @@ from lightning_cls.inference import load_artifact
 
 def test_static_int8_keeps_accuracy_within_threshold(trained, tmp_path):
     config = ExportConfig(
-        formats=["onnx"],
-        quantize=QuantizeConfig(static=True, calibration_batches=4, latency_runs=5),
+        formats=["onnx", "onnx_int8"], int8={"calibration_batches": 4, "latency_runs": 5}
     )
     result = export_model(trained.net, trained.spec, tmp_path, config, datamodule=trained.data)
     (report,) = result.reports
@@ -38,7 +37,7 @@ def test_static_int8_keeps_accuracy_within_threshold(trained, tmp_path):
 
 
 def test_dynamic_int8_touches_only_linear(trained, tmp_path):
-    config = ExportConfig(formats=[], quantize=QuantizeConfig(dynamic=True, latency_runs=5))
+    config = ExportConfig(formats=["torchscript_int8_dynamic"], int8={"latency_runs": 5})
     result = export_model(trained.net, trained.spec, tmp_path, config, datamodule=trained.data)
     (report,) = result.reports
     assert report.method == "torch_dynamic_int8"
@@ -84,12 +83,12 @@ def test_force_keeps_the_file(tmp_path, caplog):
 
 
 def test_static_needs_onnx_in_formats():
-    with pytest.raises(ValueError, match=r"'onnx' is not in export.formats=\['pt2'\]"):
-        ExportConfig(formats=["pt2"], quantize=QuantizeConfig(static=True))
+    with pytest.raises(ValueError, match=r"'onnx' is not in export.formats=\['pt2', 'onnx_int8'\]"):
+        ExportConfig(formats=["pt2", "onnx_int8"])
 
 
 def test_quantization_needs_data(trained, tmp_path):
-    config = ExportConfig(formats=["onnx"], quantize=QuantizeConfig(static=True))
+    config = ExportConfig(formats=["onnx", "onnx_int8"])
     with pytest.raises(ValueError, match="needs a DataModule; pass data=<name>"):
         export_model(trained.net, trained.spec, tmp_path, config, datamodule=None)
 
@@ -111,8 +110,8 @@ def test_static_int8_of_airbench_the_cifar10_fast_net(trained, tmp_path):
         whiten=True,
     ).eval()
     config = ExportConfig(
-        formats=["onnx"],
-        quantize=QuantizeConfig(static=True, calibration_batches=2, latency_runs=1, force=True),
+        formats=["onnx", "onnx_int8"],
+        int8={"calibration_batches": 2, "latency_runs": 1, "force": True},
     )
     result = export_model(net, spec, tmp_path, config, datamodule=trained.data)
     int8 = load_artifact(result.paths["onnx_int8"])
@@ -146,11 +145,9 @@ def test_static_int8_keeps_the_first_conv_float(trained, tmp_path, keep):
 
 
 def test_export_passes_keep_first_conv_float_to_the_static_writer(trained, tmp_path):
-    """export.quantize.keep_first_conv_float=false reaches quantize_onnx_static (whose own
+    """export.int8.keep_first_conv_float=false reaches quantize_onnx_static (whose own
     default is on): the stem is int8 too."""
-    quantize = QuantizeConfig(
-        static=True, calibration_batches=1, latency_runs=0, keep_first_conv_float=False
-    )
-    config = ExportConfig(formats=["onnx"], quantize=quantize)
+    int8 = {"calibration_batches": 1, "latency_runs": 0, "keep_first_conv_float": False}
+    config = ExportConfig(formats=["onnx", "onnx_int8"], int8=int8)
     result = export_model(trained.net, trained.spec, tmp_path, config, datamodule=trained.data)
     assert _conv_weight_dequantized(result.paths["onnx_int8"]) == [True, True]

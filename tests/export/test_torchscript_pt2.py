@@ -122,7 +122,7 @@ def test_export_atol_rtol_reach_torchscript_and_pt2(trained, tmp_path, monkeypat
     monkeypatch.setattr(writer_module, "check_outputs_close", record)
     config = ExportConfig(
         formats=["torchscript", "pt2"],
-        torchscript_modes=["trace"],
+        torchscript={"modes": ["trace"]},
         check_batch_sizes=[1],
         atol=0.5,
         rtol=0.25,

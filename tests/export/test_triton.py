@@ -54,8 +54,8 @@ def test_triton_repository_parses_as_triton_model_config(trained, tmp_path):
     pb2 = _model_config_pb2()
     with pytest.raises(ValueError, match=r"Triton repository serves the onnx file .* but 'onnx'"):
         ExportConfig(formats=["triton"])
-    config = ExportConfig(formats=["onnx", "triton"])
-    config.triton = TritonConfig(model_name="digits", max_batch_size=32, instances=2)
+    triton = {"model_name": "digits", "max_batch_size": 32, "instances": 2}
+    config = ExportConfig(formats=["onnx", "triton"], triton=triton)
     paths = export_model(trained.net, trained.spec, tmp_path, config).paths
     assert set(paths) == {"onnx", "triton"}
     repo = paths["triton"]

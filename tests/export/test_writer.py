@@ -228,7 +228,7 @@ def test_no_builtin_writer_touches_its_final_names_before_the_rename(
     for name in FORMATS:  # in registration order: the ONNX file is there for OpenVINO
         if name in ON_DEVICE:
             continue  # their converters take seconds each: tests/export/test_on_device.py
-        writers = writers_of(name, config, tmp_path)
+        writers = writers_of(name, config)
         if any(w.needs_data or type(w).export is not Writer.export for w in writers):
             continue  # INT8 (tests/export/test_int8_gate.py), and the steps on written files
         for writer in writers:
@@ -315,12 +315,12 @@ def test_no_on_device_or_int8_writer_touches_its_final_names_before_the_rename(
     reason = FORMATS.get(name).unavailable()
     if reason:
         pytest.skip(reason)
-    quantize = dict(latency_runs=0, calibration_batches=2, max_acc_drop=100.0)
+    int8 = dict(latency_runs=0, calibration_batches=2, max_acc_drop=100.0)
     sources = {"onnx_int8": ["onnx"], "openvino_int8": ["onnx", "openvino"]}.get(name, [])
-    config = ExportConfig(formats=[*sources, name], quantize=quantize)
+    config = ExportConfig(formats=[*sources, name], int8=int8)
     splits = trained.data.splits
     data, files, written = ExportData(splits["train"], splits["val"]), {}, []
-    for writer in config.writers(tmp_path):  # each after its sources
+    for writer in config.writers():  # each after its sources
         writer.bind(files, data)
         path = tmp_path / writer.file
         if type(writer).export is Writer.export:
