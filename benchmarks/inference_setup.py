@@ -17,7 +17,7 @@ from PIL import Image
 
 from lightning_cls.data import ImageDataModule, Split, SyntheticDataModule
 from lightning_cls.export import export_format
-from lightning_cls.export.exporter import QuantizeConfig
+from lightning_cls.export.int8 import Int8Options
 from lightning_cls.export.onnx import make_session, run_session
 from lightning_cls.export.openvino import quantize_openvino_int8
 from lightning_cls.export.quantize import SplitCalibrationReader, quantize_onnx_static
@@ -277,7 +277,7 @@ def _litert_int8(net, meta, data, out: Path, threads: int, calibration_batches: 
         threads,
         files={"litert": fp32},
         data=ExportData(splits["train"], splits["val"]),
-        quantize=QuantizeConfig(calibration_batches=calibration_batches, latency_runs=0),
+        quantize=Int8Options(calibration_batches=calibration_batches, latency_runs=0),
     )
 
 

@@ -10,7 +10,7 @@ temperature again on validation with the library's ``calibrate`` before exportin
 
 For each ``train_seed<N>`` run under ``--work`` (``benchmarks/ood.py`` writes them): the best
 checkpoint is exported to ONNX, quantized with ONNX Runtime's static INT8 (QDQ, per-channel,
-calibrated on 8 batches of the train split: ``export.quantize`` as ``export=int8`` runs it),
+calibrated on 8 batches of the train split: ``export.int8`` as ``export=int8`` runs it),
 and both files predict the run's own test split (the DataModule's carve, from the run's
 ``config_resolved.yaml``). ECE: torchmetrics, 15 bins, on the calibrated probabilities. The last
 output line is a JSON summary.

@@ -99,7 +99,7 @@ def _build_artifacts(root: Path, tta_flip: bool, tta_translate: int) -> Artifact
     hparams = {k: v for k, v in module.hparams.items() if isinstance(v, plain)}
     weights.with_suffix(".json").write_text(json.dumps(hparams))
     spec = InputSpec.from_hparams(module.hparams)
-    config = ExportConfig(formats=["onnx", "torchscript", "pt2"], torchscript_modes=["trace"])
+    config = ExportConfig(formats=["onnx", "torchscript", "pt2"], torchscript={"modes": ["trace"]})
     exported = export_model(module.net, spec, root / "export", config).paths
     paths = {
         "ckpt": ckpt,

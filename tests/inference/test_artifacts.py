@@ -36,7 +36,7 @@ def image_files(trained, tmp_path):
 
 @pytest.fixture
 def exported(trained, tmp_path):
-    config = ExportConfig(formats=["onnx", "pt2", "torchscript"], torchscript_modes=["trace"])
+    config = ExportConfig(formats=["onnx", "pt2", "torchscript"], torchscript={"modes": ["trace"]})
     return export_model(trained.net, trained.spec, tmp_path / "export", config).paths
 
 
