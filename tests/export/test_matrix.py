@@ -201,7 +201,7 @@ def test_every_format_answers_like_the_checkpoint_or_refuses_in_one_line(
         assert not out.exists()  # refused before anything was written
         return
     paths = exported(variant, name).paths
-    keys = [w.key for n in config.formats for w in writers_of(n, config, tmp_path)]
+    keys = [w.key for n in config.formats for w in writers_of(n, config)]
     assert set(keys) <= set(paths), (name, sorted(paths))
     for key in keys:
         _answers_like_the_checkpoint(model, key, paths[key])
