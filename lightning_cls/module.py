@@ -137,8 +137,8 @@ class ClassificationModule(pl.LightningModule):
         elif classes is None and not (model_kwargs or {}).get("num_classes"):
             raise ValueError(
                 "ClassificationModule(net=...) cannot tell the number of classes: pass "
-                "spec=datamodule.spec (an InputSpec naming the classes) or model_kwargs="
-                "{'num_classes': ...}."
+                "spec=datamodule.spec (an InputSpec naming the classes), e.g. "
+                "spec=InputSpec(classes=[...], mean=..., std=..., image_size=..., num_channels=...)."
             )
         self.net = net
         # The one place the number of classes is derived (metrics, mixup and plots read it).
