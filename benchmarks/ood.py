@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-from trust import QUIET, digits_folder, generated_folder, noise_folder, run  # sibling
+from trust import QUIET, cpu_seconds, digits_folder, generated_folder, noise_folder, run  # sibling
 
 from lightning_cls.cli.renamed import renamed
 
@@ -325,12 +324,6 @@ def shapes_folder(root: Path, n: int, size: int = 32) -> Path:
         pixels = np.where(mask[..., None], fore, back).astype(np.uint8)
         Image.fromarray(pixels).save(root / f"{i}.png")
     return root
-
-
-def cpu_seconds() -> float:
-    """This process's CPU time (user + system), in seconds."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
