@@ -178,7 +178,7 @@ class _NoLog(ClassificationModule):
 
 def build_module(variant: str, dm, channels_last: bool) -> ClassificationModule:
     cls = _NoLog if variant == "no_log" else ClassificationModule
-    module = cls(net=make_model(channels_last), classes=dm.classes)
+    module = cls(net=make_model(channels_last), spec=dm.spec)
     if variant == "no_metrics":
         module.task.update = lambda stage, logits, target: None
     return module
