@@ -149,18 +149,22 @@ def reject_of(cfg: DictConfig) -> dict | None:
 
 def checked_options(cfg: DictConfig) -> tuple:
     """The optimizer and scheduler partials, and every option checked before Lightning loads:
-    their types, the rejection rule's and the prediction sets'."""
-    from lightning_cls.inference.conformal import check_options as check_conformal_options
-    from lightning_cls.inference.trust import check_rule_options, check_temperature_fit
-
+    their types, and the calibration's (the rejection rule's, the prediction sets')."""
     optimizer = instantiate(cfg.optimizer)
     scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
     check_option_types(optimizer, "optimizer")
     check_option_types(scheduler, "scheduler")
-    check_rule_options(reject_of(cfg), cfg.get("reject_keep", 0.95))
-    check_conformal_options(cfg.get("conformal"), cfg.get("conformal_method", "raps"))
-    check_temperature_fit(cfg.get("temperature_fit", "auto"))
+    calibrator_of(cfg)  # the calibration group's options and the rule's
     return optimizer, scheduler
+
+
+def calibrator_of(cfg: DictConfig):
+    """The ``Calibrator`` of the ``calibration`` and ``reject`` groups (Calibrate fits it)."""
+    from lightning_cls.training.calibration import Calibrator
+
+    options = OmegaConf.to_container(cfg.calibration, resolve=True)
+    diagram = Path(cfg.paths.output_dir) / "reliability.png"
+    return Calibrator.from_options({**options, "diagram": diagram}, reject_of(cfg))
 
 
 def build_module(cfg: DictConfig, spec, optimizer, scheduler):
@@ -196,7 +200,7 @@ class RunCallbacks:
     callbacks: list
     preemption: Any
     best_metric: Any
-    calibration: Any = None  # calibrate=true / reject= / conformal=: on val at fit end
+    calibration: Any = None  # calibration=default / reject= / calibration.conformal=
     pruning: Any = None  # a trial job launched by the optuna sweeper
 
     @classmethod
@@ -217,20 +221,12 @@ class RunCallbacks:
             callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
         callbacks += [instantiate(c) for c in (cfg.get("tuner") or {}).values()]  # tuner=lr|...
         run = cls(callbacks, preemption, BestMetric(cfg.optimized_metric, cfg.optimized_mode))
-        reject = reject_of(cfg)
-        if cfg.get("calibrate") or reject is not None or cfg.get("conformal") is not None:
+        calibrator = calibrator_of(cfg)
+        if calibrator.fits_anything:
             from lightning_cls.callbacks.calibration import Calibrate
 
-            run.calibration = Calibrate(
-                bool(cfg.get("calibrate")),
-                reject,
-                cfg.get("reject_keep", 0.95),
-                Path(cfg.paths.output_dir) / "reliability.png",
-                conformal=cfg.get("conformal"),
-                conformal_method=cfg.get("conformal_method", "raps"),
-                temperature_fit=cfg.get("temperature_fit", "auto"),
-            )
-            callbacks.append(run.calibration)  # before export: the artifacts carry its result
+            run.calibration = Calibrate(calibrator)  # export runs it first, wherever it stands
+            callbacks.append(run.calibration)
         export_config = instantiate(cfg.export) if cfg.get("export") else None
         if export_config is not None and export_config.enabled:
             export_dir = Path(cfg.paths.output_dir) / "export"

@@ -6,8 +6,13 @@ name now serves every command; and ``reject=null`` (no rule) became ``reject=non
 ``reject`` turned into a config group; the augmentation options left ``data`` for their own
 group (``data.hflip=`` is ``augment.hflip=``, conf/augment); train's ``tta_flip``/
 ``tta_translate``/``tta_tolerance`` and ``tta=full|selective`` became the ``tta`` group's
-``tta.flip``, ... and ``tta.mode``. ``renamed(config_name, args)`` rewrites the old spelling on
-the command line before Hydra composes (so sweeps, ``+``/``~`` prefixes and the saved overrides all
+``tta.flip``, ... and ``tta.mode``. Calibration's flat keys became the ``calibration`` group's
+(``conf/calibration``): ``calibrate=true`` is ``calibration=default``, ``reject_keep=`` is
+``calibration.keep=``, ``temperature_fit=``, ``conformal=``, ``conformal_method=`` (and the
+calibrate command's ``temperature=``, ``choose_threshold=``) are ``calibration.<key>=``, a rule's
+``reject_k=``/``reject_bank=`` are ``reject.k=``/``reject.bank=``; train's flat task options
+(``label_smoothing=``, ``mixup.<option>=``, ``loss.<option>=``) are ``task.<option>=``.
+``renamed(config_name, args)`` rewrites the old spelling on the command line before Hydra composes (so sweeps, ``+``/``~`` prefixes and the saved overrides all
 use the new key) and writes one ``warning:`` line per old key to stderr. Export's old keys
 (``READ_OLD``) go on as they are, for ``ExportConfig``'s reader of the old layout.
 """
@@ -16,6 +21,21 @@ from __future__ import annotations
 
 import sys
 
+# Calibration's flat keys (train and calibrate): the ``calibration`` group's, a rule's own.
+_CALIBRATION = {
+    "temperature_fit": "calibration.temperature_fit",
+    "reject_keep": "calibration.keep",
+    "conformal": "calibration.conformal",
+    "conformal_method": "calibration.conformal_method",
+    "reject_k": "reject.k",
+    "reject_bank": "reject.bank",
+}
+# A task's options, once flat keys of train.yaml (label_smoothing, mixup.*, loss.*): the task's.
+_TASK = {"label_smoothing": "task.label_smoothing"}
+_TASK.update({f"mixup.{k}": f"task.{k}" for k in ("mixup_alpha", "cutmix_alpha", "mix_prob")})
+_TASK.update(
+    {f"loss.{k}": f"task.{k}" for k in ("class_weights", "class_weight_method", "pos_weight")}
+)
 # {primary config: {old key: new key}}
 RENAMED: dict[str, dict[str, str]] = {
     "serve": {"artifact": "ckpt_path", "serve.trust_artifact": "trust_artifact"},
@@ -24,6 +44,14 @@ RENAMED: dict[str, dict[str, str]] = {
         "tta_flip": "tta.flip",
         "tta_translate": "tta.translate",
         "tta_tolerance": "tta.tolerance",
+        **_CALIBRATION,
+        "calibrate": "calibration",
+        **_TASK,
+    },
+    "calibrate": {
+        **_CALIBRATION,
+        "temperature": "calibration.temperature",
+        "choose_threshold": "calibration.choose_threshold",
     },
 }
 # {primary config: {old key: (its old values, new key)}}: ``tta=full|selective`` chose the
@@ -43,9 +71,11 @@ AUGMENT_OPTIONS = (
     "random_erasing",
 )
 RENAMED_EVERYWHERE = {f"data.{key}": f"augment.{key}" for key in AUGMENT_OPTIONS}
-# {group: {old value: new value}}: ``reject`` became a config group (conf/reject/), and Hydra
-# takes no ``null`` for a group; ``reject=null`` (the documented "no rule") means ``none``.
-RENAMED_VALUES: dict[str, dict[str, str]] = {"reject": {"null": "none"}}
+# {group: {old value: new value}}, applied after the key's rename: ``reject`` became a config
+# group (conf/reject/), and Hydra takes no ``null`` for a group; ``reject=null`` (the documented
+# "no rule") means ``none``. ``calibrate=true|false`` (a flag once) is the option of the group.
+_FLAG = {"true": "default", "True": "default", "false": "none", "False": "none", "null": "none"}
+RENAMED_VALUES: dict[str, dict[str, str]] = {"reject": {"null": "none"}, "calibration": _FLAG}
 # {primary config: old key prefixes} its config no longer declares, passed on as they are
 # (``++``: added) for the reader that translates them with its own deprecation line naming the
 # new key: lightning_cls.export.ExportConfig (export.opset -> export.onnx.opset, ...).
@@ -70,17 +100,14 @@ def renamed(config_name: str | None, args: list[str]) -> list[str]:
             continue
         key, eq, value = arg.partition("=")
         prefix = key[: len(key) - len(key.lstrip("+~"))]
-        value = RENAMED_VALUES.get(key.lstrip("+~"), {}).get(value, value) if eq else value
-        arg = f"{key}={value}" if eq else arg
-        new = table.get(key.lstrip("+~")) if eq and not arg.startswith("-") else None
-        values, by_value = RENAMED_WITH_VALUES.get(config_name or "", {}).get(
-            key.lstrip("+~"), ((), None)
-        )
-        new = by_value if eq and value in values else new
-        if new is None:
-            out.append(arg)
-            continue
         old = key.lstrip("+~")
+        new = table.get(old) if eq and not arg.startswith("-") else None
+        values, by_value = RENAMED_WITH_VALUES.get(config_name or "", {}).get(old, ((), None))
+        new = by_value if eq and value in values else new
+        value = RENAMED_VALUES.get(new or old, {}).get(value, value) if eq else value
+        if new is None:
+            out.append(f"{key}={value}" if eq else arg)
+            continue
         sys.stderr.write(
             f"warning: {old}= is deprecated and will be removed; use {new}= (same meaning): "
             f"{new}={value}\n"

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytorch_lightning as pl
 from torch import nn
 
+from lightning_cls.callbacks.calibration import Calibrate
 from lightning_cls.export.exporter import ExportConfig, ExportResult, export_model
 from lightning_cls.inference import load_torch_model
 from lightning_cls.inference.network import build_network, network_state_dict
@@ -22,6 +24,10 @@ class ExportCallback(pl.Callback):
     or no checkpoint, the final weights) as ``config`` says, into ``dirpath`` (default:
     ``<trainer.default_root_dir>/export``). INT8 calibrates on the trainer's DataModule.
 
+    The trainer's ``Calibrate`` callbacks run first (``Calibrate.run``, once per fit), wherever
+    they stand in the list, and the artifact's decision (threshold, temperature, rejection rule,
+    prediction sets) is the one they handed to the module's task, not one read back from a file.
+
     An ``AccuracyDropError`` from INT8 propagates: the run fails loudly, after the
     checkpoints and the other exported files are written.
     """
@@ -33,7 +39,12 @@ class ExportCallback(pl.Callback):
         self.result: ExportResult | None = None
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not self.config.enabled or not trainer.is_global_zero:
+        if not self.config.enabled:
+            return
+        calibrated = [
+            c.run(trainer, pl_module) for c in trainer.callbacks if isinstance(c, Calibrate)
+        ]
+        if not trainer.is_global_zero:
             return
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         if self.use_best and best:
@@ -41,6 +52,9 @@ class ExportCallback(pl.Callback):
             net, spec = load_torch_model(best)
         else:
             net, spec = final_network(pl_module), InputSpec.from_hparams(pl_module.hparams)
+        if calibrated:  # the decision the calibration handed to the module's task
+            decision = pl_module.decision
+            spec = replace(spec, threshold=decision.threshold, **decision.trust())
         out = Path(self.dirpath) if self.dirpath else Path(trainer.default_root_dir) / "export"
         datamodule = trainer.datamodule if self.config.needs_data else None
         self.result = export_model(net, spec, out, self.config, datamodule)

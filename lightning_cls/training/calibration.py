@@ -1,53 +1,51 @@
-"""Calibration after training: the temperature and the rejection rule, chosen on validation.
+"""Calibration after training: the temperature, the rejection rule and prediction sets, fitted
+on validation by one ``Calibrator``.
 
-``calibrate(net, spec, val, ...)`` runs the network over the validation images exactly as
-predict does (``Predictor.image_logits``: the artifact's preprocessing and TTA), then
+A ``Calibrator`` is built from the ``conf/calibration`` group (``temperature``,
+``temperature_fit``, ``keep``, ``conformal``, ``conformal_method``, ``choose_threshold``) and the
+rule the ``reject`` group chooses (``Calibrator.from_options``); ``Calibrator.fit(net, spec,
+splits)`` is the one call the calibrate command and train's ``Calibrate`` callback share. It runs
+the network over the validation images exactly as predict does (``Predictor.image_logits``: the
+artifact's preprocessing and TTA), then
 
-- fits the **temperature** (Guo et al. 2017): ``T = exp(t)`` minimising the negative
-  log-likelihood of the validation labels, by L-BFGS on ``t`` (so ``T`` stays positive). A
-  multi-label model gets one temperature per label on its binary cross-entropy: each label
-  has its own sigmoid, and labels differ in how over-confident they are (the labels'
-  losses are separable, so one L-BFGS over the vector fits each label's own).
-  ``temperature_fit="ece"`` then multiplies that temperature by the one factor (a log grid
-  from 1/4 to 4) that gives the lowest validation ECE: a model trained with label smoothing
-  has a NLL-best ``T`` that leaves its confidence too low (measured on CIFAR-10 photos in
-  docs/guides/calibration.md), so ``"auto"`` (the default) picks ``"ece"`` for such a model
-  and ``"nll"`` for every other. Dividing logits
-  by a positive ``T`` keeps their order, so the top-1 label (multi-class) and each label's
-  ranking (multi-label mAP) do not change; a multi-label model's decision threshold, chosen
-  on the uncalibrated probabilities, is chosen again on the calibrated ones unless it was
-  fixed by the user (``choose_threshold=False``).
-- chooses the **rejection threshold** (``reject="msp"|"energy"``): the ``1 - keep`` quantile
-  of the validation images' confidence, so ``keep`` of them are answered and the rest
-  ``unknown``.
+- fits the **temperature** (``training/temperature.py``, Guo et al. 2017): ``T = exp(t)``
+  minimising the validation NLL (multi-label: one per label); ``temperature_fit="ece"`` then
+  rescales it to the lowest validation ECE: a model trained with label smoothing has a
+  NLL-best ``T`` that leaves its confidence too low (measured on CIFAR-10 photos in
+  docs/guides/calibration.md), so ``"auto"`` (the default) picks ``"ece"`` for such a model and
+  ``"nll"`` for every other. Dividing logits by a positive ``T`` keeps their order, so the top-1
+  label and each label's ranking do not change; a multi-label model's decision threshold is
+  chosen again on the calibrated probabilities unless it was fixed (``choose_threshold=False``).
+- chooses the **rejection threshold** (the rule's ``fit``, then the ``1 - keep`` quantile of the
+  validation images' score), so ``keep`` of them are answered and the rest ``unknown``.
 - fits **prediction sets** (``conformal=alpha``, ``inference/conformal.py``: APS or RAPS) on
   the validation probabilities after the temperature, and reports their coverage and mean
   size on validation and the held-out split.
 
-It reports the expected calibration error (torchmetrics, 15 equal-width bins; multi-label:
-the binary ECE over every (image, label) probability) before and after, on validation and, when
-given, on a held-out split, and draws a reliability diagram. The result's ``spec_updates``
-(``temperature``, ``reject``, ``threshold``) are what the checkpoint's hyper-parameters and
-every exported artifact's ``InputSpec`` carry from then on.
+It reports the expected calibration error (15 equal-width bins) before and after, on validation
+and, when given, on a held-out split, and draws a reliability diagram (``figures/calibration.py``). The result's
+``spec_updates`` (``temperature``, ``reject``, ``threshold``, ``conformal``) are what the
+checkpoint's task and every exported artifact's ``InputSpec`` carry from then on.
+
+No torch import here (``training/temperature.py`` is imported when a fit runs): a command checks
+its calibration options before anything heavy loads.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from lightning_cls.inference import conformal as conformal_sets
 from lightning_cls.inference import feature_rules
 from lightning_cls.inference.predictor import Predictor
+from lightning_cls.inference.reject_rules import RejectRule
 from lightning_cls.inference.spec import InputSpec, Split
-from lightning_cls.inference.tasks import Task
 from lightning_cls.inference.trust import (
     build_rule,
     check_keep,
@@ -56,8 +54,10 @@ from lightning_cls.inference.trust import (
     rule_choice,
 )
 
+if TYPE_CHECKING:
+    from torch import nn
+
 log = logging.getLogger(__name__)
-BINS = 15  # reliability-diagram and ECE bins (Guo et al. use 15)
 # Fewer validation images than this and calibrate fits anyway, with one warning. Below it the
 # numbers it fits and reports are mostly noise: one image moves the ECE by 1/N (0.067 at 15
 # images, with 15 bins of about one image each), the rejection threshold at keep=0.95 is the
@@ -65,11 +65,20 @@ BINS = 15  # reliability-diagram and ECE bins (Guo et al. use 15)
 # N/10 images, and a temperature fitted to a handful of confident hits runs off to T >> 1.
 # 100 is where each of these rests on at least 5 images (ECE per image: 0.01).
 MIN_VAL_IMAGES = 100
+GROUP = "calibration"  # the config group (conf/calibration/<name>.yaml) of Calibrator's options
+# The checks' messages name these keys as the group spells them (calibration.keep=...).
+_GROUP_KEYS = {
+    "reject_keep": "keep",
+    "temperature": "temperature",
+    "temperature_fit": "temperature_fit",
+    "conformal": "conformal",
+    "conformal_method": "conformal_method",
+}
 
 
 @dataclass
 class Calibration:
-    """What ``calibrate`` chose and measured; ``report()`` is the ``results.json`` entry."""
+    """What a ``Calibrator`` chose and measured; ``report()`` is the ``results.json`` entry."""
 
     temperature: float | list[float]
     reject: dict[str, Any] | None
@@ -119,111 +128,231 @@ class Calibration:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Calibrator:
+    """What calibration fits on the validation split, and how; ``fit`` fits it.
+
+    ``temperature``: true fits one (multi-label: one per label), false keeps the spec's, a
+    number > 0 is used as given; ``temperature_fit``: ``nll`` | ``ece`` | ``auto``; ``rule``: a
+    ``RejectRule`` (``REJECT_RULES.create(name, **options)``, registered as ``rule_name``) or
+    None, its threshold keeping ``keep`` of the validation images; ``conformal``: the
+    miscoverage alpha of prediction sets (``conformal_method``: ``aps`` | ``raps``) or None;
+    ``choose_threshold``: choose a multi-label model's decision threshold again;
+    ``diagram``: where the reliability PNG goes (None: none). Checked when built: a bad
+    option is one ``ValueError`` naming ``calibration.<key>=`` and the fix."""
+
+    temperature: bool | float = True
+    temperature_fit: str = "auto"
+    keep: float = 0.95
+    conformal: float | None = None
+    conformal_method: str = conformal_sets.DEFAULT_METHOD
+    choose_threshold: bool = True
+    rule: RejectRule | None = None
+    rule_name: str | None = None
+    diagram: str | Path | None = None
+    batch_size: int = 256
+
+    def __post_init__(self) -> None:
+        with _named_as_group_keys():
+            check_temperature_option(self.temperature)
+            check_temperature_fit(self.temperature_fit)
+            conformal_sets.check_options(self.conformal, self.conformal_method)
+            if self.rule is not None:
+                check_keep(self.keep)
+        if not isinstance(self.choose_threshold, bool):
+            raise ValueError(
+                f"calibration.choose_threshold={self.choose_threshold!r} is not true or false."
+            )
+        if self.rule is not None and not self.rule_name:  # the name the fitted rule is stored as
+            object.__setattr__(self, "rule_name", self.rule.name or None)
+            if not self.rule_name:
+                raise ValueError(f"{type(self.rule).__name__} has no name; give rule_name=.")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], reject: Any = None) -> Calibrator:
+        """From the ``conf/calibration`` group's keys (a plain mapping; ``diagram`` and
+        ``batch_size`` too) and the rule the ``reject`` group chooses (``{name: <rule>, **its
+        options}`` or a name; None: none), built with its options through ``REJECT_RULES``."""
+        known = sorted(f.name for f in fields(cls) if f.name not in ("rule", "rule_name"))
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ValueError(
+                f"{GROUP} has no option {unknown[0]!r}; its options: {', '.join(known)} "
+                f"(conf/{GROUP}/default.yaml)."
+            )
+        return cls(**options, rule=build_rule(reject), rule_name=rule_choice(reject)[0])
+
+    @property
+    def fits_anything(self) -> bool:
+        """Whether there is anything to fit: a temperature, a rule or prediction sets."""
+        return self.temperature is not False or self.rule is not None or self.conformal is not None
+
+    @property
+    def needs_features(self) -> bool:
+        return self.rule is not None and self.rule.needs_features
+
+    def fit(
+        self, net: nn.Module, spec: InputSpec, splits: Mapping[str, Split | None]
+    ) -> Calibration:
+        """Fit on ``splits["val"]`` (a feature-space rule on ``splits["train"]``'s features) and
+        measure on ``val`` and ``splits["test"]`` when given: the temperature, the task's
+        threshold, the rule's threshold, the prediction sets, in that order, each on the
+        probabilities after the ones before (as predict has them)."""
+        val, train = self._checked_splits(spec, splits)
+        base = replace(spec, temperature=1.0, reject=None)  # the network's own probabilities
+        base.decision.labels.check(val.labels, "calibration")
+        predictor = Predictor(net.eval(), base)
+        outputs = predictor.image_features if self.needs_features else predictor.image_outputs
+        logits, features = outputs(val.images, self.batch_size)  # (N, K) float32, (N, D) | None
+        fitted, metrics = self._temperature(spec, base, logits, val.labels)
+        calibrated = replace(base, temperature=_plain(fitted))
+        threshold = None  # the task's own choice on the calibrated probabilities (if it has one)
+        if self.choose_threshold:
+            probs = calibrated.decision.probabilities(logits)
+            threshold = base.decision.calibration.choose_threshold(probs, val.labels)
+        if threshold is not None:
+            calibrated = replace(calibrated, threshold=threshold)
+        if self.rule is not None:
+            calibrated = self._fit_rule(calibrated, predictor, train, logits, features)
+        if self.conformal is not None:  # on the probabilities after the temperature
+            probs = calibrated.decision.probabilities(logits).numpy()
+            sets = conformal_sets.fit(
+                probs, val.labels.numpy(), self.conformal, self.conformal_method
+            )
+            calibrated = replace(calibrated, conformal=sets)
+        metrics.update(_measure("val", base, calibrated, (logits, features), val.labels))
+        test = splits.get("test")
+        if test is not None and len(test):
+            held_out = outputs(test.images, self.batch_size)
+            metrics.update(_measure("test", base, calibrated, held_out, test.labels))
+        if self.diagram is not None:
+            from lightning_cls.figures.calibration import reliability_diagram
+            from lightning_cls.training.temperature import BINS
+
+            probs = (base.decision.probabilities(logits), calibrated.decision.probabilities(logits))
+            drawn = reliability_diagram(
+                *probs, val.labels, base.decision.calibration, self.diagram, BINS
+            )
+            metrics["reliability_diagram"] = str(drawn)
+        result = Calibration(
+            _plain(fitted), calibrated.reject, threshold, metrics, calibrated.conformal
+        )
+        log.info("%s", result.summary())
+        log.debug("Calibration (results.json's entry): %s", result.report())
+        return result
+
+    def _checked_splits(self, spec: InputSpec, splits: Mapping[str, Split | None]) -> tuple:
+        """(val, train), after the checks that need the model or the data: sets are for
+        single-label models, a feature-space rule needs training images, val must hold some."""
+        if self.conformal is not None:
+            spec.decision.calibration.refuse_sets()  # InputSpec's own check
+        val, train = splits.get("val"), splits.get("train")
+        if self.needs_features:
+            if train is None or len(train) == 0:
+                raise ValueError(
+                    f"reject={self.rule_name} is fitted on the training images' features, and no "
+                    "training images were given; calibrate with data that has a train split."
+                )
+            self.rule.check_options(images=len(train))
+        if val is None or len(val) == 0:
+            raise ValueError("Calibration needs validation images, but the val split is empty.")
+        warn_small_validation(len(val))
+        return val, train
+
+    def _temperature(self, spec: InputSpec, base: InputSpec, logits, labels) -> tuple:
+        """The temperature ``self.temperature`` asks for (fitted, the spec's, or the number
+        given; ``base``: the spec at temperature 1) and the report's first entries."""
+        from lightning_cls.training.temperature import BINS, fit_temperature, rescale_for_ece
+
+        report: dict[str, Any] = {"split": "val", "images": len(labels), "bins": BINS}
+        task = base.decision
+        if self.temperature is False:
+            return spec.temperature, report
+        if self.temperature is not True:  # a number the user set: used as given, measured
+            return task.calibration.check_temperature(self.temperature, spec.num_classes), report
+        objective = self.temperature_fit
+        if objective == "auto":
+            objective = "ece" if spec.label_smoothing > 0 else "nll"
+        fitted = fit_temperature(logits, labels, task)
+        report["temperature_fit"] = objective
+        if objective == "ece":
+            report["temperature_nll"] = fitted
+            fitted = rescale_for_ece(logits, labels, task, fitted)
+        return fitted, report
+
+    def _fit_rule(self, calibrated: InputSpec, predictor, train, logits, features) -> InputSpec:
+        """``calibrated`` with the rule's state (a feature-space rule's fitted on ``train``'s
+        features) and the threshold that keeps ``keep`` of the validation images, scored
+        after the temperature."""
+        train_features = labels = None  # a logit rule stores its options alone
+        if self.needs_features:
+            _, train_features = predictor.image_features(train.images, self.batch_size)
+            labels = train.labels
+        params = self.rule.fit(train_features, labels)
+        fitted = {"score": self.rule_name, "threshold": 0.0, "keep": self.keep, **params}
+        calibrated = replace(calibrated, reject=fitted)  # its threshold comes next
+        scores = calibrated.decision.confidence(logits, features=features)
+        threshold = quantile_threshold(scores.numpy(), self.keep)
+        return replace(calibrated, reject={**fitted, "threshold": threshold})
+
+
 def calibrate(
     net: nn.Module,
     spec: InputSpec,
     val: Split,
     test: Split | None = None,
-    temperature: bool | float = True,
-    reject: str | Mapping[str, Any] | None = None,
-    keep: float = 0.95,
-    choose_threshold: bool = True,
-    diagram: str | Path | None = None,
-    batch_size: int = 256,
+    *,
+    reject: Any = None,
     train: Split | None = None,
-    conformal: float | None = None,
-    conformal_method: str = conformal_sets.DEFAULT_METHOD,
-    temperature_fit: str = "auto",
+    **options: Any,
 ) -> Calibration:
-    """Fit the temperature (``temperature=False``: keep the spec's) and the rejection rule
-    (``reject``: a registered rule's name, or ``{name: <rule>, **its options}`` as
-    ``conf/reject/<name>.yaml`` gives it; None: none) on ``val``; measure on ``val`` and
-    ``test``. The feature-space rules are fitted on ``train``'s features.
-    ``conformal``: the miscoverage alpha of prediction sets fitted on ``val`` after the
-    temperature (``conformal_method``: ``aps`` | ``raps``); None: none. ``temperature_fit``:
-    ``nll`` | ``ece`` | ``auto`` (``ece`` for a label-smoothed model; module docstring)."""
-    conformal_sets.check_options(conformal, conformal_method)
-    objective = check_temperature_fit(temperature_fit)
-    if objective == "auto":
-        objective = "ece" if spec.label_smoothing > 0 else "nll"
-    if conformal is not None:
-        spec.decision.calibration.refuse_sets()  # InputSpec's own check
-    rule_kind = build_rule(reject)
-    reject = rule_choice(reject)[0]
-    features_rule = rule_kind is not None and rule_kind.needs_features
-    if reject is not None:
-        check_keep(keep)
-    if features_rule:
-        if train is None or len(train) == 0:
-            raise ValueError(
-                f"reject={reject} is fitted on the training images' features, and no training "
-                "images were given; calibrate with data that has a train split."
-            )
-        rule_kind.check_options(images=len(train))
-    if len(val) == 0:
-        raise ValueError("Calibration needs validation images, but the val split is empty.")
-    warn_small_validation(len(val))
-    base = replace(spec, temperature=1.0, reject=None)  # the network's own probabilities
-    predictor = Predictor(net.eval(), base)
-    base.decision.labels.check(val.labels, "calibration")
-    outputs = predictor.image_features if features_rule else predictor.image_outputs
-    logits, val_features = outputs(val.images, batch_size)  # (N, K) float32, (N, D) | None
-    task = base.decision
-    fit_report: dict[str, Any] = {}
-    if temperature is True:
-        fitted = fit_temperature(logits, val.labels, task)
-        fit_report = {"temperature_fit": objective}
-        if objective == "ece":
-            fit_report["temperature_nll"] = fitted
-            fitted = rescale_for_ece(logits, val.labels, task, fitted)
-    elif temperature is False:
-        fitted = spec.temperature
-    else:  # a number the user set: used as given, measured like a fitted one
-        fitted = task.calibration.check_temperature(temperature, spec.num_classes)
-    calibrated = replace(base, temperature=_plain(fitted))
-    threshold = None  # the task's own choice on the calibrated probabilities (if it has one)
-    if choose_threshold:
-        threshold = task.calibration.choose_threshold(
-            calibrated.decision.probabilities(logits), val.labels
-        )
-    if threshold is not None:
-        calibrated = replace(calibrated, threshold=threshold)
-    rule = None
-    if reject is not None:
-        train_features = labels = None  # a logit rule stores its options alone
-        if features_rule:
-            _, train_features = predictor.image_features(train.images, batch_size)
-            labels = train.labels
-        params = rule_kind.fit(train_features, labels)
-        fitted_rule = {"score": reject, "threshold": 0.0, "keep": keep, **params}
-        calibrated = replace(calibrated, reject=fitted_rule)  # its threshold comes next
-        scores = calibrated.decision.confidence(logits, features=val_features)
-        rule = {**fitted_rule, "threshold": quantile_threshold(scores.numpy(), keep)}
-        calibrated = replace(calibrated, reject=rule)
-    if conformal is not None:  # on the probabilities after the temperature, as predict has them
-        probs = calibrated.decision.probabilities(logits).numpy()
-        fitted_sets = conformal_sets.fit(probs, val.labels.numpy(), conformal, conformal_method)
-        calibrated = replace(calibrated, conformal=fitted_sets)
-    metrics = {"split": "val", "images": len(val), "bins": BINS, **fit_report}
-    metrics.update(_measure("val", base, calibrated, logits, val.labels))
-    metrics.update(_measure_sets("val", calibrated, logits, val.labels))
-    if test is not None and len(test):
-        test_logits, test_features = outputs(test.images, batch_size)
-        metrics.update(_measure("test", base, calibrated, test_logits, test.labels))
-        metrics.update(_measure_sets("test", calibrated, test_logits, test.labels))
-        if rule is not None:
-            scores = calibrated.decision.confidence(test_logits, features=test_features)
-            metrics["test_kept"] = round((scores >= rule["threshold"]).float().mean().item(), 6)
-    if diagram is not None:
-        probs = (base.decision.probabilities(logits), calibrated.decision.probabilities(logits))
-        from lightning_cls.figures.calibration import reliability_diagram
+    """``Calibrator.from_options(options, reject).fit(net, spec, splits)`` in one call (a
+    notebook, a benchmark, a test): ``options`` are the ``Calibrator``'s (``temperature``,
+    ``keep``, ``conformal``, ``diagram`` ...), ``reject`` a rule's name or ``{name, **its
+    options}``. The commands build their ``Calibrator`` from the config instead."""
+    calibrator = Calibrator.from_options(options, reject)
+    return calibrator.fit(net, spec, {"val": val, "test": test, "train": train})
 
-        drawn = reliability_diagram(*probs, val.labels, task.calibration, diagram, BINS)
-        metrics["reliability_diagram"] = str(drawn)
-    result = Calibration(_plain(fitted), rule, threshold, metrics, calibrated.conformal)
-    log.info("%s", result.summary())
-    log.debug("Calibration (results.json's entry): %s", result.report())
-    return result
+
+def check_temperature_option(value: Any) -> bool | float:
+    """``temperature``: true (fit one), false (keep the checkpoint's) or a number > 0 (use it);
+    anything else is one line naming the value."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value > 0 and value != float("inf"):
+        return float(value)
+    raise ValueError(
+        f"temperature={value!r} is not true, false or a number > 0; temperature=true fits one on "
+        "validation, temperature=false keeps the checkpoint's, temperature=1.5 sets it."
+    )
+
+
+@contextmanager
+def _named_as_group_keys() -> Iterator[None]:
+    """A check's ``ValueError`` with each option named as the group spells it on the command
+    line (``reject_keep=1.5`` -> ``calibration.keep=1.5``): the key the user wrote."""
+    try:
+        yield
+    except ValueError as err:
+        text = str(err)
+        for old, new in _GROUP_KEYS.items():
+            text = re.sub(rf"(?<![\w.]){old}=", f"{GROUP}.{new}=", text)
+        raise ValueError(text) from None
+
+
+def _measure(split: str, base: InputSpec, calibrated: InputSpec, outputs, labels) -> dict:
+    """ECE, NLL and the task's score before and after, the prediction sets' coverage and, on
+    the held-out split, the share the rule keeps; ``outputs``: (logits, features | None)."""
+    from lightning_cls.training.temperature import measure
+
+    logits, features = outputs
+    out = {**measure(split, base, calibrated, logits, labels)}
+    out.update(_measure_sets(split, calibrated, logits, labels))
+    if split == "test" and calibrated.reject is not None:
+        scores = calibrated.decision.confidence(logits, features=features)
+        kept = (scores >= calibrated.reject["threshold"]).float().mean().item()
+        out["test_kept"] = round(kept, 6)
+    return out
 
 
 def warn_small_validation(images: int) -> None:
@@ -245,89 +374,6 @@ def _temperature_text(temperature: float | list[float], metrics: dict) -> str:
         mean = sum(temperature) / len(temperature)
         return f"T per label {low:.3g}..{high:.3g} (mean {mean:.3g}){how}"
     return f"T = {temperature:.3g}{how}"
-
-
-def fit_temperature(
-    logits: torch.Tensor, labels: torch.Tensor, task: Task, steps: int = 100
-) -> float | list[float]:
-    """The temperatures (``task.calibration.temperatures``: one, or one per label) minimising the task's
-    NLL of ``labels`` given ``logits / T`` (``task.calibration.nll``), by L-BFGS on ``log T``. Returns a
-    plain float, or a list of them when there are several."""
-    logits = logits.detach().float()
-    width = task.calibration.temperatures(logits.shape[1])
-    log_t = torch.zeros(width, requires_grad=True)
-    optimizer = torch.optim.LBFGS([log_t], lr=0.5, max_iter=steps, line_search_fn="strong_wolfe")
-
-    def closure():
-        optimizer.zero_grad()
-        loss = task.calibration.nll(logits / log_t.exp(), labels)
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    temperatures = log_t.detach().exp().clamp(1e-2, 1e2).tolist()
-    if not all(math.isfinite(t) for t in temperatures):
-        raise ValueError("Temperature scaling diverged (non-finite logits on validation?).")
-    return [round(t, 6) for t in temperatures] if width > 1 else round(temperatures[0], 6)
-
-
-def rescale_for_ece(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    task: Task,
-    temperature: float | list[float],
-    span: float = 4.0,
-    points: int = 401,
-) -> float | list[float]:
-    """``temperature`` (one, or one per label) times the factor in ``[1/span, span]`` (a log
-    grid of ``points``) whose probabilities have the lowest ECE on ``labels``, averaged over
-    10 to 20 equal-width bins (one bin count's ECE jumps as images cross bin edges, and its
-    minimum moves with them); among equal ECEs the factor nearest 1. ``task`` is the
-    uncalibrated one (temperature 1)."""
-    logits = logits.detach().float()
-    base = torch.as_tensor(temperature, dtype=torch.float32)
-    factors = torch.logspace(-math.log10(span), math.log10(span), points).tolist()
-
-    def error(factor: float) -> float:
-        probs = task.probabilities(logits / (base * factor))
-        confidence, correct = task.calibration.reliability(probs, labels)
-        return sum(binned_ece(confidence, correct, bins) for bins in range(10, 21)) / 11
-
-    best = min(factors, key=lambda f: (round(error(f), 9), abs(math.log(f))))
-    scaled = (base * best).clamp(1e-2, 1e2).tolist()
-    return [round(t, 6) for t in scaled] if isinstance(scaled, list) else round(scaled, 6)
-
-
-def binned_ece(confidence: torch.Tensor, correct: torch.Tensor, bins: int) -> float:
-    """The L1 ECE of (confidence, correct) pairs in ``bins`` equal-width bins, binned as
-    torchmetrics bins (``expected_calibration_error``), without its per-call overhead."""
-    confidence, correct = confidence.double(), correct.double()
-    edges = torch.linspace(0, 1, bins + 1, dtype=torch.float64)
-    index = (torch.bucketize(confidence, edges, right=True) - 1).clamp(0, bins - 1)
-    gap = torch.zeros(bins, dtype=torch.float64).index_add_(0, index, correct - confidence)
-    return (gap.abs().sum() / max(len(confidence), 1)).item()
-
-
-def expected_calibration_error(probs: torch.Tensor, labels: torch.Tensor, task: Task) -> float:
-    """ECE (torchmetrics, ``BINS`` equal-width bins, L1) as ``task`` measures it
-    (``task.calibration.calibration_error``: multi-class on the top-1 confidence, multi-label over every
-    (image, label) probability)."""
-    return task.calibration.calibration_error(probs, labels, BINS)
-
-
-def _measure(split, base: InputSpec, calibrated: InputSpec, logits, labels) -> dict[str, float]:
-    """ECE, NLL and the task's score on ``split`` before and after calibration."""
-    out = {}
-    for when, spec in (("before", base), ("after", calibrated)):
-        probs = spec.decision.probabilities(logits)
-        scaled = logits / torch.as_tensor(spec.temperature, dtype=torch.float32)
-        task = spec.decision
-        out[f"{split}_ece_{when}"] = round(expected_calibration_error(probs, labels, task), 6)
-        out[f"{split}_nll_{when}"] = round(task.calibration.nll(scaled, labels).item(), 6)
-        out[f"{split}_{spec.decision.score_name}_{when}"] = round(
-            spec.decision.score(probs, labels), 6
-        )
-    return out
 
 
 def _measure_sets(split: str, calibrated: InputSpec, logits, labels) -> dict[str, float]:
@@ -364,6 +410,8 @@ def update_checkpoint(source: str | Path, target: str | Path, updates: dict[str,
     hyper-parameters (``hparams["task"]``; an older checkpoint's flat layout moves there too), written to ``target``
     through a temp file and an atomic rename (``target`` may be ``source``: replaced whole or
     not at all, never half-written). Read with ``weights_only=True``: no code runs."""
+    import torch
+
     from lightning_cls.fileio import atomic_path
 
     source, target = Path(source), Path(target)
@@ -386,3 +434,15 @@ def update_checkpoint(source: str | Path, target: str | Path, updates: dict[str,
     verb = "Replaced" if target.resolve() == source.resolve() else "Wrote"
     log.info("%s %s (atomically) with the calibration: %s", verb, target, updates)
     return target
+
+
+# Moved to training/temperature.py; still importable from here (imported on first use: torch).
+_MOVED = ("BINS", "binned_ece", "expected_calibration_error", "fit_temperature", "rescale_for_ece")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        from lightning_cls.training import temperature
+
+        return getattr(temperature, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
