@@ -69,7 +69,7 @@ def test_a_new_rule_with_its_own_option_is_fitted_exported_and_answered_alike(
     from lightning_cls.export import export_format
 
     overrides = [f"hydra.searchpath=[file://{centroid_rule}]", f"ckpt_path={trained.ckpt}",
-                 "reject=centroid", "reject.top=2", "reject_keep=0.8"]  # fmt: skip
+                 "reject=centroid", "reject.top=2", "calibration.keep=0.8"]  # fmt: skip
     cfg = compose("calibrate", overrides + as_overrides(LEARNABLE), tmp_path)
     report = calibrate_checkpoint(cfg)
     net, spec = load_torch_model(report["calibrated_ckpt"])

@@ -1,6 +1,6 @@
 """Temperature scaling on validation: an over-confident model's ECE at least halves with its
 accuracy unchanged; per-label temperatures for multi-label; the temperature and the rule reach
-the checkpoint (``python -m lightning_cls.calibrate``, ``calibrate=true``) and the export."""
+the checkpoint (``python -m lightning_cls.calibrate``, train's ``calibration=default``) and the export."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from lightning_cls.inference import InputSpec, load_torch_model
 from lightning_cls.inference.scores import mean_average_precision
 from lightning_cls.inference.spec import Split
 from lightning_cls.inference.tasks import create_task
-from lightning_cls.training.calibration import calibrate, fit_temperature
+from lightning_cls.training.calibration import calibrate
+from lightning_cls.training.temperature import fit_temperature
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +119,7 @@ def confidently_wrong(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_temperature_fit_ece_rescales_nll_temperature_to_lower_held_out_ece():
-    from lightning_cls.training.calibration import expected_calibration_error, rescale_for_ece
+    from lightning_cls.training.temperature import expected_calibration_error, rescale_for_ece
 
     task = create_task("multiclass")
     (val, val_y), (test, test_y) = confidently_wrong(4000, 0), confidently_wrong(4000, 1)
@@ -173,7 +174,7 @@ def test_calibrate_with_temperature_fit_ece_rescales_the_nll_temperature():
 
 
 def test_binned_ece_equals_torchmetrics_ece():
-    from lightning_cls.training.calibration import binned_ece, expected_calibration_error
+    from lightning_cls.training.temperature import binned_ece, expected_calibration_error
 
     task = create_task("multiclass")
     logits, labels = confidently_wrong(3000, 2)
@@ -226,7 +227,7 @@ def test_the_calibrate_command_writes_a_new_checkpoint(trained, tmp_path):
     from lightning_cls.calibrate import calibrate_checkpoint
 
     before = hashlib.sha256(trained.ckpt.read_bytes()).hexdigest()
-    overrides = [f"ckpt_path={trained.ckpt}", "reject=msp", "reject_keep=0.9"]
+    overrides = [f"ckpt_path={trained.ckpt}", "reject=msp", "calibration.keep=0.9"]
     report = calibrate_checkpoint(
         compose("calibrate", overrides + as_overrides(LEARNABLE), tmp_path)
     )
@@ -257,14 +258,14 @@ def test_the_calibrate_command_writes_a_new_checkpoint(trained, tmp_path):
     assert ood["threshold"] == spec.reject["threshold"]
     assert ood["auroc"] > 0.75 and 0 <= ood["false_accept_rate"] < 0.6, ood  # 0.87 here
     assert 0.7 <= ood["known_kept"] <= 1.0
-    bad = compose("calibrate", [f"ckpt_path={trained.ckpt}", "reject_keep=1.5"], tmp_path)
-    with pytest.raises(ValueError, match=r"reject_keep=1.5 is not a share strictly between 0"):
+    bad = compose("calibrate", [f"ckpt_path={trained.ckpt}", "calibration.keep=1.5"], tmp_path)
+    with pytest.raises(ValueError, match=r"^calibration.keep=1.5 is not a share strictly between 0"):
         calibrate_checkpoint(bad)
     # a rule is a config group (conf/reject/<name>.yaml): Hydra names the unknown one and the known
     with pytest.raises(MissingConfigException, match=r"'reject/odin'[\s\S]*knn[\s\S]*msp"):
         compose("calibrate", [f"ckpt_path={trained.ckpt}", "reject=odin"], tmp_path)
-    bad = compose("calibrate", [f"ckpt_path={trained.ckpt}", "temperature_fit=mse"], tmp_path)
-    with pytest.raises(ValueError, match=r"temperature_fit='mse' is not one of auto, nll, ece"):
+    bad = compose("calibrate", [f"ckpt_path={trained.ckpt}", "calibration.temperature_fit=mse"], tmp_path)
+    with pytest.raises(ValueError, match=r"^calibration.temperature_fit='mse' is not one of auto, nll, ece"):
         calibrate_checkpoint(bad)
 
 
@@ -273,8 +274,8 @@ def test_train_with_calibrate_carries_it_into_checkpoint_and_export(tmp_path):
     from lightning_cls.train import train
 
     overrides = [
-        *QUIET_TRAINER, *as_overrides(SMALL), "trainer.max_epochs=2", "calibrate=true",
-        "reject=energy", "export=onnx", "prediction_mosaic=false", "temperature_fit=ece",
+        *QUIET_TRAINER, *as_overrides(SMALL), "trainer.max_epochs=2", "calibration=default",
+        "reject=energy", "export=onnx", "prediction_mosaic=false", "calibration.temperature_fit=ece",
     ]  # fmt: skip
     summary = train(compose(overrides=overrides, tmp=tmp_path))
     calibration = summary["calibration"]
@@ -304,8 +305,7 @@ def test_calibrate_without_validation_images_fails_before_training():
     [
         ("reject.k=0", r"reject.k=0 is not an integer >= 1"),
         ("reject.bank=10", r"reject.k=50 is larger than the feature bank \(10 training"),
-        ("reject_k=0", r"reject.k=0 is not an integer >= 1"),  # the deprecated flat spelling
-        ("temperature_fit=ECE", r"temperature_fit='ECE' is not one of auto, nll, ece"),
+        ("calibration.temperature_fit=ECE", r"^calibration.temperature_fit='ECE' is not one of auto, nll, ece"),
     ],
 )
 def test_train_refuses_a_bad_rule_before_training(tmp_path, override, match):
@@ -338,13 +338,13 @@ def test_train_with_reject_knn_fits_the_bank_on_train_features(tmp_path):
 def test_calibrate_temperature_takes_a_number_or_refuses_the_value(trained, tmp_path):
     from lightning_cls.calibrate import calibrate_checkpoint
 
-    cfg = compose("calibrate", [f"ckpt_path={trained.ckpt}", "temperature=1.5",
+    cfg = compose("calibrate", [f"ckpt_path={trained.ckpt}", "calibration.temperature=1.5",
                                 *as_overrides(LEARNABLE)], tmp_path)  # fmt: skip
     report = calibrate_checkpoint(cfg)["calibration"]
     assert report["temperature"] == 1.5  # set, not fitted
     _, spec = load_torch_model(tmp_path / "run" / "calibrated.ckpt")
     assert spec.temperature == 1.5
     for bad, shown in (("hot", "'hot'"), ("0", "0"), ("-1", "-1")):
-        cfg = compose("calibrate", [f"ckpt_path={trained.ckpt}", f"temperature={bad}"], tmp_path)
-        with pytest.raises(ValueError, match=rf"^temperature={shown} is not true, false or a num"):
+        cfg = compose("calibrate", [f"ckpt_path={trained.ckpt}", f"calibration.temperature={bad}"], tmp_path)
+        with pytest.raises(ValueError, match=rf"^calibration.temperature={shown} is not true, false or a num"):
             calibrate_checkpoint(cfg)

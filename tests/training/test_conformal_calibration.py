@@ -1,4 +1,4 @@
-"""Prediction sets fitted by calibration (``conformal=<alpha>``): coverage on a trained tiny
+"""Prediction sets fitted by calibration (``calibration.conformal=<alpha>``): coverage on a trained tiny
 model's held-out images, the rule carried by the checkpoint and the ONNX file (whose sets
 equal the checkpoint's), the ``set`` column of predict's CSV and the server's ``set`` field;
 bad options refused before any training."""
@@ -19,7 +19,7 @@ from helpers import SMALL, as_overrides, fit_plain_simplecnn, make_data
 from helpers.hydra_configs import QUIET_TRAINER, compose
 from lightning_cls.inference import InputSpec, load_artifact, predict_files, write_predictions_csv
 from lightning_cls.inference import conformal as cp
-from lightning_cls.training.calibration import calibrate
+from lightning_cls.training.calibration import Calibrator, calibrate
 
 
 def test_test_coverage_is_within_two_points_of_the_target():
@@ -60,13 +60,13 @@ def test_test_coverage_is_within_two_points_of_the_target():
 
 @pytest.fixture(scope="module")
 def conformal_run(tmp_path_factory):
-    """train calibrate=true conformal=0.2 export=onnx on the SMALL data (~10 s)."""
+    """train calibration=default calibration.conformal=0.2 export=onnx on the SMALL data (~10 s)."""
     from lightning_cls.train import train
 
     tmp = tmp_path_factory.mktemp("conformal_run")
     overrides = [
-        *QUIET_TRAINER, *as_overrides(SMALL), "trainer.max_epochs=2", "calibrate=true",
-        "conformal=0.2", "export=onnx", "prediction_mosaic=false",
+        *QUIET_TRAINER, *as_overrides(SMALL), "trainer.max_epochs=2", "calibration=default",
+        "calibration.conformal=0.2", "export=onnx", "prediction_mosaic=false",
     ]  # fmt: skip
     summary = train(compose(overrides=overrides, tmp=tmp))
     images = tmp / "images"
@@ -157,11 +157,11 @@ def test_the_server_returns_each_images_set(conformal_run):
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
-        (["conformal=1.5"], r"conformal=1.5 is not strictly between 0 and 1"),
-        (["conformal=abc"], r"conformal='abc' is not a number"),
+        (["calibration.conformal=1.5"], r"^calibration.conformal=1.5 is not strictly between 0 and 1"),
+        (["calibration.conformal=abc"], r"^calibration.conformal='abc' is not a number"),
         (
-            ["conformal=0.1", "conformal_method=rasp"],
-            r"conformal_method='rasp' .*did you mean raps",
+            ["calibration.conformal=0.1", "calibration.conformal_method=rasp"],
+            r"^calibration.conformal_method='rasp' .*did you mean raps",
         ),
     ],
 )
@@ -179,8 +179,8 @@ def test_calibrate_refuses_a_bad_alpha_before_loading(tmp_path):
 
     ckpt = tmp_path / "m.ckpt"
     ckpt.write_bytes(b"not read")
-    cfg = compose("calibrate", [f"ckpt_path={ckpt}", "conformal=0"], tmp_path)
-    with pytest.raises(ValueError, match=r"conformal=0 is not strictly between 0 and 1"):
+    cfg = compose("calibrate", [f"ckpt_path={ckpt}", "calibration.conformal=0"], tmp_path)
+    with pytest.raises(ValueError, match=r"^calibration.conformal=0 is not strictly between 0 and 1"):
         calibrate_checkpoint(cfg)
 
 
@@ -193,5 +193,5 @@ def test_a_multilabel_model_is_refused_before_training():
     trainer = SimpleNamespace(datamodule=SimpleNamespace(splits={"val": None}))
     module = SimpleNamespace(decision=create_task("multilabel"))
     with pytest.raises(ValueError, match=r"single-label models, and this model is multi-label"):
-        Calibrate(conformal=0.1).setup(trainer, module, "fit")
+        Calibrate(Calibrator(conformal=0.1)).setup(trainer, module, "fit")
     assert cp.DEFAULT_METHOD == "raps"
