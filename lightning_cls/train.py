@@ -342,8 +342,9 @@ def task_options(cfg: DictConfig) -> dict:
     from lightning_cls.training.tasks.base import task_config, warn_flat
 
     flat = {"label_smoothing": cfg.get("label_smoothing")}
-    for group in ("mixup", "loss"):
-        flat.update(OmegaConf.to_container(cfg.get(group) or {}, resolve=True))
+    for group in ("mixup", "loss"):  # gone from train.yaml; a user's config file may set them
+        options = cfg.get(group)
+        flat.update(OmegaConf.to_container(options, resolve=True) if options else {})
     flat = {k: v for k, v in flat.items() if v is not None}
     warn_flat(flat, "Config keys", FutureWarning)
     return task_config(OmegaConf.to_container(cfg.task, resolve=True), flat)

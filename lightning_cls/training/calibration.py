@@ -157,8 +157,7 @@ class Calibrator:
             check_temperature_option(self.temperature)
             check_temperature_fit(self.temperature_fit)
             conformal_sets.check_options(self.conformal, self.conformal_method)
-            if self.rule is not None:
-                check_keep(self.keep)
+            check_keep(self.keep)  # a bad share is refused with or without a rule
         if not isinstance(self.choose_threshold, bool):
             raise ValueError(
                 f"calibration.choose_threshold={self.choose_threshold!r} is not true or false."
