@@ -9,9 +9,9 @@ and trains its own model).
 Scaled down for a shared 2-core CPU: the first ``--per-class`` JPEGs of each class folder
 under ``--root`` (20% carved as the test split, 20% of the rest as validation), the tutorial
 SimpleCNN (``--model``) for a few epochs. The commands are the library's own, run in this
-process (their command lines are printed): ``train calibrate=true conformal=0.1`` (the
-default method, RAPS), then ``calibrate ckpt_path=<best> conformal=<alpha>
-conformal_method=<m>`` for the other settings (the same validation images and temperature:
+process (their command lines are printed): ``train calibration=default
+calibration.conformal=0.1`` (the default method, RAPS), then ``calibrate ckpt_path=<best>
+calibration.conformal=<alpha> calibration.conformal_method=<m>`` for the other settings (the same validation images and temperature:
 calibration is deterministic). One split's coverage is one draw: ``resplit`` then pools each
 model's validation and test probabilities and re-splits them ``--resplits`` times at random
 (as many calibration images as the validation split had), the mean coverage being what the
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
             summary = json.loads(trained.read_text())
         else:
             summary = run("train", [*data, *args.model.split(), f"trainer.max_epochs={args.epochs}",
-                                    "calibrate=true", "conformal=0.1", "prediction_mosaic=false",
+                                    "calibration=default", "calibration.conformal=0.1", "prediction_mosaic=false",
                                     *QUIET], out / "train")  # fmt: skip
         entry = {"seed": seed, "test_acc": summary["test"].get("test/acc")}
         entry["temperature"] = summary["calibration"]["temperature"]
@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> dict:
             if (alpha, method) == (0.1, "raps"):
                 calibration = summary["calibration"]
             else:
-                options = [f"ckpt_path={summary['best_ckpt']}", f"conformal={alpha}",
-                           f"conformal_method={method}"]  # fmt: skip
+                options = [f"ckpt_path={summary['best_ckpt']}", f"calibration.conformal={alpha}",
+                           f"calibration.conformal_method={method}"]  # fmt: skip
                 result = run("calibrate", [*data, *options], out / f"{method}_{alpha}")
                 calibration = result["calibration"]
             entry[f"{method}_{alpha}"] = {

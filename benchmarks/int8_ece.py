@@ -4,7 +4,7 @@ held-out test split, both with the same temperature, fitted on the run's validat
     python benchmarks/int8_ece.py --work $WORK/ood     # the runs benchmarks/ood.py trained
     python benchmarks/int8_ece.py --quick              # trains a tiny model first (tests)
 
-``--temperature-fit`` (``auto`` | ``nll`` | ``ece``, as ``calibrate temperature_fit=``) fits the
+``--temperature-fit`` (``auto`` | ``nll`` | ``ece``, as ``calibrate calibration.temperature_fit=``) fits the
 temperature again on validation with the library's ``calibrate`` before exporting;
 ``checkpoint`` keeps the one the checkpoint carries (what training fitted).
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
         root = generated_folder(work / "known", classes=3, per_class=24)
         run("train", ["data=imagefolder", f"data.root={root}", "data.val_size=0.25",
                       "data.test_size=0.25", "data.batch_size=16", "model=simplecnn", "seed=0",
-                      "trainer.max_epochs=2", "calibrate=true", "prediction_mosaic=false",
+                      "trainer.max_epochs=2", "calibration=default", "prediction_mosaic=false",
                       *QUIET], work / "train_seed0")  # fmt: skip
     runs = [one_run(folder, args.temperature_fit) for folder in sorted(work.glob("train_seed*"))]
     if not runs:

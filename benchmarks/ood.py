@@ -13,7 +13,7 @@ validation and test (20% each) from them by seed. Unknown:
   generated shapes and stripes (a random disc, square or stripe pattern in random colours).
 
 One training run per seed (``python -m lightning_cls.train`` in this process, its command line
-printed: ``experiment=cifar10_fast`` scaled to the subset, with ``calibrate=true`` and the
+printed: ``experiment=cifar10_fast`` scaled to the subset, with ``calibration=default`` and the
 default rule ``reject=knn``). Then every score is computed on the same network, each by the
 library's registered rule (``REJECT_RULES``) that computes it, fitted on the train split's
 logits and features (``RejectRule.fit_outputs``, what calibration fits) and scored with the
@@ -137,7 +137,7 @@ def one_seed(args, work: Path, root: Path, recipe, common, sets, seed: int) -> d
         summary = json.loads((out / "results.json").read_text())
     else:
         summary = run("train", [*data, *recipe, f"trainer.max_epochs={args.epochs}",
-                                "calibrate=true", f"reject={args.rule}", "reject_keep=0.95",
+                                "calibration=default", f"reject={args.rule}", "calibration.keep=0.95",
                                 "prediction_mosaic=false", *QUIET], out)  # fmt: skip
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfg = compose(config_name="train", overrides=[*data, *recipe, f"reject={args.rule}"])
@@ -175,7 +175,7 @@ def one_seed(args, work: Path, root: Path, recipe, common, sets, seed: int) -> d
 def score_all(ckpt: str, splits, sets: dict, reject: dict, knn: dict) -> tuple[dict, dict]:
     """{set: {score: (N,) array}} for the known test split and each unknown folder, and the
     rule ``reject`` (``{name, **options}``: score, threshold) fitted by the library's
-    ``calibrate`` on the validation split as a training run's ``calibrate=true`` fits it (the
+    ``calibrate`` on the validation split as a training run's ``calibration=default`` fits it (the
     checkpoint's temperature kept). Every score is its registered rule's, fitted on the train
     split (``Scores``); ``knn``: the knn score's options."""
     import torch

@@ -13,7 +13,7 @@ a per-class subset of the train split (val and test carved from it, 20% each), t
 tutorial SimpleCNN (``model=simplecnn``, the default of ``--model``) or the overrides given in
 ``--model`` (e.g. the airbench recipe, which brings its own data.mean/std), a few epochs. The
 commands are the library's own, run in this process (their command lines are printed):
-``train calibrate=true reject=energy``, then ``eval ood=<folder>`` per OOD set and score. The
+``train calibration=default reject=energy``, then ``eval ood=<folder>`` per OOD set and score. The
 last output line is a JSON summary.
 """
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     train_dir = work / "train"
     summary = run("train", [*data, *args.model.split(), f"trainer.max_epochs={args.epochs}",
-                            "calibrate=true", "reject=energy", "reject_keep=0.95",
+                            "calibration=default", "reject=energy", "calibration.keep=0.95",
                             "prediction_mosaic=false", *QUIET], train_dir)  # fmt: skip
     calibration = summary["calibration"]
     report = {
