@@ -240,7 +240,7 @@ COMMANDS = _commands()
 # A misspelt option of each command: (the real key, the typo on the command line).
 MISSPELT = {
     "bench_data": ("warmup_batches", "warmup_batch=2"),
-    "calibrate": ("temperature", "temprature=1.5"),
+    "calibrate": ("calibration.temperature", "calibration.temprature=1.5"),
     "doctor": ("doctor.folds", "doctor.fold=3"),
     "eval": ("split", "splt=val"),
     "explain": ("method", "methd=cam"),
