@@ -190,6 +190,13 @@ class Calibrator:
     def needs_features(self) -> bool:
         return self.rule is not None and self.rule.needs_features
 
+    @property
+    def needs_train(self) -> bool:
+        """Whether the rule is fitted on the training images' outputs (features, logits or
+        the network's head: what it declares, ``RejectRule.fit_outputs``)."""
+        rule = self.rule
+        return rule is not None and (rule.needs_features or rule.needs_logits or rule.needs_head)
+
     def fit(
         self, net: nn.Module, spec: InputSpec, splits: Mapping[str, Split | None]
     ) -> Calibration:
@@ -246,7 +253,7 @@ class Calibrator:
         if self.conformal is not None:
             spec.decision.calibration.refuse_sets()  # InputSpec's own check
         val, train = splits.get("val"), splits.get("train")
-        if self.needs_features:
+        if self.needs_train:
             if train is None or len(train) == 0:
                 raise ValueError(
                     f"reject={self.rule_name} is fitted on the training images' features, and no "
@@ -280,14 +287,21 @@ class Calibrator:
         return fitted, report
 
     def _fit_rule(self, calibrated: InputSpec, predictor, train, logits, features) -> InputSpec:
-        """``calibrated`` with the rule's state (a feature-space rule's fitted on ``train``'s
-        features) and the threshold that keeps ``keep`` of the validation images, scored
-        after the temperature."""
+        """``calibrated`` with the rule's state (fitted on what it declares of ``train``'s
+        outputs: features, raw logits with the calibrated task, the network's last linear
+        layer; ``RejectRule.fit_outputs``) and the threshold that keeps ``keep`` of the
+        validation images, scored after the temperature."""
+        given: dict[str, Any] = {"logits": None, "task": calibrated.decision, "head": None}
         train_features = labels = None  # a logit rule stores its options alone
-        if self.needs_features:
-            _, train_features = predictor.image_features(train.images, self.batch_size)
+        if self.needs_train:
+            outputs = predictor.image_features if self.needs_features else predictor.image_outputs
+            given["logits"], train_features = outputs(train.images, self.batch_size)
             labels = train.labels
-        params = self.rule.fit(train_features, labels)
+        if self.rule.needs_head:
+            from lightning_cls.inference.network import with_features
+
+            given["head"] = with_features(predictor.runtime).head  # the eager network's
+        params = self.rule.fit_outputs(train_features, labels, **given)
         fitted = {"score": self.rule_name, "threshold": 0.0, "keep": self.keep, **params}
         calibrated = replace(calibrated, reject=fitted)  # its threshold comes next
         scores = calibrated.decision.confidence(logits, features=features)

@@ -297,13 +297,6 @@ def test_the_checkpoint_and_its_onnx_file_answer_alike(trained, tmp_path, reject
     assert 0 < sum(u for u, _ in ours) < len(ours)  # some unknown, some not: it can fail
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="calibration fits a rule with rule.fit(features, labels); react, vim and combined "
-    "need rule.fit_outputs(features, labels, logits=, task=, head=) there (the hook the "
-    "calibration rewrite adds; remove this mark then)",
-)
 @pytest.mark.parametrize(
     "rule",
     [["reject=react"], ["reject=vim", "reject.dim=8"],
@@ -317,7 +310,7 @@ def test_calibrate_fits_the_head_rules_and_onnx_carries_them(trained, tmp_path, 
     from lightning_cls.export import export_format
     from lightning_cls.inference import load_artifact, load_torch_model
 
-    overrides = [f"ckpt_path={trained.ckpt}", *rule, "reject_keep=0.8"]
+    overrides = [f"ckpt_path={trained.ckpt}", *rule, "calibration.keep=0.8"]
     report = calibrate_checkpoint(
         compose("calibrate", overrides + as_overrides(LEARNABLE), tmp_path)
     )
