@@ -1,4 +1,4 @@
-"""benchmarks/conformal.py --quick: train calibrate=true conformal=0.1, then calibrate for the
+"""benchmarks/conformal.py --quick: train calibration=default calibration.conformal=0.1, then calibrate for the
 other alpha/method settings; each reports coverage and mean set size on the test split."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""benchmarks/trust.py --quick: train calibrate=true reject=energy, then eval ood= per set."""
+"""benchmarks/trust.py --quick: train calibration=default reject=energy, then eval ood= per set."""
 
 from __future__ import annotations
 
