@@ -10,7 +10,8 @@ group (``data.hflip=`` is ``augment.hflip=``, conf/augment); train's ``tta_flip`
 (``conf/calibration``): ``calibrate=true`` is ``calibration=default``, ``reject_keep=`` is
 ``calibration.keep=``, ``temperature_fit=``, ``conformal=``, ``conformal_method=`` (and the
 calibrate command's ``temperature=``, ``choose_threshold=``) are ``calibration.<key>=``, a rule's
-``reject_k=``/``reject_bank=`` are ``reject.k=``/``reject.bank=``; train's flat task options
+old flat keys are its ``reject.<option>=`` (the rule's module names them: ``rules/knn.py``'s
+``RENAMED``); train's flat task options
 (``label_smoothing=``, ``mixup.<option>=``, ``loss.<option>=``) are ``task.<option>=``.
 ``renamed(config_name, args)`` rewrites the old spelling on the command line before Hydra composes (so sweeps, ``+``/``~`` prefixes and the saved overrides all
 use the new key) and writes one ``warning:`` line per old key to stderr. Export's old keys
@@ -21,14 +22,15 @@ from __future__ import annotations
 
 import sys
 
+from lightning_cls.inference.rules import knn
+
 # Calibration's flat keys (train and calibrate): the ``calibration`` group's, a rule's own.
 _CALIBRATION = {
     "temperature_fit": "calibration.temperature_fit",
     "reject_keep": "calibration.keep",
     "conformal": "calibration.conformal",
     "conformal_method": "calibration.conformal_method",
-    "reject_k": "reject.k",
-    "reject_bank": "reject.bank",
+    **knn.RENAMED,
 }
 # A task's options, once flat keys of train.yaml (label_smoothing, mixup.*, loss.*): the task's.
 _TASK = {"label_smoothing": "task.label_smoothing"}

@@ -20,6 +20,9 @@ from lightning_cls.inference.feature_rules import (
 
 DEFAULT_K = 50
 DEFAULT_BANK = 5000
+# The flat command-line keys its options once were -> their spelling now (``cli/renamed.py``
+# rewrites them before Hydra composes, with a warning).
+RENAMED = {"reject_k": "reject.k", "reject_bank": "reject.bank"}
 
 
 def check_k(k: Any, bank_size: int | None = None) -> int:
