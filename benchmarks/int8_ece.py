@@ -47,7 +47,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def one_run(folder: Path, temperature_fit: str) -> dict:
-    from dataclasses import replace
 
     import torch
     from hydra.utils import instantiate
@@ -69,11 +68,11 @@ def one_run(folder: Path, temperature_fit: str) -> dict:
     test, train = datamodule.splits["test"], datamodule.splits["train"]
     if temperature_fit != "checkpoint":  # the library's fit, on validation only
         fitted = calibrate(net, spec, datamodule.splits["val"], temperature_fit=temperature_fit)
-        spec = replace(spec, temperature=fitted.temperature)
+        spec = spec.with_decision(temperature=fitted.temperature)
     out = folder / "int8_ece"
     fp32 = export_format("onnx", net, spec, out / "model.onnx")
     int8 = quantize_onnx_static(fp32, out / "model_int8.onnx", SplitCalibrationReader(train, spec))
-    result = {"run": folder.name, "images": len(test), "temperature": spec.temperature,
+    result = {"run": folder.name, "images": len(test), "temperature": spec.decision.temperature,
               "temperature_fit": temperature_fit}  # fmt: skip
     for name, path in (("fp32", fp32), ("int8", int8)):
         probs = torch.from_numpy(load_artifact(path).predict_images(test.images.numpy()))

@@ -18,7 +18,6 @@ import argparse
 import json
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from paired import cpu_name, summarize
@@ -41,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict:
                             "prediction_mosaic=false", *QUIET], work / "train")  # fmt: skip
     net, spec = load_torch_model(summary["best_ckpt"])
     with_rule = export_format("onnx", net, spec, work / "knn" / "model.onnx")
-    plain_spec = replace(spec, reject=None)
+    plain_spec = spec.with_decision(reject=None)
     plain = export_format("onnx", net, plain_spec, work / "plain" / "model.onnx")
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         datamodule = instantiate(compose(config_name="train").data)
@@ -66,12 +65,12 @@ def main(argv: list[str] | None = None) -> dict:
             predict_files(predictor, files, batch_size=64)
             times[name] = time.perf_counter() - start
         rounds.append(times)
-    bank = spec.reject["bank"]["shape"]
+    bank = spec.decision.reject["bank"]["shape"]
     report = {
         "cpu": cpu_name(),
         "images": len(files),
         "bank": bank,
-        "k": spec.reject["k"],
+        "k": spec.decision.reject["k"],
         "unknown_in_test": sum(r["unknown"] for r in answered),
         "plain_ms": summarize([1e3 * r["plain"] for r in rounds])["median"],
         "knn_ms": summarize([1e3 * r["knn"] for r in rounds])["median"],

@@ -68,7 +68,7 @@ def predict(cfg: DictConfig) -> list[dict]:
         trust_artifact=trust_artifact,
     )
     log.info("Loaded %s", predictor)
-    check_sets(alpha, predictor.spec.conformal, str(cfg.ckpt_path))
+    check_sets(alpha, predictor.spec.decision.conformal, str(cfg.ckpt_path))
     inputs = OmegaConf.to_container(cfg.inputs) if OmegaConf.is_list(cfg.inputs) else [cfg.inputs]
     files = find_images(inputs)
     # A 3-class model has 3 ranked labels: top_k=5 (the default) would leave label_4, label_5

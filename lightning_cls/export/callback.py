@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -54,7 +53,7 @@ class ExportCallback(pl.Callback):
             net, spec = final_network(pl_module), InputSpec.from_hparams(pl_module.hparams)
         if calibrated:  # the decision the calibration handed to the module's task
             decision = pl_module.decision
-            spec = replace(spec, threshold=decision.threshold, **decision.trust())
+            spec = spec.with_decision(threshold=decision.threshold, **decision.trust())
         out = Path(self.dirpath) if self.dirpath else Path(trainer.default_root_dir) / "export"
         datamodule = trainer.datamodule if self.config.needs_data else None
         self.result = export_model(net, spec, out, self.config, datamodule)

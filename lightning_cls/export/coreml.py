@@ -105,7 +105,7 @@ class CoreMLWriter(Writer):
     features = False  # a classifier answers labels; a feature-space rule is not in it
 
     def refuses(self, spec):
-        rule = None if spec.reject is None else rule_of(spec.reject["score"])
+        rule = None if spec.decision.reject is None else rule_of(spec.decision.reject["score"])
         if rule is not None and rule.scores_logits and not rule.needs_features:
             return (
                 f"reject={rule.name} scores the logits, which a Core ML classifier does not give "
@@ -116,7 +116,7 @@ class CoreMLWriter(Writer):
         if not spec.decision.needs_features:
             return ""
         return (
-            f"reject={spec.reject['score']} scores the network's features, which export=coreml "
+            f"reject={spec.decision.reject['score']} scores the network's features, which export=coreml "
             "does not carry (a Core ML classifier answers labels and probabilities: the file "
             "would answer without the rule); calibrate with reject=msp or reject=energy for "
             "Core ML, or use export=onnx|executorch|litert, which carry the features."

@@ -102,8 +102,14 @@ class OnnxE2EWriter(Writer):
         self.opset = opset
 
     def refuses(self, spec):
-        decided = [f"reject={spec.reject['score']}"] if spec.reject is not None else []
-        decided += [f"conformal={spec.conformal['method']}"] if spec.conformal is not None else []
+        decided = (
+            [f"reject={spec.decision.reject['score']}"] if spec.decision.reject is not None else []
+        )
+        decided += (
+            [f"conformal={spec.decision.conformal['method']}"]
+            if spec.decision.conformal is not None
+            else []
+        )
         if not decided:
             return ""
         return (

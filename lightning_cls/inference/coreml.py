@@ -61,5 +61,5 @@ class CoreMLRuntime(Runtime):
             answer = self.model.predict({"image": Image.fromarray(image.squeeze(), mode)})
             probs = answer["classLabel_probs"]
             rows.append([probs[c] for c in self.spec.classes])
-        scale = np.asarray(self.spec.temperature, np.float32)
+        scale = np.asarray(self.spec.decision.temperature, np.float32)
         return np.log(np.maximum(np.asarray(rows, np.float32), 1e-30)) * scale

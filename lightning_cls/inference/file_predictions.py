@@ -29,7 +29,7 @@ def predict_files(
     """Classify image files in batches.
 
     Returns ``rows`` ({"file", "labels", "probs"} per readable image, as the task decides:
-    top-k first; for a multi-label model every label at or above ``spec.threshold``, most
+    top-k first; for a multi-label model every label at or above ``spec.decision.threshold``, most
     probable first, and ``"all_probs"``, one per class; with a rejection rule also
     ``"unknown"`` and ``"score"``; with a prediction-set rule ``"set"``, its labels) and
     ``failures`` ([(path, reason)] for every file that could not be read as an image), the

@@ -94,11 +94,11 @@ def open_set_scores(
     named = _named_sets(sets)
     predictor = load_artifact(ckpt_path)
     spec, task = predictor.spec, predictor.task
-    score = check_score(score or (spec.reject or {}).get("score") or MSP)
+    score = check_score(score or (spec.decision.reject or {}).get("score") or MSP)
     logits, features = predictor.image_outputs(known.images)  # features: a feature-space rule
     inside = task.confidence(logits, score, features).float().numpy()  # (N,)
     correct = correct_answers(task, logits, known.labels)  # (N,) bool
-    threshold, note = _deployed_threshold(spec.reject, score)
+    threshold, note = _deployed_threshold(spec.decision.reject, score)
     report, unknown = {}, {}
     for name, (kind, folder) in named.items():
         outside, counts = _folder_confidence(predictor, folder, score)  # (M,)

@@ -73,7 +73,7 @@ class Predictor:
         if self.task.needs_features and not self.gives_features:
             raise ValueError(
                 f"{self.path.name} has no features output, and its rejection rule "
-                f"reject={self.spec.reject['score']} scores the network's features; export "
+                f"reject={self.spec.decision.reject['score']} scores the network's features; export "
                 "the calibrated checkpoint again (export=onnx|openvino|torchscript|pt2|"
                 "executorch|litert write the features output for such a rule), or predict "
                 "with the .ckpt."

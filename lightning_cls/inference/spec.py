@@ -1,13 +1,14 @@
 """``InputSpec``: the one description of a classifier's input, carried by every artifact.
 
-Classes, per-channel mean/std, square input size, channels, channel order and its TTA, the
-task (multi-class, or multi-label with its decision threshold), plus the registry
-name/options that rebuild the network from bare weights. Every other form is derived from
+Classes, per-channel mean/std, square input size, channels (their order follows) and its TTA,
+the task entry (its name and how its outputs are decided: threshold, temperature, rejection,
+prediction sets), plus the registry name/options that rebuild the network from bare weights. Every other form is derived from
 it: a DataModule's ``spec`` and ``ClassificationModule`` hparams hold its keys,
 ``model_weights.json`` is those hparams, ONNX files store it as ``metadata_props`` (one JSON
 value per key), TorchScript and ``.pt2`` as the extra file ``meta.json``. This module is the
-input contract (fields, their checks, the preprocessing); the task and trust fields are checked
-into the spec's ``decision`` by ``decision.py``.
+input contract (fields, their checks, the preprocessing); the task entry is checked into the
+spec's ``decision`` by ``decision.py``. Older artifacts wrote the decision settings as flat keys
+(``task`` a name, ``threshold``, ``temperature``, ...): ``legacy_decision`` folds them in.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,6 +36,11 @@ PREPROCESSING = "x = (uint8_pixels / 255 - mean) / std, per channel, NCHW float3
 META_FILE = "meta.json"
 # Without these an artifact cannot be fed; the rest have defaults.
 REQUIRED_KEYS = ("classes", "mean", "std", "image_size", "num_channels")
+# The task entry's settings besides its name; an older layout wrote them as flat keys, and
+# ``+spec.<key>=...`` still overrides one of them (``legacy_decision``).
+DECISION_KEYS = ("threshold", "temperature", "reject", "label_smoothing", "conformal")
+# Written for readers of the files, derived from the fields (ignored when read back).
+DERIVED_KEYS = ("channel_order",)
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,6 @@ class InputSpec:
     std: tuple[float, ...]
     image_size: int
     num_channels: int
-    channel_order: str = ""
     # Test-time augmentation (inference/tta.py): flip, translate (airbench's levels 1 and 2),
     # and selective TTA's threshold (only images whose max probability after the temperature
     # is below it get the TTA; chosen on validation while training). Its dict in JSON.
@@ -60,22 +65,18 @@ class InputSpec:
     # Photos: shorter side resized to this (aspect kept), then the centre image_size square
     # (torchvision's Resize + CenterCrop); None: resized to image_size.
     resize_size: int | None = None
-    # multiclass: one label per image, softmax; multilabel: any number of labels, a sigmoid
-    # per class, and every label whose probability reaches ``threshold`` is predicted (the
-    # threshold is chosen on the validation split during training, or set by the user).
-    task: str = "multiclass"
-    threshold: float | None = None
-    # What the answers are worth (inference/trust.py), chosen on validation by calibration:
-    # logits / temperature before the probabilities (multi-label: a number or one per label);
-    # reject = {score: msp|energy, threshold, keep}: below it the answer is ``unknown``.
-    temperature: float | tuple[float, ...] = 1.0
-    reject: dict[str, Any] | None = None
-    # The label smoothing the model was trained with (0: none), which makes its softmax
-    # confidence a poorer judge of unknowns and its logits poorer teachers (``trust.py``).
-    label_smoothing: float = 0.0
-    # Prediction sets with guaranteed coverage (inference/conformal.py), fitted on validation
-    # after the temperature: {method: aps|raps, alpha, qhat, lam, k_reg, images}; None: off.
-    conformal: dict[str, Any] | None = None
+    # How the outputs are decided, one entry (its dict in JSON, a checkpoint's ``task`` too):
+    # {name, threshold, temperature, reject, label_smoothing, conformal}. name: multiclass (one
+    # label per image, softmax) or multilabel (a sigmoid per class; every label whose
+    # probability reaches ``threshold`` is predicted, the threshold chosen on validation or set
+    # by the user). What the answers are worth (inference/trust.py), chosen on validation by
+    # calibration: logits / temperature before the probabilities (multi-label: a number or
+    # one per label); reject = {score: msp|energy|..., threshold, keep}: below it the answer is
+    # ``unknown``. label_smoothing: the one the model was trained with (0: none), which makes
+    # its softmax confidence a poorer judge of unknowns. conformal: prediction sets with
+    # guaranteed coverage (inference/conformal.py), {method: aps|raps, alpha, qhat, ...} or
+    # None. A bare name is taken for {name: ...}; read the checked values from ``decision``.
+    task: str | Mapping[str, Any] = "multiclass"
     # sha256 of the files the model was trained on (lightning_cls.data.fingerprint); None:
     # a source without a local index of files (built-in, downloaded, streamed, in memory).
     data_fingerprint: str | None = None
@@ -89,15 +90,13 @@ class InputSpec:
             "image_size": _integer,
             "num_channels": _integer,
             "model_kwargs": lambda v: dict(v or {}),
-            "task": lambda v: str(v or "multiclass"),
-            "threshold": lambda v: None if v is None else float(v),
-            "label_smoothing": lambda v: float(v or 0.0),
             "data_fingerprint": lambda v: None if v is None else str(v),
         }
         try:
             set_(self, "tta", TTA.from_value(self.tta))
         except (TypeError, ValueError) as err:
             raise SpecError("tta", str(err)) from None
+        set_(self, "task", _task_entry(self.task))
         for name, convert in conversions.items():
             value = getattr(self, name)
             try:
@@ -106,8 +105,6 @@ class InputSpec:
                 raise SpecError(
                     name, f"{name}={value!r} is not {_KINDS.get(name, 'valid')}."
                 ) from None
-        if not self.channel_order:
-            set_(self, "channel_order", CHANNEL_ORDERS.get(self.num_channels, ""))
         self._validate()
 
     def _validate(self) -> None:
@@ -141,30 +138,47 @@ class InputSpec:
             decision = self._build_decision()
         except DecisionError as err:
             raise SpecError(err.field, str(err)) from None
-        set_ = object.__setattr__  # frozen: the normalised values, as the task holds them
+        entry = self.task  # the normalised values, as the task holds them (a fresh dict)
         if decision.threshold is not None:
-            set_(self, "threshold", decision.threshold)
-        set_(self, "temperature", decision.temperature)
-        set_(self, "reject", decision.reject)
-        set_(self, "conformal", decision.conformal)
+            entry["threshold"] = decision.threshold
+        entry.update(temperature=decision.temperature, reject=decision.reject)
+        entry["conformal"] = decision.conformal
         self.__dict__["decision"] = decision  # the cached property below, built once
 
     @functools.cached_property
     def decision(self) -> Task:
-        """The task's decision half (``lightning_cls.inference.tasks``): probabilities (after
-        the temperature), the labels predicted from them, the rejection rule, the score.
-        Predictors and the server ask it. Built and checked with the spec (``_validate``)."""
+        """The task entry as its decision object (``lightning_cls.inference.tasks``):
+        probabilities (after the temperature), the labels predicted from them, the threshold,
+        the rejection rule, the prediction sets, the score. Predictors and the server ask it.
+        Built and checked with the spec (``_validate``)."""
         return self._build_decision()
 
     def _build_decision(self) -> Task:
+        entry = self.task
         return build_decision(
-            self.task,
-            self.threshold,
-            self.temperature,
-            self.reject,
-            self.conformal,
+            entry["name"],
+            entry["threshold"],
+            entry["temperature"],
+            entry["reject"],
+            entry["conformal"],
             self.num_classes,
         )
+
+    def with_decision(self, **changes: Any) -> InputSpec:
+        """This spec with ``changes`` to its task entry (``name``, ``threshold``,
+        ``temperature``, ``reject``, ``label_smoothing``, ``conformal``), checked again."""
+        unknown = sorted(set(changes) - {"name", *DECISION_KEYS})
+        if unknown:
+            raise TypeError(
+                f"with_decision got {unknown}; the task entry's keys are name, "
+                f"{', '.join(DECISION_KEYS)}."
+            )
+        return replace(self, task={**self.task, **changes})
+
+    @property
+    def channel_order(self) -> str:
+        """``L`` (one channel) or ``RGB`` (three): what the channels are, from ``num_channels``."""
+        return CHANNEL_ORDERS[self.num_channels]
 
     @property
     def num_classes(self) -> int:
@@ -180,10 +194,11 @@ class InputSpec:
         return normalize(images, self.mean, self.std)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)  # tta: its dict
+        d = asdict(self)  # tta and the task entry: their dicts
         d["classes"], d["mean"], d["std"] = list(self.classes), list(self.mean), list(self.std)
-        if isinstance(self.temperature, tuple):
-            d["temperature"] = list(self.temperature)
+        if isinstance(self.task["temperature"], tuple):
+            d["task"]["temperature"] = list(self.task["temperature"])
+        d["channel_order"] = self.channel_order
         return d
 
     def to_json(self) -> str:
@@ -199,10 +214,7 @@ class InputSpec:
 
         ``source`` names where the mapping came from, for the message when keys are missing.
         """
-        d = legacy_tta(d)
-        task = d.get("task")
-        if isinstance(task, Mapping):  # a checkpoint's task: its name, options, calibration
-            d = {**task, **d, "task": task.get("name") or "multiclass"}  # overrides win
+        d = legacy_decision(legacy_tta(d))  # a checkpoint's task: its options are dropped
         missing = [k for k in REQUIRED_KEYS if d.get(k) is None]
         if missing:
             raise ValueError(
@@ -248,9 +260,57 @@ def legacy_tta(d: Mapping[str, Any]) -> Mapping[str, Any]:
     return rest
 
 
+def legacy_decision(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``d`` with its decision settings in its one ``task`` entry: an older layout's bare task
+    name (``task="multilabel"``) becomes ``{name: ...}``, and its flat keys (``threshold``,
+    ``temperature``, ``reject``, ``label_smoothing``, ``conformal``) move into the entry,
+    overriding what it holds (``+spec.temperature=2`` on an artifact written with the entry)."""
+    task = d.get("task")
+    flat = {k: d[k] for k in DECISION_KEYS if k in d}
+    if not flat and (task is None or isinstance(task, Mapping)):
+        return d
+    rest = {k: v for k, v in d.items() if k not in DECISION_KEYS}
+    rest["task"] = {**_entry(task), **flat}
+    return rest
+
+
+def _entry(task: Any) -> dict[str, Any]:
+    """A task entry as given: a mapping, a bare name, or None (no keys: the defaults)."""
+    if task is None:
+        return {}
+    return dict(task) if isinstance(task, Mapping) else {"name": task}
+
+
+def _task_entry(task: Any) -> dict[str, Any]:
+    """The task entry with every key, its types normalised (a checkpoint's task also holds
+    its training options, ``pos_weight``, ...: dropped); the values are checked by
+    ``build_decision``. A ``SpecError`` names the key."""
+    if task is not None and not isinstance(task, (str, Mapping)):
+        raise SpecError("task", f"task={task!r} is not {_KINDS['task']}.")
+    given = _entry(task)
+    entry = {"name": given.get("name") or "multiclass"}
+    entry.update({key: given.get(key) for key in DECISION_KEYS})
+    conversions = {
+        "name": str,
+        "threshold": lambda v: None if v is None else float(v),
+        "temperature": lambda v: 1.0 if v is None else v,
+        "label_smoothing": lambda v: float(v or 0.0),
+    }
+    for key, convert in conversions.items():
+        value = entry[key]
+        field_name = "task" if key == "name" else key
+        try:
+            entry[key] = convert(value)
+        except (TypeError, ValueError):
+            raise SpecError(
+                field_name, f"{field_name}={value!r} is not {_KINDS[field_name]}."
+            ) from None
+    return entry
+
+
 def props_to_dict(props: Mapping[str, str], source: str = "Model metadata") -> dict[str, Any]:
     """ONNX ``metadata_props`` -> the spec's keys (other tools' entries are skipped)."""
-    known = {*InputSpec.__dataclass_fields__, *LEGACY_KEYS}  # older files: flat TTA keys
+    known = {*InputSpec.__dataclass_fields__, *LEGACY_KEYS, *DECISION_KEYS}  # older: flat keys
     out = {}
     for key, value in props.items():
         if key not in known:
@@ -273,7 +333,7 @@ _KINDS = {
     "num_channels": "an integer (1 or 3)",
     "tta": "a test-time augmentation (TTA(...) or its dict)",
     "model_kwargs": "a mapping",
-    "task": "a task name",
+    "task": "a task name or its entry {name, threshold, temperature, reject, ...}",
     "threshold": "a probability",
     "label_smoothing": "a number in [0, 1)",
     "temperature": "a number > 0",
@@ -316,12 +376,18 @@ def merge_spec(
     stored: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None, source: str
 ) -> InputSpec:
     """The spec stored in an artifact with ``overrides`` on top (they fill or replace keys)."""
-    merged = {**(stored or {}), **{k: v for k, v in (overrides or {}).items() if v is not None}}
-    unknown = sorted(set(overrides or {}) - {*InputSpec.__dataclass_fields__, *LEGACY_KEYS})
+    known = {*InputSpec.__dataclass_fields__, *LEGACY_KEYS, *DECISION_KEYS, *DERIVED_KEYS}
+    unknown = sorted(set(overrides or {}) - known)
     if unknown:
         raise ValueError(
             f"Unknown spec key(s) {unknown}; known: {', '.join(InputSpec.__dataclass_fields__)}."
         )
+    given = legacy_decision({k: v for k, v in (overrides or {}).items() if v is not None})
+    stored = legacy_decision(stored or {})
+    merged = {**stored, **given}
+    if "task" in given:  # its keys replace the stored entry's (a None one does not)
+        task = {k: v for k, v in _entry(given["task"]).items() if v is not None}
+        merged["task"] = {**_entry(stored.get("task")), **task}
     return InputSpec.from_dict(merged, source)
 
 

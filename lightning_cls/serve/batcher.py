@@ -11,8 +11,8 @@ Protocol's float tensors (``logits``: already normalized, the model's own input)
 too and run in calls of their own, in turn with the images'. Each request's labels are
 what the model's task decides (``spec.decision``, in the model thread): its ``top_k`` classes,
 or for a multi-label model every label whose probability reaches its threshold, and with a
-rejection rule (``spec.reject``) whether each image is ``unknown``, and with a conformal rule
-(``spec.conformal``) each image's prediction set. Images and
+rejection rule (``spec.decision.reject``) whether each image is ``unknown``, and with a conformal rule
+(``spec.decision.conformal``) each image's prediction set. Images and
 probabilities stay numpy arrays here: with an ONNX or OpenVINO model the server never imports
 torch (``Predictor`` answers in the kind it is given).
 """

@@ -87,7 +87,7 @@ class OpenInference:
             "outputs": [s.metadata() for o in self.outputs.values() for s in o],
             "parameters": {
                 "classes": list(spec.classes),
-                "task": spec.task,
+                "task": spec.task["name"],
                 "image_size": spec.image_size,
                 "num_channels": spec.num_channels,
                 "mean": list(spec.mean),

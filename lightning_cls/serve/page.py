@@ -59,7 +59,7 @@ let setCoverage = null;  // 1 - alpha of the model's conformal rule, from /info
 fetch("info").then(r => r.json()).then(info => {
   const m = info.model;
   if (m.explain) explain = m.explain;
-  if (m.spec.conformal) setCoverage = 1 - m.spec.conformal.alpha;
+  if (m.spec.task.conformal) setCoverage = 1 - m.spec.task.conformal.alpha;
   document.getElementById("model").textContent =
     `Model ${m.name} (version ${m.version}, ${m.runtime}), ${m.spec.classes.length} classes`;
 }).catch(() => { document.getElementById("model").textContent = ""; });

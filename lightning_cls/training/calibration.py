@@ -37,7 +37,7 @@ import logging
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -205,19 +205,19 @@ class Calibrator:
         threshold, the rule's threshold, the prediction sets, in that order, each on the
         probabilities after the ones before (as predict has them)."""
         val, train = self._checked_splits(spec, splits)
-        base = replace(spec, temperature=1.0, reject=None)  # the network's own probabilities
+        base = spec.with_decision(temperature=1.0, reject=None)  # the network's own probabilities
         base.decision.labels.check(val.labels, "calibration")
         predictor = Predictor(net.eval(), base)
         outputs = predictor.image_features if self.needs_features else predictor.image_outputs
         logits, features = outputs(val.images, self.batch_size)  # (N, K) float32, (N, D) | None
         fitted, metrics = self._temperature(spec, base, logits, val.labels)
-        calibrated = replace(base, temperature=_plain(fitted))
+        calibrated = base.with_decision(temperature=_plain(fitted))
         threshold = None  # the task's own choice on the calibrated probabilities (if it has one)
         if self.choose_threshold:
             probs = calibrated.decision.probabilities(logits)
             threshold = base.decision.calibration.choose_threshold(probs, val.labels)
         if threshold is not None:
-            calibrated = replace(calibrated, threshold=threshold)
+            calibrated = calibrated.with_decision(threshold=threshold)
         if self.rule is not None:
             calibrated = self._fit_rule(calibrated, predictor, train, logits, features)
         if self.conformal is not None:  # on the probabilities after the temperature
@@ -225,7 +225,7 @@ class Calibrator:
             sets = conformal_sets.fit(
                 probs, val.labels.numpy(), self.conformal, self.conformal_method
             )
-            calibrated = replace(calibrated, conformal=sets)
+            calibrated = calibrated.with_decision(conformal=sets)
         metrics.update(_measure("val", base, calibrated, (logits, features), val.labels))
         test = splits.get("test")
         if test is not None and len(test):
@@ -241,7 +241,7 @@ class Calibrator:
             )
             metrics["reliability_diagram"] = str(drawn)
         result = Calibration(
-            _plain(fitted), calibrated.reject, threshold, metrics, calibrated.conformal
+            _plain(fitted), calibrated.decision.reject, threshold, metrics, calibrated.decision.conformal
         )
         log.info("%s", result.summary())
         log.debug("Calibration (results.json's entry): %s", result.report())
@@ -273,12 +273,12 @@ class Calibrator:
         report: dict[str, Any] = {"split": "val", "images": len(labels), "bins": BINS}
         task = base.decision
         if self.temperature is False:
-            return spec.temperature, report
+            return spec.decision.temperature, report
         if self.temperature is not True:  # a number the user set: used as given, measured
             return task.calibration.check_temperature(self.temperature, spec.num_classes), report
         objective = self.temperature_fit
         if objective == "auto":
-            objective = "ece" if spec.label_smoothing > 0 else "nll"
+            objective = "ece" if spec.task["label_smoothing"] > 0 else "nll"
         fitted = fit_temperature(logits, labels, task)
         report["temperature_fit"] = objective
         if objective == "ece":
@@ -303,10 +303,10 @@ class Calibrator:
             given["head"] = with_features(predictor.runtime).head  # the eager network's
         params = self.rule.fit_outputs(train_features, labels, **given)
         fitted = {"score": self.rule_name, "threshold": 0.0, "keep": self.keep, **params}
-        calibrated = replace(calibrated, reject=fitted)  # its threshold comes next
+        calibrated = calibrated.with_decision(reject=fitted)  # its threshold comes next
         scores = calibrated.decision.confidence(logits, features=features)
         threshold = quantile_threshold(scores.numpy(), self.keep)
-        return replace(calibrated, reject={**fitted, "threshold": threshold})
+        return calibrated.with_decision(reject={**fitted, "threshold": threshold})
 
 
 def calibrate(
@@ -361,9 +361,9 @@ def _measure(split: str, base: InputSpec, calibrated: InputSpec, outputs, labels
     logits, features = outputs
     out = {**measure(split, base, calibrated, logits, labels)}
     out.update(_measure_sets(split, calibrated, logits, labels))
-    if split == "test" and calibrated.reject is not None:
+    if split == "test" and calibrated.decision.reject is not None:
         scores = calibrated.decision.confidence(logits, features=features)
-        kept = (scores >= calibrated.reject["threshold"]).float().mean().item()
+        kept = (scores >= calibrated.decision.reject["threshold"]).float().mean().item()
         out["test_kept"] = round(kept, 6)
     return out
 
@@ -392,7 +392,7 @@ def _temperature_text(temperature: float | list[float], metrics: dict) -> str:
 def _measure_sets(split: str, calibrated: InputSpec, logits, labels) -> dict[str, float]:
     """The prediction sets' coverage (share holding the true label) and mean size on
     ``split``; nothing without a conformal rule. On ``val`` they are in-sample (fitted there)."""
-    rule = calibrated.conformal
+    rule = calibrated.decision.conformal
     if rule is None:
         return {}
     probs = calibrated.decision.probabilities(logits).numpy()  # (N, K) as predict has them
@@ -408,7 +408,7 @@ def prediction_sets_report(
     """Coverage and mean size of the prediction sets ``spec`` carries on ``split`` (images as
     predict sees them: the spec's preprocessing and TTA), keys prefixed ``name``; ``{}`` when
     the model has no conformal rule. ``eval`` reports it for the split it evaluates."""
-    if spec.conformal is None or len(split) == 0:
+    if spec.decision.conformal is None or len(split) == 0:
         return {}
     logits = Predictor(net.eval(), spec).image_logits(split.images, batch_size)
     return _measure_sets(name, spec, logits, split.labels)

@@ -178,7 +178,7 @@ def warn_label_smoothing(teacher: InputSpec, path: Path) -> bool:
     """Warn once per teacher file trained with label smoothing: smoothing erases what the
     wrong classes' logits say about similarity, the very thing a student learns from
     (Mueller et al. 2019, "When does label smoothing help?"). True when it warned."""
-    if teacher.label_smoothing <= 0 or str(path) in _WARNED:
+    if teacher.task["label_smoothing"] <= 0 or str(path) in _WARNED:
         return False
     _WARNED.add(str(path))
     log.warning(
@@ -186,7 +186,7 @@ def warn_label_smoothing(teacher: InputSpec, path: Path) -> bool:
         "targets carry less about how classes resemble each other, and make a worse teacher "
         "(Mueller et al. 2019). Prefer a teacher trained with label_smoothing=0.",
         path,
-        teacher.label_smoothing,
+        teacher.task["label_smoothing"],
     )
     return True
 
@@ -200,10 +200,11 @@ def check_teacher(teacher: InputSpec, student: InputSpec, path: Path) -> None:
             f"student learns {len(student.classes)} classes {_names(student.classes)}; distil "
             "from a teacher trained on the same classes, in the same order."
         )
-    if teacher.task != student.task:
+    taught, learning = teacher.task["name"], student.task["name"]
+    if taught != learning:
         raise ValueError(
-            f"{where} is a task={teacher.task} model but the student is task={student.task}; "
-            f"train the student with task={teacher.task} or use a {student.task} teacher."
+            f"{where} is a task={taught} model but the student is task={learning}; "
+            f"train the student with task={taught} or use a {learning} teacher."
         )
     for key in ("num_channels", "image_size"):
         if getattr(teacher, key) != getattr(student, key):

@@ -95,7 +95,7 @@ def measure(split, base: InputSpec, calibrated: InputSpec, logits, labels) -> di
     out = {}
     for when, spec in (("before", base), ("after", calibrated)):
         probs = spec.decision.probabilities(logits)
-        scaled = logits / torch.as_tensor(spec.temperature, dtype=torch.float32)
+        scaled = logits / torch.as_tensor(spec.decision.temperature, dtype=torch.float32)
         task = spec.decision
         out[f"{split}_ece_{when}"] = round(expected_calibration_error(probs, labels, task), 6)
         out[f"{split}_nll_{when}"] = round(task.calibration.nll(scaled, labels).item(), 6)

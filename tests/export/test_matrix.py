@@ -109,13 +109,13 @@ def models(trained, multilabel_run, multilabel_squares, tmp_path_factory) -> dic
     ml = _calibrated(multilabel_run["best_ckpt"], squares, root, "multilabel", temperature=True)
     found["multilabel"] = ml
     # What each model is meant to exercise is really there.
-    assert abs(found["calibrated"].spec.temperature - 1) > 0.05
-    assert found["knn"].spec.reject["score"] == "knn"
-    assert found["knn"].spec.temperature != 1  # calibrate fits T beside the rule
+    assert abs(found["calibrated"].spec.decision.temperature - 1) > 0.05
+    assert found["knn"].spec.decision.reject["score"] == "knn"
+    assert found["knn"].spec.decision.temperature != 1  # calibrate fits T beside the rule
     assert all("unknown" in r for r in found["knn"].rows)
-    assert found["conformal"].spec.conformal is not None
+    assert found["conformal"].spec.decision.conformal is not None
     assert any(len(r["set"]) > 1 for r in found["conformal"].rows)
-    assert ml.spec.task == "multilabel" and len(set(ml.spec.temperature)) > 1
+    assert ml.spec.task["name"] == "multilabel" and len(set(ml.spec.decision.temperature)) > 1
     return found
 
 
@@ -222,7 +222,7 @@ def _answers_like_the_checkpoint(model: Model, key: str, path: Path) -> None:
         return _end_to_end_answers(model, path, what)
     predictor = load_artifact(path, trust_artifact=True)
     assert predictor.spec.decision.trust() == model.spec.decision.trust(), what
-    assert predictor.spec.threshold == model.spec.threshold, what
+    assert predictor.spec.decision.threshold == model.spec.decision.threshold, what
     rows, failures = predict_files(predictor, model.files)
     assert not failures, what
     if "int8" in key or key == "auto":  # approximate by design (auto: the fastest file

@@ -17,7 +17,10 @@ def test_onnx_export_carries_the_task_and_threshold_and_matches_the_checkpoint(
 ):
     onnx = load_artifact(Path(multilabel_run["run_dir"]) / "export" / "model.onnx")
     ckpt = load_artifact(multilabel_run["best_ckpt"])
-    assert (onnx.spec.task, onnx.spec.threshold) == ("multilabel", ckpt.spec.threshold)
+    assert (onnx.spec.task["name"], onnx.spec.decision.threshold) == (
+        "multilabel",
+        ckpt.spec.decision.threshold,
+    )
     data = MultiLabelDataModule(str(multilabel_squares))
     data.setup()
     images = data.splits["test"].images[:16]
@@ -62,7 +65,7 @@ def test_int8_export_gates_a_multilabel_model_on_val_map(
         multilabel_run["best_val_acc"], abs=1e-4
     )  # the best val mAP
     int8 = load_artifact(result.paths["onnx_int8"])
-    assert (int8.spec.task, int8.spec.threshold) == (
+    assert (int8.spec.task["name"], int8.spec.decision.threshold) == (
         "multilabel",
-        load_artifact(multilabel_run["best_ckpt"]).spec.threshold,
+        load_artifact(multilabel_run["best_ckpt"]).spec.decision.threshold,
     )

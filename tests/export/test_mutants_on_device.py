@@ -36,7 +36,7 @@ def test_the_core_ml_recipe_divides_by_std_and_answers_tempered_probabilities():
     from lightning_cls.export.coreml import _Recipe
 
     spec = InputSpec(classes=("a", "b", "c"), mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.5),
-                     image_size=4, num_channels=3, temperature=2.0)  # fmt: skip
+                     image_size=4, num_channels=3, task={"temperature": 2.0})  # fmt: skip
     torch.manual_seed(0)
     net = nn.Sequential(nn.Flatten(), nn.Linear(48, 3)).eval()
     x = torch.rand(2, 3, 4, 4) - 0.5  # what Core ML's ImageType gives: pixel / 255 - mean

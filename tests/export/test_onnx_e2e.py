@@ -141,7 +141,7 @@ def test_e2e_refuses_a_rejection_rule_in_one_line_before_writing(trained, tmp_pa
     """Probabilities are all the file answers: a server would answer without the rule. Refused
     by the skeleton itself (``export_format`` alone), not only by ``export_model``."""
     rule = {"score": score, "threshold": 0.5, "keep": 0.95}
-    spec = dataclasses.replace(trained.spec, reject=rule)
+    spec = trained.spec.with_decision(reject=rule)
     with pytest.raises(
         ValueError,
         match=rf"^export=onnx_e2e: the model is calibrated with reject={score}, which the "
@@ -155,7 +155,7 @@ def test_e2e_refuses_a_rejection_rule_in_one_line_before_writing(trained, tmp_pa
 def test_e2e_graph_applies_the_temperature_and_selective_tta_like_the_predictor(trained, tmp_path):
     """A calibrated model (T != 1) with selective TTA: the graph's probabilities are the
     checkpoint's as predict computes them (the export's own check compares them too)."""
-    calibrated = dataclasses.replace(trained.spec, temperature=0.5)
+    calibrated = trained.spec.with_decision(temperature=0.5)
     images = example_images(calibrated, 32, seed=4)
     nchw = images.permute(0, 3, 1, 2).contiguous()
     plain = load_artifact(trained.ckpt, spec=calibrated).predict_images(nchw)
@@ -170,7 +170,7 @@ def test_e2e_graph_applies_the_temperature_and_selective_tta_like_the_predictor(
     for other in (
         dict(tta=spec.tta.with_threshold(None)),
         dict(tta=TTA()),
-        dict(temperature=1.0),
+        dict(task={**spec.task, "temperature": 1.0}),
     ):
         changed = load_artifact(trained.ckpt, spec=dataclasses.replace(spec, **other))
         assert not torch.allclose(changed.predict_images(nchw), expected, atol=1e-4), other

@@ -120,7 +120,7 @@ class TorchLinear(torch.nn.Module):
 
 @pytest.mark.parametrize(("task", "threshold"), [("multiclass", None), ("multilabel", 0.4)])
 def test_predict_files_gives_the_same_rows_on_both_paths(tmp_path, task, threshold):
-    spec = _spec(task=task, threshold=threshold, resize_size=RESIZE)
+    spec = _spec(task={"name": task, "threshold": threshold}, resize_size=RESIZE)
     weight = np.random.default_rng(4).normal(scale=0.05, size=(3 * SIZE * SIZE, 5))
     numpy_path = Predictor(NumpyLinear(weight.astype(np.float32)), spec)
     torch_path = Predictor(TorchLinear(weight.astype(np.float32)), spec)

@@ -137,12 +137,12 @@ RULE = {"method": "aps", "alpha": 0.1, "qhat": 0.7, "lam": 0.0, "k_reg": 0, "ima
 
 
 def test_the_spec_carries_the_rule_and_older_specs_load_without_it():
-    spec = InputSpec(**BASE, conformal=RULE)
-    assert InputSpec.from_props(spec.to_props()).conformal == RULE  # the ONNX metadata form
+    spec = InputSpec(**BASE, task={"conformal": RULE})
+    assert InputSpec.from_props(spec.to_props()).decision.conformal == RULE  # the ONNX metadata form
     probs = np.array([[0.5, 0.2, 0.3], [0.1, 0.1, 0.8]], np.float32)
     assert spec.decision.sets(probs) == [[0, 2], [2]]
     old = InputSpec(**BASE)
-    assert old.conformal is None and old.decision.sets(probs) is None
+    assert old.decision.conformal is None and old.decision.sets(probs) is None
 
 
 @pytest.mark.parametrize(
@@ -153,11 +153,11 @@ def test_the_spec_carries_the_rule_and_older_specs_load_without_it():
         ({"conformal": {**RULE, "alpha": 2}}, r"conformal=2 is not strictly between 0 and 1"),
         ({"conformal": "yes"}, r"conformal='yes' is not a fitted prediction-set rule"),
         (
-            {"conformal": RULE, "task": "multilabel"},
+            {"conformal": RULE, "name": "multilabel"},
             r"prediction sets for single-label models, and this model is multi-label",
         ),
     ],
 )
 def test_bad_stored_rules_are_spec_errors(options, match):
     with pytest.raises(SpecError, match=match):
-        InputSpec(**BASE, **options)
+        InputSpec(**BASE, task=options)

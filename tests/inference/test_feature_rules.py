@@ -90,8 +90,8 @@ def test_the_rule_is_stored_float16_and_summarised_without_its_arrays():
         "reject": {"score": "knn", "threshold": 0.5, "keep": 0.9, **rule},
     })  # fmt: skip
     again = InputSpec.from_json(spec.to_json())  # the metadata every artifact carries
-    assert again.reject == spec.reject and again.decision.needs_features
-    assert feature_rules.summary(spec.reject)["bank"] == "<float16 10x4>"
+    assert again.decision.reject == spec.decision.reject and again.decision.needs_features
+    assert feature_rules.summary(spec.decision.reject)["bank"] == "<float16 10x4>"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,10 +120,10 @@ def test_bad_rule_options_are_one_line_errors(options, match):
 def test_a_stored_rule_without_its_arrays_or_with_k_past_the_bank_is_refused():
     base = dict(classes=["a", "b"], mean=[0.5], std=[0.5], image_size=8, num_channels=1)
     with pytest.raises(SpecError, match=r"reject=knn lacks its fitted bank"):
-        InputSpec(**base, reject={"score": "knn", "threshold": 0.5, "keep": 0.9, "k": 3})
+        InputSpec(**base, task={"reject": {"score": "knn", "threshold": 0.5, "keep": 0.9, "k": 3}})
     rule = feature_rules.fit("knn", np.ones((4, 2)), np.zeros(4, int), k=2)
     with pytest.raises(SpecError, match=r"reject.k=9 is larger than the feature bank \(4 train"):
-        InputSpec(**base, reject={"score": "knn", "threshold": 0.5, "keep": 0.9, **rule, "k": 9})
+        InputSpec(**base, task={"reject": {"score": "knn", "threshold": 0.5, "keep": 0.9, **rule, "k": 9}})
 
 
 def test_a_network_without_a_linear_head_has_no_features():
@@ -192,7 +192,7 @@ def _unknown_share(spec, runtime, images) -> float:
 
 
 def test_knn_rejects_noise_and_another_family_and_keeps_the_known(trained):
-    rule = trained.spec.reject
+    rule = trained.spec.decision.reject
     assert rule["score"] == "knn" and rule["k"] == 10 and rule["keep"] == 0.95
     assert rule["bank"]["shape"][0] == 192  # every train image: fewer than the bank size
     assert _unknown_share(trained.spec, trained.net, trained.noise) >= 0.9
@@ -209,7 +209,7 @@ def test_mahalanobis_is_fitted_and_applied_the_same_way(trained, tmp_path):
     result = calibrate(trained.net, base, data.splits["val"], data.splits["test"],
                        reject="mahalanobis", train=data.splits["train"])  # fmt: skip
     spec = InputSpec.from_dict({**base.to_dict(), **result.spec_updates})
-    assert set(spec.reject) == {"score", "threshold", "keep", "means", "precision"}
+    assert set(spec.decision.reject) == {"score", "threshold", "keep", "means", "precision"}
     assert 0.8 <= result.metrics["test_kept"] <= 1.0
     # 40 features: the 32 penultimate and the first convolution's 8 filters; no arrays in reports
     assert result.report()["reject"]["precision"] == "<float32 40x40>"
@@ -285,7 +285,7 @@ def test_a_file_without_features_is_refused_for_a_feature_rule(trained, tmp_path
     plain = InputSpec.from_dict({**trained.spec.to_dict(), "reject": None})
     path = export_format(fmt, trained.net, plain, tmp_path / f"plain.{fmt}")
     with pytest.raises(ValueError, match=rf"plain.{fmt} has no features output.*reject=knn"):
-        load_artifact(path, spec={"reject": trained.spec.reject}, trust_artifact=True)
+        load_artifact(path, spec={"reject": trained.spec.decision.reject}, trust_artifact=True)
 
 
 def test_the_predictions_csv_names_the_rule(trained, folder, tmp_path):
@@ -411,7 +411,9 @@ def test_on_device_files_carry_the_features_and_answer_like_the_checkpoint(
     path = _on_device(fmt, trained.net, spec, tmp_path / file)
     predictor = load_artifact(path)  # predict's path: no torch network, no trust needed
     assert predictor.runtime.kind == fmt and predictor.runtime.gives_features
-    assert predictor.spec.reject == spec.reject  # the fitted rule travels in the file
+    assert (
+        predictor.spec.decision.reject == spec.decision.reject
+    )  # the fitted rule travels in the file
     got = _answers(path, folder)
     assert got.keys() == expected.keys()
     for name, (unknown, score_, label) in expected.items():
@@ -419,7 +421,10 @@ def test_on_device_files_carry_the_features_and_answer_like_the_checkpoint(
         # mahalanobis scores are squared distances (~20): to a float16 step there
         assert got[name][1] == pytest.approx(score_, rel=1e-3, abs=1e-4), name
     # Negative control: the same file with the rule's threshold moved answers otherwise.
-    moved = {**spec.reject, "threshold": float(np.median([s for _, s, _ in expected.values()]))}
+    moved = {
+        **spec.decision.reject,
+        "threshold": float(np.median([s for _, s, _ in expected.values()])),
+    }
     shifted = _answers(path, folder, spec={"reject": moved})
     assert sum(u for u, _, _ in shifted.values()) != sum(u for u, _, _ in expected.values())
 
@@ -431,7 +436,7 @@ def test_an_on_device_file_without_features_is_refused_for_a_feature_rule(
     plain = InputSpec.from_dict({**trained.spec.to_dict(), "reject": None})
     path = _on_device(fmt, trained.net, plain, tmp_path / file)
     with pytest.raises(ValueError, match=rf"{file} has no features output.*reject=knn"):
-        load_artifact(path, spec={"reject": trained.spec.reject})
+        load_artifact(path, spec={"reject": trained.spec.decision.reject})
 
 
 def test_a_rule_takes_its_own_options_and_the_old_flat_keys_still_reach_them(caplog):

@@ -114,7 +114,7 @@ def test_scores_are_the_same_from_torch_and_numpy_and_survive_the_spec(name, opt
         "num_channels": 1, "temperature": 1.5, "reject": state,
     })  # fmt: skip
     spec = InputSpec.from_json(spec.to_json())  # the metadata every artifact carries
-    assert spec.reject == state
+    assert spec.decision.reject == state
     assert spec.decision.needs_features
     _, test = images(weight, 40, seed=5)
     logits, features = outputs(test, weight, bias)
@@ -123,7 +123,7 @@ def test_scores_are_the_same_from_torch_and_numpy_and_survive_the_spec(name, opt
     assert isinstance(ours, torch.Tensor) and isinstance(numpy, np.ndarray)
     np.testing.assert_array_equal(ours.numpy(), numpy)
     assert np.ptp(numpy) > 0
-    summary = feature_rules.summary(spec.reject)
+    summary = feature_rules.summary(spec.decision.reject)
     assert "data" not in str(summary)  # arrays shown by their shapes, nested ones too
 
 
@@ -285,7 +285,7 @@ def test_the_checkpoint_and_its_onnx_file_answer_alike(trained, tmp_path, reject
     spec = InputSpec.from_dict({**spec.to_dict(), "reject": fitted})
 
     onnx = load_artifact(export_format("onnx", net, spec, tmp_path / "m.onnx"))
-    assert onnx.spec.reject == spec.reject and onnx.spec.decision.needs_features
+    assert onnx.spec.decision.reject == spec.decision.reject and onnx.spec.decision.needs_features
     images = splits["test"].images[:32]
     noise = np.random.default_rng(0).integers(0, 256, (16, *images.shape[1:]), dtype=np.uint8)
     images = torch.cat([images, torch.as_tensor(noise)])
@@ -315,9 +315,12 @@ def test_calibrate_fits_the_head_rules_and_onnx_carries_them(trained, tmp_path, 
         compose("calibrate", overrides + as_overrides(LEARNABLE), tmp_path)
     )
     net, spec = load_torch_model(report["calibrated_ckpt"])
-    assert spec.reject["score"] == rule[0].removeprefix("reject=") and spec.reject["keep"] == 0.8
+    assert (
+        spec.decision.reject["score"] == rule[0].removeprefix("reject=")
+        and spec.decision.reject["keep"] == 0.8
+    )
     onnx = load_artifact(export_format("onnx", net, spec, tmp_path / "m.onnx"))
-    assert onnx.spec.reject == spec.reject
+    assert onnx.spec.decision.reject == spec.decision.reject
 
 
 def test_a_multi_label_task_scores_its_joint_energy():

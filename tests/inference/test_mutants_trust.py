@@ -35,7 +35,7 @@ def test_the_threshold_keeps_the_share_asked():
 def test_a_score_equal_to_the_threshold_is_kept():
     base = dict(classes=("a", "b"), mean=(0.5,), std=(0.25,), image_size=4, num_channels=1)
     logits = np.array([[0.0, 0.0], [200.0, 0.0], [0.0, 0.1]], np.float32)  # msp 0.5, 1.0, <0.53
-    half = InputSpec(**base, reject={"score": "msp", "threshold": 0.5, "keep": 0.95})
+    half = InputSpec(**base, task={"reject": {"score": "msp", "threshold": 0.5, "keep": 0.95}})
     assert [unknown for unknown, _ in half.decision.verdicts(logits)] == [False, False, False]
-    sure = InputSpec(**base, reject={"score": "msp", "threshold": 1.0, "keep": 0.95})
+    sure = InputSpec(**base, task={"reject": {"score": "msp", "threshold": 1.0, "keep": 0.95}})
     assert [unknown for unknown, _ in sure.decision.verdicts(logits)] == [True, False, True]

@@ -19,7 +19,7 @@ def test_predict_lists_every_label_above_the_threshold(
     files = sorted((multilabel_squares / "images").glob("test_*.png"))[:12]
     rows, failures = predict_files(predictor, files, batch_size=5)
     assert not failures and len(rows) == 12
-    t = predictor.spec.threshold
+    t = predictor.spec.decision.threshold
     for row in rows:
         probs = dict(zip(predictor.spec.classes, row["all_probs"]))
         assert set(row["labels"]) == {c for c, p in probs.items() if p >= t}

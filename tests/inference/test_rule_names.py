@@ -47,7 +47,7 @@ def name_uses(text: str, names: list[str]) -> list[str]:
 def test_the_check_finds_each_kind_of_use():
     names = ["energy", "knn", "msp"]
     source = "\n".join([
-        'if spec.reject["score"] == "energy":',
+        'if spec.decision.reject["score"] == "energy":',
         'if "knn" != score:',
         'if score in ("mahalanobis", "knn"):',
         'task.confidence(logits, "msp")',
@@ -57,7 +57,7 @@ def test_the_check_finds_each_kind_of_use():
         'for score in ("energy", "msp"):',  # a loop over names: no comparison
     ])  # fmt: skip
     assert name_uses(source, names) == [
-        'if spec.reject["score"] == "energy":',
+        'if spec.decision.reject["score"] == "energy":',
         'if "knn" != score:',
         'if score in ("mahalanobis", "knn"):',
         'task.confidence(logits, "msp")',

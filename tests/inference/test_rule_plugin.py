@@ -73,11 +73,13 @@ def test_a_new_rule_with_its_own_option_is_fitted_exported_and_answered_alike(
     cfg = compose("calibrate", overrides + as_overrides(LEARNABLE), tmp_path)
     report = calibrate_checkpoint(cfg)
     net, spec = load_torch_model(report["calibrated_ckpt"])
-    assert spec.reject["score"] == "centroid" and spec.reject["top"] == 2  # its option, stored
-    assert spec.decision.needs_features and spec.reject["keep"] == 0.8
+    assert (
+        spec.decision.reject["score"] == "centroid" and spec.decision.reject["top"] == 2
+    )  # its option, stored
+    assert spec.decision.needs_features and spec.decision.reject["keep"] == 0.8
 
     onnx = load_artifact(export_format("onnx", net, spec, tmp_path / "m.onnx"))
-    assert onnx.spec.reject == spec.reject
+    assert onnx.spec.decision.reject == spec.decision.reject
     trained.data.setup("fit")
     images = trained.data.splits["test"].images[:32]
     rng = np.random.default_rng(0)
@@ -93,7 +95,7 @@ def test_a_new_rule_with_its_own_option_is_fitted_exported_and_answered_alike(
     np.testing.assert_allclose([c for _, c in ours], [c for _, c in theirs], atol=1e-4)
     assert 0 < sum(u for u, _ in ours) < len(ours)  # some unknown, some not: it can fail
     # The option is the rule's: top=1 scores the nearest centroid alone, so differently.
-    one = {**spec.reject, "top": 1}
+    one = {**spec.decision.reject, "top": 1}
     ones = REJECT_RULES.create("centroid").scores(spec.decision, logits, features, one)
     assert not np.allclose(np.asarray(ones), [c for _, c in ours])
 

@@ -4,7 +4,7 @@ metadata, answered by predict, the server's JSON and its page; bad rules are one
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -60,12 +60,12 @@ def unknown_share(spec: InputSpec, net, images: torch.Tensor) -> float:
 
 
 def test_a_different_family_is_rejected_at_95_percent_kept(rejecting):
-    assert rejecting.spec.reject["keep"] == 0.95
+    assert rejecting.spec.decision.reject["keep"] == 0.95
     assert unknown_share(rejecting.spec, rejecting.net, rejecting.stripes) >= 0.9
     # The same rule answers most unseen images of the family it learned.
     assert unknown_share(rejecting.spec, rejecting.net, rejecting.test.images) <= 0.15
     # Off by default: the same model without the rule never answers unknown.
-    plain = replace(rejecting.spec, reject=None)
+    plain = rejecting.spec.with_decision(reject=None)
     assert plain.decision.verdicts(torch.zeros(2, 4)) is None
 
 
@@ -87,9 +87,9 @@ def test_the_rule_travels_in_onnx_and_predict_answers_unknown(rejecting, onnx_fi
 
     path = onnx_file
     stored = read_metadata(path)
-    assert (stored.reject, stored.temperature) == (
-        rejecting.spec.reject,
-        rejecting.spec.temperature,
+    assert (stored.decision.reject, stored.decision.temperature) == (
+        rejecting.spec.decision.reject,
+        rejecting.spec.decision.temperature,
     )
     for i in range(4):
         _png(rejecting.stripes[i], tmp_path / f"stripes_{i}.png")
@@ -106,7 +106,7 @@ def test_the_rule_travels_in_onnx_and_predict_answers_unknown(rejecting, onnx_fi
     answers = {r["file"].rsplit("/", 1)[-1]: r["answer"] for r in table}
     assert answers["stripes_0.png"] == ("unknown" if row["unknown"] else row["labels"][0])
     # The same net without a rule (the default): the rows and CSV columns of before.
-    plain = Predictor(rejecting.net, replace(rejecting.spec, reject=None))
+    plain = Predictor(rejecting.net, rejecting.spec.with_decision(reject=None))
     rows, _ = predict_files(plain, [tmp_path / "stripes_0.png"], top_k=2)
     assert "unknown" not in rows[0] and rows[0]["labels"] == row["labels"]
     write_predictions_csv(tmp_path / "plain.csv", rows, [], 2, plain.spec)
@@ -151,13 +151,13 @@ def test_the_server_answers_unknown_with_the_scores(rejecting, onnx_file):
 def test_bad_trust_values_are_one_line_errors(options, match):
     base = dict(classes=["a", "b"], mean=[0.5], std=[0.5], image_size=8, num_channels=1)
     with pytest.raises(SpecError, match=match):
-        InputSpec(**base, **options)
+        InputSpec(**base, task=options)
 
 
 def test_older_metadata_without_the_fields_loads_with_the_defaults():
     props = {"classes": '["a", "b"]', "mean": "[0.5]", "std": "[0.5]", "image_size": "8"}
     spec = InputSpec.from_props({**props, "num_channels": "1"})
-    assert (spec.temperature, spec.reject) == (1.0, None)
+    assert (spec.decision.temperature, spec.decision.reject) == (1.0, None)
     logits = np.array([[2.0, 0.0]], np.float32)
     assert spec.decision.probabilities(logits)[0, 0] == pytest.approx(1 / (1 + np.exp(-2.0)))
 
@@ -179,7 +179,7 @@ def test_a_new_rejection_rule_is_one_class_and_one_registration(rejecting, tmp_p
 
     REJECT_RULES.register("neg_entropy")(NegEntropy)
     try:
-        base = replace(rejecting.spec, reject=None, temperature=1.0)
+        base = rejecting.spec.with_decision(reject=None, temperature=1.0)
         val = Split(rejecting.test.images[:64], rejecting.test.labels[:64])
         result = calibrate(rejecting.net, base, val, reject="neg_entropy", keep=0.9)
         assert result.reject["score"] == "neg_entropy" and result.reject["keep"] == 0.9
@@ -189,7 +189,7 @@ def test_a_new_rejection_rule_is_one_class_and_one_registration(rejecting, tmp_p
         assert unknown_share(spec, rejecting.net, rejecting.test.images[64:]) <= 0.25
         # The ONNX file carries the rule and answers as the network does, through numpy.
         onnx = load_artifact(export_format("onnx", rejecting.net, spec, tmp_path / "m.onnx"))
-        assert onnx.spec.reject == spec.reject
+        assert onnx.spec.decision.reject == spec.decision.reject
         images = torch.cat([rejecting.test.images[64:96], rejecting.stripes[:32]])
         from lightning_cls.inference.predictor import Predictor
 

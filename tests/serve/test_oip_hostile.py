@@ -100,7 +100,7 @@ def test_probabilities_are_the_softmax_of_the_logits_over_the_temperature(artifa
     """An artifact calibrated to temperature 2.5: OIP's probabilities are softmax(logits / T),
     as /predict's, not softmax(logits)."""
     app, predictor = serve_app(artifacts.paths["onnx"], spec={"temperature": 2.5})
-    assert predictor.spec.temperature == 2.5
+    assert predictor.spec.decision.temperature == 2.5
     (answer,) = ask(app, [("POST", INFER, {"json": {"inputs": [_tensor(x)]}})])
     assert answer.status_code == 200, answer.text
     outputs = {o["name"]: np.reshape(o["data"], (2, -1)) for o in answer.json()["outputs"]}

@@ -186,12 +186,11 @@ def test_binned_ece_equals_torchmetrics_ece():
 
 
 def test_temperature_fit_auto_is_ece_for_a_label_smoothed_model(overconfident):
-    from dataclasses import replace
 
     net, spec, splits = overconfident
     plain = calibrate(net, spec, splits["val"])
     assert plain.metrics["temperature_fit"] == "nll" and "temperature_nll" not in plain.metrics
-    smoothed = calibrate(net, replace(spec, label_smoothing=0.2), splits["val"])
+    smoothed = calibrate(net, spec.with_decision(label_smoothing=0.2), splits["val"])
     assert smoothed.metrics["temperature_fit"] == "ece"
     assert smoothed.metrics["temperature_nll"] == plain.temperature  # then rescaled from it
     forced = calibrate(net, spec, splits["val"], temperature_fit="ece")
@@ -212,7 +211,7 @@ def test_multilabel_gets_one_temperature_per_label():
     assert temperatures == pytest.approx([3.0, 1.0], rel=0.15)
     spec = InputSpec(
         classes=["a", "b"], mean=[0.5], std=[0.5], image_size=4, num_channels=1,
-        task="multilabel", temperature=temperatures,
+        task={"name": "multilabel", "temperature": temperatures},
     )  # fmt: skip
     calibrated = spec.decision.probabilities(logits)
     assert mean_average_precision(calibrated, labels) == pytest.approx(
@@ -220,7 +219,7 @@ def test_multilabel_gets_one_temperature_per_label():
         abs=1e-4,  # float32 ties
     )
     with pytest.raises(ValueError, match=r"temperature has 3 values but the model has 2 labels"):
-        InputSpec(**{**spec.to_dict(), "temperature": [1.0, 2.0, 3.0]})
+        InputSpec.from_dict({**spec.to_dict(), "temperature": [1.0, 2.0, 3.0]})
 
 
 def test_the_calibrate_command_writes_a_new_checkpoint(trained, tmp_path):
@@ -235,8 +234,8 @@ def test_the_calibrate_command_writes_a_new_checkpoint(trained, tmp_path):
     out = Path(report["calibrated_ckpt"])
     assert out == tmp_path / "run" / "calibrated.ckpt"
     _, spec = load_torch_model(out)
-    assert spec.temperature == report["calibration"]["temperature"] > 0
-    assert spec.reject["score"] == "msp" and spec.reject["keep"] == 0.9
+    assert spec.decision.temperature == report["calibration"]["temperature"] > 0
+    assert spec.decision.reject["score"] == "msp" and spec.decision.reject["keep"] == 0.9
     results = json.loads((tmp_path / "run" / "results.json").read_text())["calibration"]
     assert {"val_ece_before", "val_ece_after", "test_ece_before", "test_ece_after"} <= set(results)
     assert (tmp_path / "run" / "reliability.png").is_file()
@@ -255,17 +254,23 @@ def test_the_calibrate_command_writes_a_new_checkpoint(trained, tmp_path):
     assert (ood["kind"], ood["score"], ood["ood_images"], ood["known_images"]) == (
         "far", "msp", 12, 64,
     )  # fmt: skip
-    assert ood["threshold"] == spec.reject["threshold"]
+    assert ood["threshold"] == spec.decision.reject["threshold"]
     assert ood["auroc"] > 0.75 and 0 <= ood["false_accept_rate"] < 0.6, ood  # 0.87 here
     assert 0.7 <= ood["known_kept"] <= 1.0
     bad = compose("calibrate", [f"ckpt_path={trained.ckpt}", "calibration.keep=1.5"], tmp_path)
-    with pytest.raises(ValueError, match=r"^calibration.keep=1.5 is not a share strictly between 0"):
+    with pytest.raises(
+        ValueError, match=r"^calibration.keep=1.5 is not a share strictly between 0"
+    ):
         calibrate_checkpoint(bad)
     # a rule is a config group (conf/reject/<name>.yaml): Hydra names the unknown one and the known
     with pytest.raises(MissingConfigException, match=r"'reject/odin'[\s\S]*knn[\s\S]*msp"):
         compose("calibrate", [f"ckpt_path={trained.ckpt}", "reject=odin"], tmp_path)
-    bad = compose("calibrate", [f"ckpt_path={trained.ckpt}", "calibration.temperature_fit=mse"], tmp_path)
-    with pytest.raises(ValueError, match=r"^calibration.temperature_fit='mse' is not one of auto, nll, ece"):
+    bad = compose(
+        "calibrate", [f"ckpt_path={trained.ckpt}", "calibration.temperature_fit=mse"], tmp_path
+    )
+    with pytest.raises(
+        ValueError, match=r"^calibration.temperature_fit='mse' is not one of auto, nll, ece"
+    ):
         calibrate_checkpoint(bad)
 
 
@@ -282,12 +287,12 @@ def test_train_with_calibrate_carries_it_into_checkpoint_and_export(tmp_path):
     assert calibration["temperature_fit"] == "ece" and calibration["temperature_nll"] > 0
     assert calibration["val_ece_after"] <= calibration["val_ece_before"] + 1e-6
     _, spec = load_torch_model(summary["best_ckpt"])
-    assert spec.temperature == calibration["temperature"]
-    assert spec.reject == calibration["reject"]
+    assert spec.decision.temperature == calibration["temperature"]
+    assert spec.decision.reject == calibration["reject"]
     stored = read_metadata(tmp_path / "run" / "export" / "model.onnx")
-    assert (stored.temperature, stored.reject) == (spec.temperature, spec.reject)
+    assert (stored.decision.temperature, stored.decision.reject) == (spec.decision.temperature, spec.decision.reject)
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert saved["calibration"]["temperature"] == spec.temperature
+    assert saved["calibration"]["temperature"] == spec.decision.temperature
 
 
 def test_calibrate_without_validation_images_fails_before_training():
@@ -305,7 +310,10 @@ def test_calibrate_without_validation_images_fails_before_training():
     [
         ("reject.k=0", r"reject.k=0 is not an integer >= 1"),
         ("reject.bank=10", r"reject.k=50 is larger than the feature bank \(10 training"),
-        ("calibration.temperature_fit=ECE", r"^calibration.temperature_fit='ECE' is not one of auto, nll, ece"),
+        (
+            "calibration.temperature_fit=ECE",
+            r"^calibration.temperature_fit='ECE' is not one of auto, nll, ece",
+        ),
     ],
 )
 def test_train_refuses_a_bad_rule_before_training(tmp_path, override, match):
@@ -332,7 +340,7 @@ def test_train_with_reject_knn_fits_the_bank_on_train_features(tmp_path):
     rule = summary["calibration"]["reject"]
     assert rule["score"] == "knn" and rule["k"] == 5 and rule["bank"].startswith("<float16 24x")
     _, spec = load_torch_model(summary["best_ckpt"])
-    assert spec.reject["bank"]["shape"][0] == 24 and spec.decision.needs_features
+    assert spec.decision.reject["bank"]["shape"][0] == 24 and spec.decision.needs_features
 
 
 def test_calibrate_temperature_takes_a_number_or_refuses_the_value(trained, tmp_path):
@@ -343,8 +351,12 @@ def test_calibrate_temperature_takes_a_number_or_refuses_the_value(trained, tmp_
     report = calibrate_checkpoint(cfg)["calibration"]
     assert report["temperature"] == 1.5  # set, not fitted
     _, spec = load_torch_model(tmp_path / "run" / "calibrated.ckpt")
-    assert spec.temperature == 1.5
+    assert spec.decision.temperature == 1.5
     for bad, shown in (("hot", "'hot'"), ("0", "0"), ("-1", "-1")):
-        cfg = compose("calibrate", [f"ckpt_path={trained.ckpt}", f"calibration.temperature={bad}"], tmp_path)
-        with pytest.raises(ValueError, match=rf"^calibration.temperature={shown} is not true, false or a num"):
+        cfg = compose(
+            "calibrate", [f"ckpt_path={trained.ckpt}", f"calibration.temperature={bad}"], tmp_path
+        )
+        with pytest.raises(
+            ValueError, match=rf"^calibration.temperature={shown} is not true, false or a num"
+        ):
             calibrate_checkpoint(cfg)

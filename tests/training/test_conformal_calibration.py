@@ -91,8 +91,8 @@ def test_train_fits_sets_and_the_onnx_file_answers_the_same(conformal_run, tmp_p
     assert saved["test_coverage"] == calibration["test_coverage"]
     ckpt = load_artifact(summary["best_ckpt"])
     onnx = load_artifact(run / "export" / "model.onnx")
-    assert read_metadata(run / "export" / "model.onnx").conformal == ckpt.spec.conformal
-    assert ckpt.spec.conformal == calibration["conformal"]
+    assert read_metadata(run / "export" / "model.onnx").conformal == ckpt.spec.decision.conformal
+    assert ckpt.spec.decision.conformal == calibration["conformal"]
     files = sorted(images.glob("*.png"))
     rows, _ = predict_files(ckpt, files, top_k=2)
     onnx_rows, _ = predict_files(onnx, files, top_k=2)
@@ -151,13 +151,16 @@ def test_the_server_returns_each_images_set(conformal_run):
         app.close()
     rows, _ = predict_files(predictor, files, top_k=2)
     assert [a["set"] for a in answers] == [r["set"] for r in rows]
-    assert "p.set" in PAGE_HTML and "m.spec.conformal" in PAGE_HTML  # the page shows it
+    assert "p.set" in PAGE_HTML and "m.spec.decision.conformal" in PAGE_HTML  # the page shows it
 
 
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
-        (["calibration.conformal=1.5"], r"^calibration.conformal=1.5 is not strictly between 0 and 1"),
+        (
+            ["calibration.conformal=1.5"],
+            r"^calibration.conformal=1.5 is not strictly between 0 and 1",
+        ),
         (["calibration.conformal=abc"], r"^calibration.conformal='abc' is not a number"),
         (
             ["calibration.conformal=0.1", "calibration.conformal_method=rasp"],
@@ -180,7 +183,9 @@ def test_calibrate_refuses_a_bad_alpha_before_loading(tmp_path):
     ckpt = tmp_path / "m.ckpt"
     ckpt.write_bytes(b"not read")
     cfg = compose("calibrate", [f"ckpt_path={ckpt}", "calibration.conformal=0"], tmp_path)
-    with pytest.raises(ValueError, match=r"^calibration.conformal=0 is not strictly between 0 and 1"):
+    with pytest.raises(
+        ValueError, match=r"^calibration.conformal=0 is not strictly between 0 and 1"
+    ):
         calibrate_checkpoint(cfg)
 
 

@@ -45,9 +45,15 @@ def test_the_threshold_is_chosen_on_val_and_travels_with_the_best_checkpoint(mul
     # test ran on the best checkpoint with its own threshold (not the last epoch's)
     assert multilabel_run["test"]["test/threshold"] == pytest.approx(hparams["threshold"])
     predictor = load_artifact(multilabel_run["best_ckpt"])
-    assert predictor.spec.decision.multi_hot and predictor.spec.threshold == hparams["threshold"]
+    assert (
+        predictor.spec.decision.multi_hot
+        and predictor.spec.decision.threshold == hparams["threshold"]
+    )
     weights = load_artifact(Path(multilabel_run["best_ckpt"]).with_name("model_weights.pt"))
-    assert (weights.spec.task, weights.spec.threshold) == ("multilabel", hparams["threshold"])
+    assert (weights.spec.task["name"], weights.spec.decision.threshold) == (
+        "multilabel",
+        hparams["threshold"],
+    )
 
 
 def test_eval_on_val_writes_per_label_metrics(multilabel_run, multilabel_squares, tmp_path):

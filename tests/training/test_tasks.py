@@ -98,7 +98,7 @@ def test_a_registered_task_trains_end_to_end_without_touching_the_module(tmp_pat
     assert loaded.task.gamma == 1.0  # its own option travels in the checkpoint's task
     assert loaded.hparams["task"] == {"name": "toy_reject", "gamma": 1.0, "threshold": 0.4}
     spec = InputSpec.from_hparams(loaded.hparams)
-    assert isinstance(spec.decision, Rejecting) and spec.threshold == 0.4
+    assert isinstance(spec.decision, Rejecting) and spec.decision.threshold == 0.4
     # predict and serve ask the task: at most one label, none under the threshold
     probs = Predictor(loaded.net.eval(), spec).predict_images(data.splits["test"].images[:32])
     labels, values = spec.decision.decide(probs, 5)
@@ -191,7 +191,9 @@ def test_checkpoints_written_by_the_flat_layout_load_and_predict_the_same(name, 
     with torch.no_grad():
         probs = module.decision.probabilities(module(spec.preprocess(expected["images"])))
     torch.testing.assert_close(probs, expected[name])
-    assert module.decision.temperature == spec.temperature != 1.0  # calibrated, both halves
+    assert (
+        module.decision.temperature == spec.decision.temperature != 1.0
+    )  # calibrated, both halves
     options = module.hparams.task
     if name == "multiclass":  # the flat options moved into the task's mapping
         assert (options["label_smoothing"], options["mixup_alpha"]) == (0.1, 0.2)
