@@ -44,7 +44,7 @@ def test_test_coverage_is_within_two_points_of_the_target():
     assert (rule["method"], rule["alpha"], rule["images"]) == ("raps", 0.1, 700)
     # Fitted on the probabilities after the temperature: the spec's task gives the same sets.
     fitted = InputSpec.from_dict({**spec.to_dict(), **result.spec_updates})
-    assert fitted.temperature == result.temperature != 1.0
+    assert fitted.decision.temperature == result.temperature != 1.0
     test = data.splits["test"]
     from lightning_cls.inference.predictor import Predictor
 
@@ -91,7 +91,7 @@ def test_train_fits_sets_and_the_onnx_file_answers_the_same(conformal_run, tmp_p
     assert saved["test_coverage"] == calibration["test_coverage"]
     ckpt = load_artifact(summary["best_ckpt"])
     onnx = load_artifact(run / "export" / "model.onnx")
-    assert read_metadata(run / "export" / "model.onnx").conformal == ckpt.spec.decision.conformal
+    assert read_metadata(run / "export" / "model.onnx").decision.conformal == ckpt.spec.decision.conformal
     assert ckpt.spec.decision.conformal == calibration["conformal"]
     files = sorted(images.glob("*.png"))
     rows, _ = predict_files(ckpt, files, top_k=2)
@@ -151,7 +151,7 @@ def test_the_server_returns_each_images_set(conformal_run):
         app.close()
     rows, _ = predict_files(predictor, files, top_k=2)
     assert [a["set"] for a in answers] == [r["set"] for r in rows]
-    assert "p.set" in PAGE_HTML and "m.spec.decision.conformal" in PAGE_HTML  # the page shows it
+    assert "p.set" in PAGE_HTML and "m.spec.task.conformal" in PAGE_HTML  # the page shows it
 
 
 @pytest.mark.parametrize(
