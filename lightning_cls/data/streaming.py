@@ -122,8 +122,10 @@ class StreamingDataModule(ImageDataModule):
 
     @property
     def task(self) -> str:
-        """``multiclass``, or ``multilabel`` for chunks written from a multi-label DataModule."""
-        return str(self.info.get("task", "multiclass"))
+        """``multiclass``, or ``multilabel`` for chunks written from a multi-label DataModule
+        (a description written from a spec's dict holds its ``task`` entry: its name)."""
+        task = self.info.get("task") or "multiclass"
+        return str(task.get("name") or "multiclass" if isinstance(task, dict) else task)
 
     @property
     def num_channels(self) -> int:

@@ -241,7 +241,11 @@ class Calibrator:
             )
             metrics["reliability_diagram"] = str(drawn)
         result = Calibration(
-            _plain(fitted), calibrated.decision.reject, threshold, metrics, calibrated.decision.conformal
+            _plain(fitted),
+            calibrated.decision.reject,
+            threshold,
+            metrics,
+            calibrated.decision.conformal,
         )
         log.info("%s", result.summary())
         log.debug("Calibration (results.json's entry): %s", result.report())

@@ -138,7 +138,9 @@ RULE = {"method": "aps", "alpha": 0.1, "qhat": 0.7, "lam": 0.0, "k_reg": 0, "ima
 
 def test_the_spec_carries_the_rule_and_older_specs_load_without_it():
     spec = InputSpec(**BASE, task={"conformal": RULE})
-    assert InputSpec.from_props(spec.to_props()).decision.conformal == RULE  # the ONNX metadata form
+    assert (
+        InputSpec.from_props(spec.to_props()).decision.conformal == RULE
+    )  # the ONNX metadata form
     probs = np.array([[0.5, 0.2, 0.3], [0.1, 0.1, 0.8]], np.float32)
     assert spec.decision.sets(probs) == [[0, 2], [2]]
     old = InputSpec(**BASE)

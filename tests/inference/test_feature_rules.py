@@ -123,7 +123,9 @@ def test_a_stored_rule_without_its_arrays_or_with_k_past_the_bank_is_refused():
         InputSpec(**base, task={"reject": {"score": "knn", "threshold": 0.5, "keep": 0.9, "k": 3}})
     rule = feature_rules.fit("knn", np.ones((4, 2)), np.zeros(4, int), k=2)
     with pytest.raises(SpecError, match=r"reject.k=9 is larger than the feature bank \(4 train"):
-        InputSpec(**base, task={"reject": {"score": "knn", "threshold": 0.5, "keep": 0.9, **rule, "k": 9}})
+        InputSpec(
+            **base, task={"reject": {"score": "knn", "threshold": 0.5, "keep": 0.9, **rule, "k": 9}}
+        )
 
 
 def test_a_network_without_a_linear_head_has_no_features():

@@ -290,7 +290,10 @@ def test_train_with_calibrate_carries_it_into_checkpoint_and_export(tmp_path):
     assert spec.decision.temperature == calibration["temperature"]
     assert spec.decision.reject == calibration["reject"]
     stored = read_metadata(tmp_path / "run" / "export" / "model.onnx")
-    assert (stored.decision.temperature, stored.decision.reject) == (spec.decision.temperature, spec.decision.reject)
+    assert (stored.decision.temperature, stored.decision.reject) == (
+        spec.decision.temperature,
+        spec.decision.reject,
+    )
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["calibration"]["temperature"] == spec.decision.temperature
 

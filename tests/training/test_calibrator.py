@@ -129,6 +129,9 @@ def test_export_runs_the_calibration_first_wherever_it_stands(trained, tmp_path)
     assert result is not None and result.reject["score"] == "msp"
     assert module.decision.temperature == result.temperature != 1.0
     stored = read_metadata(export.result.paths["onnx"])
-    assert (stored.decision.temperature, stored.decision.reject) == (result.temperature, result.reject)
+    assert (stored.decision.temperature, stored.decision.reject) == (
+        result.temperature,
+        result.reject,
+    )
     calibrate.on_fit_end(trainer, module)
     assert calibrate.result is result  # once per fit

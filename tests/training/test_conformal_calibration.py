@@ -91,7 +91,10 @@ def test_train_fits_sets_and_the_onnx_file_answers_the_same(conformal_run, tmp_p
     assert saved["test_coverage"] == calibration["test_coverage"]
     ckpt = load_artifact(summary["best_ckpt"])
     onnx = load_artifact(run / "export" / "model.onnx")
-    assert read_metadata(run / "export" / "model.onnx").decision.conformal == ckpt.spec.decision.conformal
+    assert (
+        read_metadata(run / "export" / "model.onnx").decision.conformal
+        == ckpt.spec.decision.conformal
+    )
     assert ckpt.spec.decision.conformal == calibration["conformal"]
     files = sorted(images.glob("*.png"))
     rows, _ = predict_files(ckpt, files, top_k=2)

@@ -209,7 +209,9 @@ def test_checkpoints_written_by_the_flat_layout_load_and_predict_the_same(name, 
     assert hparams["task"]["name"] == name and hparams["task"]["temperature"] == 2.0
     assert "label_smoothing" not in hparams and "pos_weight" not in hparams
     reloaded = ClassificationModule.load_from_checkpoint(new, map_location="cpu")
-    assert reloaded.decision.temperature == 2.0 == InputSpec.from_hparams(hparams).decision.temperature
+    assert (
+        reloaded.decision.temperature == 2.0 == InputSpec.from_hparams(hparams).decision.temperature
+    )
 
 
 def test_the_older_config_keys_still_set_the_task_with_a_warning():
