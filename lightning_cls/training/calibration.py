@@ -240,13 +240,8 @@ class Calibrator:
                 *probs, val.labels, base.decision.calibration, self.diagram, BINS
             )
             metrics["reliability_diagram"] = str(drawn)
-        result = Calibration(
-            _plain(fitted),
-            calibrated.decision.reject,
-            threshold,
-            metrics,
-            calibrated.decision.conformal,
-        )
+        rules = calibrated.decision
+        result = Calibration(_plain(fitted), rules.reject, threshold, metrics, rules.conformal)
         log.info("%s", result.summary())
         log.debug("Calibration (results.json's entry): %s", result.report())
         return result
