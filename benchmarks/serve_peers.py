@@ -32,7 +32,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -66,23 +65,8 @@ class PeerServer(Server):
         self.is_tutorial = kind == "fastapi_tutorial"
         self.litserve_echo = False
         self.is_bare = kind != "lightning_cls"
-
-    def wait_ready(self, timeout: float = 300) -> None:
-        path = {"lightning_cls": "/health", "fastapi_tutorial": "/docs"}.get(
-            self.kind, "/v2/health/ready"
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.kind} exited:\n{self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(self.url + path, timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(
-            f"{self.kind} not ready after {timeout} s:\n{self.log.read_text()[-2000:]}"
+        self.health = {"lightning_cls": "/health", "fastapi_tutorial": "/docs"}.get(
+            kind, "/v2/health/ready"
         )
 
     def cpu_seconds(self) -> float:
@@ -116,7 +100,6 @@ def start(kind: str, model: dict, work: Path, args) -> PeerServer:
     elif kind == "mlserver":
         folder = run_dir / "models" / model["name"]
         folder.mkdir(parents=True, exist_ok=True)
-        shutil.copy(HERE / "peers" / "mlserver_onnx.py", folder / "mlserver_onnx.py")
         settings = {
             "name": model["name"],
             "implementation": "mlserver_onnx.OnnxClassifier",
@@ -128,7 +111,7 @@ def start(kind: str, model: dict, work: Path, args) -> PeerServer:
         server = {"http_port": port, "grpc_port": free_port(), "metrics_port": free_port(),
                   "debug": False}  # fmt: skip
         (run_dir / "models" / "settings.json").write_text(json.dumps(server))
-        env["PYTHONPATH"] = str(folder)  # its own environment and the runtime's file only
+        env["PYTHONPATH"] = str(HERE / "peers")  # its own environment and the runtime's files
         cmd = [str(VENVS["mlserver"] / "bin" / "mlserver"), "start", str(run_dir / "models")]
     elif kind == "kserve":
         env.pop("PYTHONPATH", None)  # its own environment only

@@ -153,7 +153,7 @@ class Server:
 
     def wait_ready(self, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
-        health = "/docs" if self.is_tutorial else "/health"
+        health = getattr(self, "health", "/docs" if self.is_tutorial else "/health")
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.cmd} exited:\n{self.log.read_text()[-3000:]}")

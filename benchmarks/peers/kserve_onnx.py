@@ -1,7 +1,7 @@
 """KServe's Python model server for one ONNX classifier (``benchmarks/serve_peers.py``): a
 ``kserve.Model`` with ``load`` and ``predict``, started by ``kserve.ModelServer`` as KServe's
 custom-model docs do, on an onnxruntime session with the project's server's settings (full graph
-optimization, ``LCLS_ORT_THREADS`` intra-op threads, no spinning). KServe's Python server has no
+optimization, ``LCLS_ORT_THREADS`` intra-op threads, no spinning: ``ort_session.py``). KServe's Python server has no
 batching of its own (KServe batches in its agent sidecar, which is not part of a local run).
 
     python kserve_onnx.py MODEL.onnx NAME HTTP_PORT
@@ -10,13 +10,12 @@ Runs inside KServe's own environment (``make venv-peers``), never the project's:
 0.21's pins clash with the project's (pandas, protobuf, psutil).
 """
 
-import os
 import sys
 import uuid
 
 import numpy as np
-import onnxruntime as ort
 from kserve import InferOutput, InferRequest, InferResponse, Model, ModelServer
+from ort_session import session  # benchmarks/peers/, this script's folder
 
 
 class OnnxClassifier(Model):
@@ -26,13 +25,7 @@ class OnnxClassifier(Model):
         self.load()
 
     def load(self) -> bool:
-        options = ort.SessionOptions()
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = int(os.environ.get("LCLS_ORT_THREADS", "2"))
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self.session = ort.InferenceSession(self.path, options, providers=["CPUExecutionProvider"])
+        self.session = session(self.path)
         self.input_name = self.session.get_inputs()[0].name
         self.ready = True
         return self.ready
