@@ -35,6 +35,8 @@ def test_serve_peers_quick_loads_every_server_without_errors(run_quick):
             assert row["rps"]["median"] > 0 and row["cpu_s_per_1000"] > 0
             assert 0 < row["p50_ms"] <= row["p99_ms"]
     goal = out["goal"]["simplecnn"]
+    per_round = goal["over_best_peer_at_4_per_round"]  # one round: the same ratio
+    assert per_round["median"] == pytest.approx(goal["over_best_peer_at_4"], abs=0.01)
     assert goal["over_best_peer_at_4"] == pytest.approx(
         table["lightning_cls"]["4"]["rps"]["median"]
         / max(table[p]["4"]["rps"]["median"] for p in PEERS[1:]),
