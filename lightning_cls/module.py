@@ -19,6 +19,7 @@ from lightning_cls.inference.tasks import Task
 from lightning_cls.inference.tta import LEGACY_KEYS, TTA, selective_tta, warn_legacy
 from lightning_cls.models import fill_input_options
 from lightning_cls.training.distill import Distiller
+from lightning_cls.training.ood_training.base import build_ood_training, ood_training_config
 from lightning_cls.training.optim import apply_group_scales
 from lightning_cls.training.selective_tta import choose_threshold
 from lightning_cls.training.tasks import TrainingTask, checkpoint_task, create_training_task
@@ -83,7 +84,9 @@ class ClassificationModule(pl.LightningModule):
     threshold, ``"auto"`` weights) appears in ``hparams["task"]`` and so in every checkpoint.
     Older checkpoints' flat options (``label_smoothing``) still load, deprecated
     (``load_from_checkpoint``). ``distill`` (a ``Distiller``) adds a teacher's soft targets to the training
-    loss; the teacher is not part of the module or its checkpoints.
+    loss; the teacher is not part of the module or its checkpoints. ``ood_training``
+    (``{"name": "rotation", "weight": 0.5}``; ``training/ood_training/``) adds an auxiliary
+    loss for near-OOD detection; its head is a submodule, saved in checkpoints, not exported.
 
     ``tta`` (a ``TTA``, ``inference/tta.py``; ``conf/tta/``) is the evaluation's test-time
     augmentation. ``TTA(mode="selective")``: its flip/translate only for images whose plain
@@ -106,6 +109,7 @@ class ClassificationModule(pl.LightningModule):
         distill: Distiller | None = None,  # a teacher's soft targets (training/distill.py)
         spec: InputSpec | Mapping[str, Any] | None = None,  # the input (datamodule.spec)
         tta: TTA | Mapping[str, Any] | None = None,  # test-time augmentation (None: none)
+        ood_training: Mapping[str, Any] | None = None,  # {name, options}: training/ood_training
     ):
         super().__init__()
         tta = TTA.from_value(tta)
@@ -115,6 +119,7 @@ class ClassificationModule(pl.LightningModule):
         )
         self.hparams["task"] = task
         self.hparams["tta"] = tta.to_dict()  # plain containers: weights_only checkpoints
+        self.hparams["ood_training"] = ood_training_config(ood_training)
         classes = image_size = num_channels = None
         if spec is not None:  # its input fields, flat, as every reader of checkpoints takes them
             if not isinstance(spec, InputSpec):
@@ -141,6 +146,9 @@ class ClassificationModule(pl.LightningModule):
                 "spec=InputSpec(classes=[...], mean=..., std=..., image_size=..., num_channels=...)."
             )
         self.net = net
+        # An auxiliary loss for unknowns (ood_training=rotation): a submodule, so its head is
+        # saved and resumed with the module; never exported (the exported network is self.net).
+        self.ood_training = build_ood_training(self.hparams["ood_training"], net)
         # The one place the number of classes is derived (metrics, mixup and plots read it).
         self.classes = class_names(classes, (model_kwargs or {}).get("num_classes"))
         self.num_classes = len(self.classes)
@@ -217,6 +225,8 @@ class ClassificationModule(pl.LightningModule):
         every metric state starts over in this process (``reset_metric_states``)."""
         self.reset_metric_states()
         self.train_loss.reset()
+        if self.ood_training is not None:
+            self.ood_training.reset()
         if stage == "fit" and self.distiller is not None:  # loads and checks the teacher
             self.distiller.prepare(InputSpec.from_hparams(self.hparams))
         datamodule = getattr(self.trainer, "datamodule", None)
@@ -255,6 +265,8 @@ class ClassificationModule(pl.LightningModule):
         if stage == "train" and self.distiller is not None:  # the teacher sees this (mixed) x
             loss, soft = self.distiller.blend(self.task, x, logits, loss)
             self.log("train/distill_loss", soft, on_step=False, on_epoch=True, sync_dist=True)
+        if stage == "train" and self.ood_training is not None:  # logged per epoch
+            loss = loss + self.ood_training.loss(self.net, x, y)
         if stage == "train":  # logged in on_train_batch_end / on_train_epoch_end
             self.train_loss.update(loss, x.shape[0])
             self._step_loss = loss.detach()
@@ -290,6 +302,10 @@ class ClassificationModule(pl.LightningModule):
             loss = self.train_loss.compute(self.trainer.strategy.reduce)
             self.log("train/loss_epoch", loss, prog_bar=True)
         self.train_loss.reset()
+        if self.ood_training is not None:  # train/rotation_loss, train/rotation_acc
+            for key, value in self.ood_training.epoch_metrics(self.trainer.strategy.reduce).items():
+                self.log(f"train/{key}", value)
+            self.ood_training.reset()
         self._log_epoch(self.task.epoch_end("train", {}))
 
     def on_validation_epoch_start(self) -> None:
@@ -412,6 +428,8 @@ class ClassificationModule(pl.LightningModule):
     def configure_optimizers(self):
         factory = self.optimizer_factory or (lambda p: torch.optim.Adam(p, lr=1e-3))
         params = self.param_groups(self.net) if self.param_groups else self.parameters()
+        if self.param_groups and self.ood_training is not None:  # its head, at the base lr
+            params = [*params, {"params": list(self.ood_training.parameters())}]
         optimizer = apply_group_scales(factory(params))
         if self.scheduler_factory is None:
             return optimizer

@@ -187,6 +187,10 @@ def build_module(cfg: DictConfig, spec, optimizer, scheduler):
         spec=spec,
         # distill.teacher=<.ckpt/.onnx>: a teacher's soft targets in the loss (Distiller)
         distill=instantiate(cfg.distill) if OmegaConf.select(cfg, "distill.teacher") else None,
+        # ood_training=rotation: {name, options}, an auxiliary loss (training/ood_training)
+        ood_training=OmegaConf.to_container(cfg.ood_training, resolve=True)
+        if OmegaConf.select(cfg, "ood_training.name")
+        else None,
     )
     if cfg.data.get("channels_last"):
         module = module.to(memory_format=torch.channels_last)  # weights too, not just inputs

@@ -1,0 +1,119 @@
+"""Rotation prediction (Hendrycks et al. 2019, "Using Self-Supervised Learning Can Improve
+Model Robustness and Uncertainty"; OpenOOD v1.5's RotPred): a 4-way head on the network's
+penultimate features learns how each training image was rotated (0, 90, 180 or 270 degrees)::
+
+    loss = task loss + weight * cross-entropy(head(features(rot90(x, k))), k)
+
+Telling orientations apart needs features of the object's shape, not only of the few textures
+that separate the training classes, and those features also tell near-OOD images apart.
+
+Each image gets its own k, drawn from torch's generator on the batch's device (seeded runs are
+reproducible). The rotated batch goes through the same network, once more per step (about one
+more forward and backward pass: roughly 2x the step's compute); a forward pre-hook on the
+network's last ``nn.Linear`` captures its input, the (B, D) penultimate features. OpenOOD's
+RotPred trains on all four rotations of every image (4x the batch); one random rotation per
+image keeps the cost at one extra pass. BatchNorm layers see the rotated batch in train mode,
+so their running statistics also average rotated images.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lightning_cls.inference.network import _last_linear
+from lightning_cls.training.ood_training.base import OODTraining
+
+
+def rotate_batch(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Image ``i`` of ``x`` (B, C, H, W), H == W, rotated by ``k[i]`` x 90 degrees over (H, W).
+
+    All four rotations are stacked and gathered by ``k`` on the device: no host sync (a
+    grouping by ``k`` with ``nonzero`` would wait on the GPU each step); the stack is four
+    copies of the input batch, small beside the activations. Keeps ``x``'s channels_last."""
+    rotations = torch.stack([torch.rot90(x, r, (2, 3)) for r in range(4)])  # (4, B, C, H, W)
+    out = rotations[k, torch.arange(len(x), device=x.device)]  # (B, C, H, W)
+    if (
+        x.dim() == 4
+        and not x.is_contiguous()
+        and x.is_contiguous(memory_format=torch.channels_last)
+    ):
+        out = out.contiguous(memory_format=torch.channels_last)
+    return out
+
+
+class Rotation(OODTraining):
+    """Rotation prediction on ``net``'s penultimate features (the input of its last
+    ``nn.Linear``, D = its ``in_features``). ``weight`` > 0: the rotation loss's share."""
+
+    name = "rotation"
+
+    def __init__(self, net: nn.Module, weight: float = 0.5):
+        super().__init__()
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise TypeError(f"ood_training.weight must be a number, got {weight!r}.")
+        if not (math.isfinite(weight) and weight > 0):
+            raise ValueError(
+                f"ood_training.weight must be a finite number > 0, got weight={weight}; "
+                "ood_training=none turns rotation prediction off."
+            )
+        try:
+            self.linear_name, linear = _last_linear(net)
+        except ValueError:
+            raise ValueError(
+                f"ood_training=rotation reads the penultimate features at the input of the "
+                f"network's last nn.Linear, and {type(net).__name__} has none; use "
+                "ood_training=none with this model."
+            ) from None
+        self.weight = float(weight)
+        self.head = nn.Linear(linear.in_features, 4)  # (D,) -> 4 rotations
+        self.reset()
+
+    def reset(self) -> None:
+        self.total = self.correct = self.count = None  # tensors on the batch's device
+
+    def loss(self, net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        height, width = x.shape[-2:]
+        if height != width:
+            raise ValueError(
+                f"ood_training=rotation rotates images by 90 degrees, so they must be square; "
+                f"these are {height}x{width} (H x W). Train with square images (data.image_size"
+                "=<one number>) or with ood_training=none."
+            )
+        k = torch.randint(4, (len(x),), device=x.device)  # (B,) rotation of each image
+        captured: list[torch.Tensor] = []
+        hook = net.get_submodule(self.linear_name).register_forward_pre_hook(
+            lambda module, args: captured.append(args[0])
+        )
+        try:
+            net(rotate_batch(x, k))
+        finally:
+            hook.remove()
+        features = torch.flatten(captured[-1], 1)  # (B, D) penultimate features
+        logits = self.head(features).float()  # (B, 4)
+        ce = F.cross_entropy(logits, k)
+        self._count(ce.detach(), logits.detach().argmax(1) == k)
+        return self.weight * ce
+
+    def _count(self, ce: torch.Tensor, hits: torch.Tensor) -> None:
+        if self.total is None or self.total.device != ce.device:
+            zero = torch.zeros((), dtype=torch.float32, device=ce.device)
+            self.total, self.correct, self.count = zero, zero.clone(), zero.clone()
+        self.total = self.total + ce * len(hits)
+        self.correct = self.correct + hits.sum()
+        self.count = self.count + len(hits)
+
+    def epoch_metrics(self, reduce: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``rotation_loss`` (the unweighted cross-entropy) and ``rotation_acc``, the epoch's
+        means over every rank's images."""
+        if self.count is None:
+            return {}
+        count = reduce(self.count.clone(), reduce_op="sum")
+        return {
+            "rotation_loss": (reduce(self.total.clone(), reduce_op="sum") / count).float(),
+            "rotation_acc": (reduce(self.correct.clone(), reduce_op="sum") / count).float(),
+        }
