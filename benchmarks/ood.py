@@ -68,6 +68,18 @@ SCORES = {
     "pnorm": Score("pnorm", {"p": 2}),
     "knn": Score("knn"),  # with the run's options (``Scores``)
     "mahalanobis": Score("mahalanobis"),
+    "combined": Score("combined"),
+}
+# The combined rule's candidates (issue 53): the feature rule knn OR a logit score, compared on
+# near_val (and far-OOD) to choose conf/reject/combined.yaml's defaults; "combined" itself is
+# scored with those defaults (what reject=combined and reject=auto give).
+COMBINED = {
+    f"combined_{join}_{logit}_{round(keep * 100)}": Score(
+        "combined", {"join": join, "logit": logit, "feature_keep": keep}
+    )
+    for join in ("gate", "min")
+    for logit in ("maxlogit", "energy")
+    for keep in (0.95, 0.98, 0.99)
 }
 # Post-hoc scores of the literature, registered rules too, measured beside the library's:
 LITERATURE = {
@@ -160,7 +172,7 @@ def one_seed(args, work: Path, root: Path, recipe, common, sets, seed: int) -> d
     }
     known = scores["test"]
     for name in sets:
-        for score in {**SCORES, **LITERATURE}:
+        for score in {**SCORES, **COMBINED, **LITERATURE}:
             auroc, fpr95 = auroc_fpr95(known[score], scores[name][score])
             result[f"{name}_auroc_{score}"], result[f"{name}_fpr95_{score}"] = auroc, fpr95
         accepted = scores[name][rule["score"]] >= rule["threshold"]
@@ -237,12 +249,14 @@ class Scores:
         logits, features = arrays.as_numpy(logits), arrays.as_numpy(features)
         labels = np.asarray(labels)
         self.fitted = {}
-        for name, score in {**SCORES, **LITERATURE}.items():
+        for name, score in {**SCORES, **COMBINED, **LITERATURE}.items():
             options = dict(score.options)
             if score.rule == SCORES["knn"].rule:  # the run's options; the whole bank on h
                 options = {**knn, **options}
                 if score.penultimate:
                     options["bank"] = len(features)
+            elif score.rule == SCORES["combined"].rule:  # its feature rule: the run's knn
+                options = {"feature": {"name": SCORES["knn"].rule, **knn}, **options}
             rule = REJECT_RULES.create(score.rule, **options)
             state = rule.fit_outputs(
                 self.part(score, features), labels, logits=logits, task=task, head=head

@@ -170,6 +170,45 @@ def test_combined_rejects_what_either_rule_rejects_at_its_own_threshold():
     assert known_rejected < 0.2  # each rule keeps 95% of held-out known images
 
 
+@pytest.mark.parametrize("join", ["gate", "min"])
+def test_combined_join_ranks_what_the_feature_rule_accepts(join):
+    """``join=gate`` (the default): among the images the feature rule accepts, the combined
+    score IS the logit rule's margin, so it ranks unknown classes as the logit score does; the
+    ones the feature rule rejects stay below 0. ``join=min`` is the smaller margin everywhere.
+    Both: threshold 0 is the OR of the two rules. A state fitted before ``join`` existed (no
+    key) joins by ``min``, as it was fitted to."""
+    weight, bias, labels, h = network(n=600)
+    rng = np.random.default_rng(3)
+    low = np.abs(rng.normal(size=(600, 4))) + [4, 4, 0, 0]
+    logits, features = outputs(h, weight, bias, low=low)
+    options = {"feature": {"name": "knn", "k": 5}, "logit": "energy"}
+    if join == "min":
+        options["join"] = "min"
+    rule = REJECT_RULES.create("combined", **options)
+    state = rule.fit_outputs(features, labels, logits=logits, task=TASK, head=(weight, bias))
+    assert state["join"] == join
+    state = check_reject({"score": "combined", "threshold": 0.0, "keep": 0.9, **state})
+    _, known = images(weight, 300, seed=12)
+    odd_low = np.abs(rng.normal(size=(300, 4))) + np.where(np.arange(300)[:, None] < 100,
+                                                           [0, 0, 4, 4], [4, 4, 0, 0])  # fmt: skip
+    lg, ft = outputs(known * rng.uniform(0.05, 1.5, size=(300, 1)), weight, bias, low=odd_low)
+    margins = rule.margins(TASK, lg, ft, state)
+    combined = np.asarray(rule.scores(TASK, lg, ft, state), dtype=np.float64)
+    accepted = margins["feature"] >= 0
+    assert 0 < accepted.sum() < len(accepted)  # both kinds present
+    smaller = np.minimum(margins["feature"], margins["logit"])
+    if join == "gate":
+        np.testing.assert_allclose(combined[accepted], margins["logit"][accepted], rtol=1e-5)
+        assert np.any(combined[accepted] > smaller[accepted] + 1e-3)  # not the min there
+    else:
+        assert np.allclose(combined, smaller, rtol=1e-5)
+    np.testing.assert_allclose(combined[~accepted], smaller[~accepted], rtol=1e-5)
+    np.testing.assert_array_equal(combined < 0, (margins["feature"] < 0) | (margins["logit"] < 0))
+    legacy = {key: value for key, value in state.items() if key != "join"}
+    old = np.asarray(rule.scores(TASK, lg, ft, check_reject(legacy)), dtype=np.float64)
+    np.testing.assert_allclose(old, smaller, rtol=1e-5)
+
+
 def test_pnorm_is_the_largest_logit_over_the_logits_p_norm():
     import torch
 
@@ -205,6 +244,7 @@ def test_pnorm_is_the_largest_logit_over_the_logits_p_norm():
          r"^reject.logit_keep=1.5 is not a share strictly between 0 and 1"),
         ("combined", {"feature": "knnn"}, r"did you mean knn\?"),
         ("combined", {"feature": "combined"}, r"^reject.feature='combined' is not a rule that"),
+        ("combined", {"join": "max"}, r"^reject.join='max' is not one of \['gate', 'min'\]"),
     ],
 )  # fmt: skip
 def test_options_are_checked_naming_the_option(name, options, match):

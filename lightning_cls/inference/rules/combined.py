@@ -4,14 +4,26 @@ training photos, the logits images between the classes).
 
 Its options (``conf/reject/combined.yaml``): ``feature`` (a rule over the features, with its
 own options: ``{name: knn, ...}``, or its name), ``logit`` (a rule over the logits alone:
-``maxlogit``, ``energy``, ``msp``, ``gen``) and each one's ``feature_keep``/``logit_keep``.
+``maxlogit``, ``energy``, ``msp``, ``gen``), each one's ``feature_keep``/``logit_keep`` and
+``join`` (below).
 ``fit`` holds out ``HOLDOUT`` of the training images: the feature rule is fitted on the rest,
 and each rule's threshold is the one keeping its own keep of the held-out images, its spread
-their scores' standard deviation. The one score is the smaller of the two rules' ``(score -
-threshold) / spread``: the threshold 0 rejects exactly what either rule rejects at its own
-threshold, and calibration's threshold (keeping ``reject_keep`` of the validation images)
-moves both rules' thresholds together, by the same number of spreads. Its stored state: each
-rule's own (``score``, ``threshold``, ``spread``, ``keep`` and its fitted state)."""
+their scores' standard deviation. Each rule's margin is ``(score - threshold) / spread``
+(below 0: past its own threshold). The one score, by ``join``:
+
+- ``gate`` (the default): the logit margin, or the smaller of the two margins where the
+  feature rule says unknown (its margin below 0). Images the feature rule accepts are ranked by
+  the logit score alone, so unknown classes are ranked as the logit rule ranks them (the
+  feature rules rank them worse: docs/guides/calibration.md), and whatever the feature rule
+  rejects stays below 0. Calibration's threshold ``t`` (keeping ``calibration.keep`` of the
+  validation images) is then the logit rule's, in its spreads, and the feature rule's is
+  ``min(t, 0)``.
+- ``min``: the smaller of the two margins; calibration's threshold moves both rules'
+  thresholds together, by the same number of spreads.
+
+Either way the threshold 0 rejects exactly what either rule rejects at its own threshold.
+Its stored state: ``join`` and each rule's own (``score``, ``threshold``, ``spread``, ``keep``
+and its fitted state); a state without ``join`` (fitted before it existed) joins by ``min``."""
 
 from __future__ import annotations
 
@@ -26,6 +38,7 @@ from lightning_cls.inference.reject_rules import REJECT_RULES, RejectRule
 
 HOLDOUT = 0.2  # the share of the training images each rule's threshold is chosen on
 PARTS = ("feature", "logit")
+JOINS = ("gate", "min")
 
 
 def check_part(part: str, choice: Any, keep: Any) -> tuple[RejectRule, float]:
@@ -49,6 +62,15 @@ def check_part(part: str, choice: Any, keep: Any) -> tuple[RejectRule, float]:
         ) from None
 
 
+def check_join(join: Any) -> str:
+    if join not in JOINS:
+        raise ValueError(
+            f"reject.join={join!r} is not one of {list(JOINS)}; reject.join=gate ranks what the "
+            "feature rule accepts by the logit score, reject.join=min by the smaller margin."
+        )
+    return join
+
+
 def check_number(part: str, key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"reject.{part}.{key}={value!r} is not a finite number; fit again.")
@@ -61,7 +83,7 @@ class Combined(RejectRule):
     name = "combined"
     needs_features = True
     needs_logits = True
-    params = PARTS
+    params = (*PARTS, "join")
 
     def __init__(
         self,
@@ -69,9 +91,11 @@ class Combined(RejectRule):
         logit: Any = "maxlogit",
         feature_keep: float = 0.95,
         logit_keep: float = 0.95,
+        join: str = "gate",
     ):
         self.feature, self.feature_keep = check_part("feature", feature, feature_keep)
         self.logit, self.logit_keep = check_part("logit", logit, logit_keep)
+        self.join = check_join(join)
         self.needs_head = self.feature.needs_head  # a head rule as the feature rule
 
     def check_options(self, images=None):
@@ -92,7 +116,7 @@ class Combined(RejectRule):
                 f"rule's threshold and fits the feature rule on the rest; {len(features)} "
                 "training images are too few."
             )
-        out = {}
+        out: dict[str, Any] = {"join": self.join}
         for part, rule, keep in (
             ("feature", self.feature, self.feature_keep),
             ("logit", self.logit, self.logit_keep),
@@ -118,7 +142,7 @@ class Combined(RejectRule):
                 f"reject=combined lacks its fitted {' and '.join(missing)} rule; fit it on the "
                 "training split (python -m lightning_cls.calibrate reject=combined)."
             )
-        out = {}
+        out: dict[str, Any] = {"join": check_join(rule.get("join", "min"))}
         for part in PARTS:
             stored = rule[part]
             score = trust.check_score(stored.get("score"))
@@ -161,5 +185,8 @@ class Combined(RejectRule):
             )
         raw, features = arrays.as_numpy(logits), arrays.as_numpy(features)
         margins = self.margins(task, raw, features, rule)
-        combined = np.minimum(margins["feature"], margins["logit"]).astype(np.float32)
+        feature, logit = margins["feature"], margins["logit"]
+        if rule.get("join", "min") == "gate":  # the feature margin counts where it rejects
+            feature = np.where(feature < 0, feature, np.inf)
+        combined = np.minimum(feature, logit).astype(np.float32)
         return arrays.as_kind(combined, logits)
