@@ -1,12 +1,19 @@
 """airbench94 and ``experiment=cifar10_fast`` on the same JPEG split, interleaved per round.
 
 airbench94's own training code (``benchmarks/third_party/airbench94.py``, MIT, changed only to
-run on the CPU in float32: its header lists every change) and our recipe
+run on the CPU: its header lists every change) and our recipe
 (``python -m lightning_cls.train experiment=cifar10_fast ...``) train on the same images and are
-scored on the same validation images, one after the other in each round (A, B, A, B, ...).
-Per round: each one's validation accuracy (both with airbench's level-2 TTA: flip + 1-px
-translate) and wall time of its whole process; the ratio ours / airbench's wall (and CPU) time
-inside each round, summarized as median and range over the rounds.
+scored on the same validation images, one after the other in each round, on the same cores; the
+order alternates (even rounds airbench94 first, odd rounds ours first).
+Ours validates once, at the end, as airbench94 does (``trainer.check_val_every_n_epoch=E``, no
+sanity-check batches): the last epoch's validation with the recipe's level-2 TTA (flip + 1-px
+translate, airbench's) is its accuracy. Precision: ours runs ``trainer.precision=auto``
+(bf16-mixed where the CPU runs bf16 natively, fp32 elsewhere) and airbench94 follows it (bf16
+autocast of its forward passes, ``AIRBENCH_CPU_BF16=1``, or fp32); both are reported as run.
+Per round: each one's validation accuracy and wall time of its whole process; inside each
+round the ratio ours / airbench's wall time (and training CPU time) and the accuracy difference
+ours - airbench in points, summarized as median [min, max] over the rounds, and whether the
+goal (ours <= 1.0x airbench94's wall at >= its accuracy - 0.1 points, on the medians) is met.
 
 The split, from ``DATA/train/<class>/*.jpg`` (e.g. CIFAR-10's 50,000 JPEGs), as
 docs/benchmarks.md's fixed-budget ablation carves it: a permutation with seed 0 whose first
@@ -19,8 +26,8 @@ the same function the ImageFolder pipeline uses). The held-out images are never 
 Epochs: ``--epochs E`` trains ours for E epochs and airbench for 0.99 E (its own 9.9 against
 our 10). Each process uses ``--threads`` intra-op threads (OMP_NUM_THREADS).
 
-    python benchmarks/airbench_pair.py --data /data/cifar10 --rounds 3         # 40k train
-    python benchmarks/airbench_pair.py --data /data/cifar10 --train-size 10000 --rounds 2
+    python benchmarks/airbench_pair.py --data /data/cifar10 --epochs 10 --rounds 3   # 40k train
+    python benchmarks/airbench_pair.py --data /data/cifar10 --train-size 10000 --epochs 10 --rounds 3
     python benchmarks/airbench_pair.py --quick     # tiny synthetic JPEGs, 1 epoch, seconds
 """
 
@@ -38,17 +45,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from paired import cpu_name, paired_ratio
+from paired import cpu_name, summarize
 from time_to_accuracy import QUIET, summarize_run
 
 from lightning_cls.data.cache import decode_images
 from lightning_cls.data.imagefolder import scan_split
+from lightning_cls.training.precision import cpu_description, cpu_has_native_bf16, resolve_precision
 
 HERE = Path(__file__).resolve().parent
 AIRBENCH = HERE / "third_party" / "airbench94.py"
 AIRBENCH_EPOCHS_PER_OURS = 0.99  # airbench94's 9.9 epochs against the recipe's 10
 # --quick: 10 classes of 24 synthetic 32 x 32 JPEGs; 40 held out, 40 val, 160 train at batch 32.
 QUICK = dict(per_class=24, holdout=40, val_size=40, train_size=160, epochs=1, batch_size=32)
+# The goal (issue 55): ours in <= 1.0x airbench94's wall time at >= its accuracy - 0.1 points.
+GOAL_WALL_RATIO = 1.0
+GOAL_ACC_SLACK_POINTS = 0.1
+AIRBENCH_BF16_ENV = "AIRBENCH_CPU_BF16"  # the third-party copy's bf16 autocast switch
 
 # One airbench94 training in a fresh interpreter, its working directory holding cifar10/*.pt:
 # upstream's main() as is, timed around the call (wall and this process's CPU).
@@ -62,7 +74,8 @@ torch.manual_seed(int(sys.argv[4]))
 wall, cpu = time.perf_counter(), time.process_time()
 acc = ab.main(int(sys.argv[4]))
 print(json.dumps({"val_acc": acc, "main_wall_s": time.perf_counter() - wall,
-                  "main_cpu_s": time.process_time() - cpu}))
+                  "main_cpu_s": time.process_time() - cpu,
+                  "precision": "bf16 autocast" if ab._CPU_BF16 else "fp32"}))
 """
 
 
@@ -130,9 +143,82 @@ def write_split(data: Path, work: Path, args) -> dict[str, int]:
 
 def child_env(threads: int | None) -> dict[str, str]:
     env = dict(os.environ)
+    env.pop(AIRBENCH_BF16_ENV, None)  # set per airbench94 run, from our precision only
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
+
+
+def ours_precision(extra: list[str] = ()) -> str:
+    """The precision our run trains in on this CPU: the last ``trainer.precision=`` among the
+    ``--set`` overrides (the recipe's ``auto`` if none), resolved as the Trainer resolves it."""
+    wanted = "auto"
+    for override in extra:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key == "trainer.precision" and value:
+            wanted = value
+    return resolve_precision(wanted, "cpu")
+
+
+def cpu_info() -> dict:
+    """The CPU's model name, family and model numbers (/proc/cpuinfo), and its bf16 support."""
+    fields = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return {
+        "name": cpu_name(),
+        "family": fields.get("cpu family"),
+        "model": fields.get("model"),
+        "native_bf16": cpu_has_native_bf16(),
+        "bf16_support": cpu_description(),
+    }
+
+
+def pair_summary(rounds: list[dict]) -> dict:
+    """Per round, ours / airbench94 (whole-process wall, training CPU) and ours - airbench94
+    accuracy in points; each summarized as median, min, max; and the goal's verdict on the
+    medians (wall ratio <= GOAL_WALL_RATIO and accuracy difference >= -GOAL_ACC_SLACK_POINTS)."""
+    a = [r["airbench94"] for r in rounds]
+    b = [r["cifar10_fast"] for r in rounds]
+    wall = summarize([y["wall_s"] / x["wall_s"] for x, y in zip(a, b)])
+    cpu = summarize([y["train_cpu_s"] / x["train_cpu_s"] for x, y in zip(a, b)])
+    acc = summarize([round(100 * (y["val_acc"] - x["val_acc"]), 4) for x, y in zip(a, b)])
+    met = wall["median"] <= GOAL_WALL_RATIO and acc["median"] >= -GOAL_ACC_SLACK_POINTS
+    return {
+        "wall_ratio": wall,
+        "cpu_ratio": cpu,
+        "acc_diff_points": acc,
+        "goal": {
+            "wall_ratio_at_most": GOAL_WALL_RATIO,
+            "acc_diff_points_at_least": -GOAL_ACC_SLACK_POINTS,
+            "met": met,
+            "rounds_met": sum(
+                w <= GOAL_WALL_RATIO and d >= -GOAL_ACC_SLACK_POINTS
+                for w, d in zip(wall["per_round"], acc["per_round"])
+            ),
+        },
+    }
+
+
+def spread(s: dict, fmt: str) -> str:
+    """``median [min, max]`` of a summarize() result."""
+    return f"{s['median']:{fmt}} [{s['min']:{fmt}}, {s['max']:{fmt}}]"
+
+
+def goal_line(summary: dict) -> str:
+    goal = summary["goal"]
+    verdict = "MET" if goal["met"] else "NOT met"
+    return (
+        f"goal (ours <= {GOAL_WALL_RATIO}x airbench94's wall at >= its accuracy - "
+        f"{GOAL_ACC_SLACK_POINTS} points, on the medians): {verdict}: wall ratio "
+        f"{spread(summary['wall_ratio'], '.3f')}x, accuracy difference "
+        f"{spread(summary['acc_diff_points'], '+.2f')} points "
+        f"({goal['rounds_met']} of {len(summary['wall_ratio']['per_round'])} rounds meet it)"
+    )
 
 
 def python_cmd() -> list[str]:
@@ -140,9 +226,12 @@ def python_cmd() -> list[str]:
     return shlex.split(os.environ.get("BENCH_PYTHON", "")) or [sys.executable]
 
 
-def run_airbench(work: Path, epochs: float, batch_size: int, seed: int, env) -> dict:
+def run_airbench(
+    work: Path, epochs: float, batch_size: int, seed: int, env, bf16: bool = False
+) -> dict:
     cmd = [*python_cmd(), "-c", AIRBENCH_CHILD, str(AIRBENCH), str(epochs), str(batch_size),
            str(seed)]  # fmt: skip
+    env = {**env, AIRBENCH_BF16_ENV: "1"} if bf16 else env
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=work / "airbench", env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -151,7 +240,8 @@ def run_airbench(work: Path, epochs: float, batch_size: int, seed: int, env) -> 
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     return {"val_acc": round(out["val_acc"], 4), "wall_s": round(wall, 1),
             "train_wall_s": round(out["main_wall_s"], 1),
-            "train_cpu_s": round(out["main_cpu_s"], 1)}  # fmt: skip
+            "train_cpu_s": round(out["main_cpu_s"], 1),
+            "precision": out["precision"]}  # fmt: skip
 
 
 def ours_overrides(
@@ -167,8 +257,8 @@ def ours_overrides(
         f"seed={seed}",
         *QUIET,
     ]
-    if epochs % 2:  # the recipe validates every 2nd epoch: an odd count validates at its end
-        overrides.append(f"trainer.check_val_every_n_epoch={epochs}")
+    # Validate once, at the end, as airbench94 does: the last epoch only, no sanity batches.
+    overrides += [f"trainer.check_val_every_n_epoch={epochs}", "+trainer.num_sanity_val_steps=0"]
     if batch_size != 1024:  # airbench's lr is per 1,024 examples: scale ours the same way
         overrides += [f"data.batch_size={batch_size}", f"optimizer.lr={1.5 * batch_size / 1024}"]
     return overrides + list(extra)  # --set: last, so they win
@@ -183,9 +273,20 @@ def run_ours(work: Path, name: str, overrides: list[str], env) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"{shlex.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     summary = summarize_run(run_dir, 1.0)
+    results = json.loads((run_dir / "results.json").read_text())
     return {"val_acc": summary["final_val_acc"], "wall_s": round(wall, 1),
             "train_wall_s": summary["train_wall_s"],
-            "train_cpu_s": summary["train_cpu_s"]}  # fmt: skip
+            "train_cpu_s": summary["train_cpu_s"],
+            "validations": len(summary["curve"]), "validated_epoch": summary["epochs"],
+            "precision": results["precision"], "tta": read_tta(run_dir)}  # fmt: skip
+
+
+def read_tta(run_dir: Path) -> dict:
+    """The run's evaluation TTA as it ran (config_resolved.yaml's ``tta``)."""
+    import yaml
+
+    config = yaml.safe_load((run_dir / "config_resolved.yaml").read_text())
+    return {k: config["tta"].get(k) for k in ("mode", "flip", "translate")}
 
 
 def quick_photos(root: Path, per_class: int) -> Path:
@@ -212,7 +313,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--holdout", type=int, default=5000, help="never read (the test carve)")
     p.add_argument("--epochs", type=int, default=10, help="ours; airbench trains 0.99x this")
     p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument(
         "--first-round",
         type=int,
@@ -226,7 +327,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         nargs="+",
         default=[],
         metavar="OVERRIDE",
-        help="more overrides of our run, e.g. trainer.check_val_every_n_epoch=10 (validate once)",
+        help="more overrides of our run (last, so they win), e.g. trainer.precision=32-true",
     )
     p.add_argument("--quick", action="store_true", help="tiny synthetic JPEGs, 1 epoch, 1 round")
     args = p.parse_args(argv)
@@ -248,6 +349,13 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     env = child_env(args.threads)
     airbench_epochs = round(AIRBENCH_EPOCHS_PER_OURS * args.epochs, 3)
+    precision = ours_precision(args.set)
+    airbench_bf16 = precision.startswith("bf16")  # airbench94 follows ours: bf16 or fp32
+    cpu = cpu_info()
+    print(f"CPU: {cpu['name']} (family {cpu['family']}, model {cpu['model']}; "
+          f"{cpu['bf16_support']}; native bf16: {'yes' if cpu['native_bf16'] else 'no'}); "
+          f"ours: {precision}, airbench94: {'bf16 autocast' if airbench_bf16 else 'fp32'}",
+          file=sys.stderr, flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work) if args.work else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -255,39 +363,63 @@ def main(argv=None) -> dict:
         counts = write_split(data, work, args)
         rounds = []
         for r in range(args.first_round, args.first_round + args.rounds):
-            airbench = run_airbench(work, airbench_epochs, args.batch_size, r, env)
             overrides = ours_overrides(
                 work, counts["classes"], args.epochs, r, args.batch_size, args.set
             )
-            ours = run_ours(work, f"round{r}", overrides, env)
-            rounds.append({"round": r, "airbench94": airbench, "cifar10_fast": ours})
-            print(f"round {r}: airbench94 {airbench}, cifar10_fast {ours}", file=sys.stderr)
-    flat = [{f"{k}_{m}": v[m] for k, v in rnd.items() if k != "round" for m in v} for rnd in rounds]
+            runs = {
+                "airbench94": lambda r=r: run_airbench(
+                    work, airbench_epochs, args.batch_size, r, env, airbench_bf16
+                ),
+                "cifar10_fast": lambda o=overrides, r=r: run_ours(work, f"round{r}", o, env),
+            }
+            order = list(runs) if r % 2 == 0 else list(runs)[::-1]  # A,B then B,A
+            out = {name: runs[name]() for name in order}
+            ours = out["cifar10_fast"]
+            if ours["validated_epoch"] != args.epochs:
+                raise RuntimeError(
+                    f"round {r}: our run last validated after epoch {ours['validated_epoch']}, "
+                    f"not its last ({args.epochs}); drop the --set override of "
+                    "trainer.check_val_every_n_epoch."
+                )
+            rounds.append({"round": r, "order": order, **{k: out[k] for k in runs}})
+            print(f"round {r} ({' then '.join(order)}): airbench94 {out['airbench94']}, "
+                  f"cifar10_fast {ours}", file=sys.stderr, flush=True)  # fmt: skip
+    summary = pair_summary(rounds)
     result = {
         "quick": args.quick,
-        "cpu": cpu_name(),
+        "cpu": cpu,
         "threads": args.threads,
         "images": counts,
         "epochs": {"cifar10_fast": args.epochs, "airbench94": airbench_epochs},
         "batch_size": args.batch_size,
+        "precision": {
+            "cifar10_fast": sorted({r["cifar10_fast"]["precision"] for r in rounds}),
+            "airbench94": sorted({r["airbench94"]["precision"] for r in rounds}),
+        },
         "ours_set": args.set,
         "rounds": rounds,
-        "wall_ratio": paired_ratio(flat, "cifar10_fast_wall_s", "airbench94_wall_s"),
-        "cpu_ratio": paired_ratio(flat, "cifar10_fast_train_cpu_s", "airbench94_train_cpu_s"),
-        "acc_gap": paired_ratio(
-            [{"d": f["cifar10_fast_val_acc"] - f["airbench94_val_acc"], "one": 1.0} for f in flat],
-            "d",
-            "one",
-        ),  # fmt: skip
+        **summary,
     }
+    print(f"CPU: {cpu['name']}, family {cpu['family']} model {cpu['model']}, native bf16: "
+          f"{'yes' if cpu['native_bf16'] else 'no'}; precision: cifar10_fast "
+          f"{', '.join(result['precision']['cifar10_fast'])}, airbench94 "
+          f"{', '.join(result['precision']['airbench94'])}")  # fmt: skip
     print(
-        "| round | airbench94 val acc | wall s | cifar10_fast val acc | wall s | ours/airbench wall |"
+        "| round (first) | airbench94 val acc | wall s | CPU s | cifar10_fast val acc | wall s "
+        "| CPU s | ours/airbench wall | CPU | ours - airbench (points) |"
     )
-    print("|---|---|---|---|---|---|")
-    for rnd in rounds:
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for i, rnd in enumerate(rounds):
         a, b = rnd["airbench94"], rnd["cifar10_fast"]
-        print(f"| {rnd['round']} | {a['val_acc']:.4f} | {a['wall_s']} | {b['val_acc']:.4f} | "
-              f"{b['wall_s']} | {b['wall_s'] / a['wall_s']:.2f} |")  # fmt: skip
+        print(f"| {rnd['round']} ({rnd['order'][0]}) | {a['val_acc']:.4f} | {a['wall_s']} | "
+              f"{a['train_cpu_s']} | {b['val_acc']:.4f} | {b['wall_s']} | {b['train_cpu_s']} | "
+              f"{summary['wall_ratio']['per_round'][i]:.3f} | "
+              f"{summary['cpu_ratio']['per_round'][i]:.3f} | "
+              f"{summary['acc_diff_points']['per_round'][i]:+.2f} |")  # fmt: skip
+    print(f"median [min, max]: wall {spread(summary['wall_ratio'], '.3f')}x, training CPU "
+          f"{spread(summary['cpu_ratio'], '.3f')}x, accuracy "
+          f"{spread(summary['acc_diff_points'], '+.2f')} points")  # fmt: skip
+    print(goal_line(summary))
     print(json.dumps(result))
     return result
 

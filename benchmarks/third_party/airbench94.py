@@ -33,6 +33,11 @@
 #      as upstream does; benchmarks/airbench_pair.py writes them (uint8 NHWC images decoded from
 #      the JPEG train / validation split, same dict keys as upstream's), so the torchvision
 #      download branch is never taken. Unchanged code.
+#   4. precision: with AIRBENCH_CPU_BF16=1 in the environment (benchmarks/airbench_pair.py sets
+#      it where the CPU runs bf16 natively, as our recipe's trainer.precision=auto does), the
+#      training step's forward pass and loss and the evaluation's forward passes run under
+#      torch.autocast("cpu", dtype=torch.bfloat16): the CPU analogue of upstream's fp16 on the
+#      GPU. Without it (the default), float32 as in 2.
 # Nothing else: hyperparameters, net, augmentation, schedule, lookahead and TTA are upstream's;
 # airbench_pair.py sets hyp['opt']['train_epochs'] (and batch_size for --quick) from outside
 # and calls main() once per round; the __main__ block below (25 runs) is upstream's, unused.
@@ -61,6 +66,10 @@ import torchvision
 import torchvision.transforms as T
 
 torch.backends.cudnn.benchmark = True
+_CPU_BF16 = os.environ.get('AIRBENCH_CPU_BF16') == '1'  # CHANGED (cpu): bf16 autocast switch
+
+def _autocast():  # CHANGED (cpu): bf16 autocast where AIRBENCH_CPU_BF16=1, else a no-op
+    return torch.autocast('cpu', dtype=torch.bfloat16, enabled=_CPU_BF16)  # CHANGED (cpu)
 
 # We express the main training hyperparameters (batch size, learning rate, momentum, and weight decay)
 # in decoupled form, so that each one can be tuned independently. This accomplishes the following:
@@ -375,7 +384,7 @@ def infer(model, loader, tta_level=0):
     model.eval()
     test_images = loader.normalize(loader.images)
     infer_fn = [infer_basic, infer_mirror, infer_mirror_translate][tta_level]
-    with torch.no_grad():
+    with torch.no_grad(), _autocast():  # CHANGED (cpu): was torch.no_grad()
         return torch.cat([infer_fn(inputs, model) for inputs in test_images.split(2000)])
 
 def evaluate(model, loader, tta_level=0):
@@ -465,8 +474,9 @@ def main(run):
         model.train()
         for inputs, labels in train_loader:
 
-            outputs = model(inputs)
-            loss = loss_fn(outputs, labels).sum()
+            with _autocast():  # CHANGED (cpu): bf16 autocast where AIRBENCH_CPU_BF16=1
+                outputs = model(inputs)  # CHANGED (cpu): indented under the autocast
+                loss = loss_fn(outputs, labels).sum()  # CHANGED (cpu): indented under it
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
