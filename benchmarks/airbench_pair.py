@@ -352,15 +352,15 @@ def main(argv=None) -> dict:
     precision = ours_precision(args.set)
     airbench_bf16 = precision.startswith("bf16")  # airbench94 follows ours: bf16 or fp32
     cpu = cpu_info()
-    print(f"CPU: {cpu['name']} (family {cpu['family']}, model {cpu['model']}; "
-          f"{cpu['bf16_support']}; native bf16: {'yes' if cpu['native_bf16'] else 'no'}); "
-          f"ours: {precision}, airbench94: {'bf16 autocast' if airbench_bf16 else 'fp32'}",
-          file=sys.stderr, flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work) if args.work else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         data = quick_photos(work / "photos", QUICK["per_class"]) if args.quick else args.data
         counts = write_split(data, work, args)
+        print(f"CPU: {cpu['name']} (family {cpu['family']}, model {cpu['model']}; "
+              f"{cpu['bf16_support']}; native bf16: {'yes' if cpu['native_bf16'] else 'no'}); "
+              f"ours: {precision}, airbench94: {'bf16 autocast' if airbench_bf16 else 'fp32'}",
+              file=sys.stderr, flush=True)  # fmt: skip
         rounds = []
         for r in range(args.first_round, args.first_round + args.rounds):
             overrides = ours_overrides(
