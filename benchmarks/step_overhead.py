@@ -13,9 +13,11 @@ in interleaved rounds (the order rotated per round) on the same in-memory tensor
                   ``tensor``)
     no_log        lightning with ``self.log`` a no-op            -> the cost of logging
     no_metrics    lightning with the task's metric updates a no-op -> the cost of train accuracy
-    user          lightning plus the per-step parts of the defaults a user gets (conf/): the
-                  RichProgressBar, the CSV logger at ``log_every_n_steps=10``, NanGuard and
-                  ModelCheckpoint
+    user          lightning with the defaults a user gets: ``python -m lightning_cls.train``'s
+                  callbacks (conf/callbacks/default.yaml and what train.py adds, built by
+                  ``train.RunCallbacks``), its logger (CSV) and its trainer settings
+                  (conf/trainer/default.yaml: ``log_every_n_steps=10``, the atomic checkpoint
+                  plugin), composed from conf/ as ``train`` composes them
 
 Clock: by default this process's CPU time (``--clock cpu``), with one torch thread
 (``--threads 1``): every variant runs in this one process and loads its batches there, so its
@@ -30,6 +32,15 @@ batch's hand-off and augmentation, logging, metrics, hooks, the progress bar, th
 as milliseconds per step; cProfile's own cost inflates the Python-heavy parts, so the split says
 where the time goes, the paired rounds how much. Data: the synthetic task of CIFAR-10's shape
 (timings do not depend on the pixels). The last output line is one JSON object.
+
+``--pairing step`` pairs at the step instead of the round: each Lightning fit (``lightning``,
+``user``) runs one bare-loop step (its own net, Adam and loader) after each of its own steps, and
+each Lightning step's CPU time (everything from the end of the bare step before it to its own
+``on_train_batch_end``: fetch, hooks, logging, callbacks) is paired with the bare step next to it,
+so both saw the same machine within milliseconds; a round's overhead is 1 - (sum of bare step
+times) / (sum of Lightning step times), reported as ``lightning_overhead_stepwise`` and
+``user_overhead_stepwise`` (median [min, max] over rounds). Both runs then share the caches: each
+step starts after the other's, a colder start than either alone.
 """
 
 from __future__ import annotations
@@ -47,13 +58,10 @@ from contextlib import nullcontext
 import pytorch_lightning as pl
 import torch
 from paired import cpu_name, summarize  # sibling files in benchmarks/
-from pytorch_lightning.callbacks import ModelCheckpoint, RichProgressBar
 from train_throughput import MODEL, MODELS, cycle, make_model, timed_loop
 
-from lightning_cls.callbacks import NanGuard
 from lightning_cls.data.synthetic import SyntheticDataModule
 from lightning_cls.module import ClassificationModule
-from lightning_cls.training.loggers import CSVLogger
 from lightning_cls.training.precision import cpu_has_native_bf16
 
 VARIANTS = ("plain", "lightning", "no_log", "no_metrics", "user")
@@ -111,6 +119,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=1,
         help="torch intra-op threads (1: on a shared machine a descheduled second OpenMP thread "
         "stalls every parallel region; the Python-side costs measured here are single-threaded)",
+    )
+    p.add_argument(
+        "--pairing",
+        choices=("round", "step"),
+        default="round",
+        help="round: each variant's whole run timed, ratios paired per round; step: each "
+        "Lightning step paired with a bare step run right after it in the same process",
     )
     p.add_argument("--quick", action="store_true", help="2 rounds of 3 steps at batch 16")
     args = p.parse_args(argv)
@@ -184,27 +199,50 @@ def build_module(variant: str, dm, channels_last: bool) -> ClassificationModule:
     return module
 
 
-def run_lightning(variant: str, dm, args, out_dir: str, extra=()) -> float:
+def user_defaults(out_dir: str) -> tuple[list[pl.Callback], list, dict]:
+    """(callbacks, loggers, trainer settings) of a default ``python -m lightning_cls.train`` run,
+    composed from conf/ and built as train.py builds them, writing under ``out_dir``."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from lightning_cls import config_dir
+    from lightning_cls.train import RunCallbacks
+
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[f"paths.output_dir={out_dir}"])
+    callbacks = RunCallbacks.from_config(cfg).callbacks
+    loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values()]
+    trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer["plugins"] = [instantiate(p) for p in trainer.get("plugins") or []]
+    for key in ("_target_", "max_epochs", "accelerator", "devices", "precision"):
+        trainer.pop(key, None)  # the benchmark's: one CPU, max_steps, the recipe's precision
+    return callbacks, loggers, trainer
+
+
+def run_lightning(variant: str, dm, args, out_dir: str, extra=(), clock=None) -> float:
     """img/s of a ClassificationModule fit of ``warmup + steps`` steps (timed after warmup);
-    ``extra``: more callbacks (the profiler's)."""
-    clock = _Clock(args.warmup, CLOCKS[args.clock])
-    callbacks: list[pl.Callback] = [clock, *extra]
-    user = variant == "user"
-    if user:
-        callbacks += [RichProgressBar(), NanGuard(), ModelCheckpoint(dirpath=out_dir)]
+    ``extra``: more callbacks (the profiler's, the stepwise pairing's), after the run's own;
+    ``clock``: a ``_Clock`` of the caller's."""
+    clock = clock or _Clock(args.warmup, CLOCKS[args.clock])
+    callbacks: list[pl.Callback] = [clock]
+    settings = dict(
+        logger=False, log_every_n_steps=10, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=out_dir,
+    )  # fmt: skip
+    if variant == "user":
+        run_dir = tempfile.mkdtemp(dir=out_dir)  # a fresh run folder: no checkpoint to resume
+        user_callbacks, loggers, trainer = user_defaults(run_dir)
+        callbacks = user_callbacks + callbacks
+        settings = {**trainer, "logger": loggers, "default_root_dir": run_dir}
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
         max_steps=args.warmup + args.steps,
         limit_val_batches=0,
         precision=recipe(args)[0],
-        logger=CSVLogger(out_dir, name="csv", version="") if user else False,
-        log_every_n_steps=10,
-        enable_checkpointing=user,
-        enable_progress_bar=user,
-        enable_model_summary=False,
-        callbacks=callbacks,
-        default_root_dir=out_dir,
+        callbacks=[*callbacks, *extra],
+        **settings,
     )
     trainer.fit(build_module(variant, dm, recipe(args)[1]), datamodule=dm)
     return clock.rate()
@@ -224,6 +262,47 @@ def run_plain(dm, args) -> float:
     """img/s of the bare loop over the same loader."""
     batches, net, autocast = plain_loop(dm, args)
     return bare_loop(batches, net, args.steps, args.warmup, CLOCKS[args.clock], autocast=autocast)
+
+
+class _BareBeside(pl.Callback):
+    """``--pairing step``: one bare-loop step (``timed_loop``'s body, its own net, Adam and
+    loader) after each Lightning step, last of the batch-end callbacks. ``lightning``: the CPU
+    seconds from the end of one bare step to the next Lightning step's end (everything
+    Lightning, its callbacks and the module do for that step); ``bare``: each bare step's,
+    both after ``warmup`` steps."""
+
+    def __init__(self, dm, args, clock):
+        self.batches, self.net, self.autocast = plain_loop(dm, args)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=1e-3)
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+        self.warmup, self.clock = args.warmup, clock
+        self.lightning: list[float] = []
+        self.bare: list[float] = []
+        self.mark: float | None = None
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        start = self.clock()
+        timed = trainer.global_step > self.warmup
+        if timed and self.mark is not None:
+            self.lightning.append(start - self.mark)
+        x, y = next(self.batches)
+        self.opt.zero_grad(set_to_none=True)
+        with self.autocast():
+            loss = self.loss_fn(self.net(x), y)
+        loss.backward()
+        self.opt.step()
+        self.mark = self.clock()
+        if timed:
+            self.bare.append(self.mark - start)
+
+
+def run_stepwise(variant: str, dm, plain_dm, args, out_dir: str) -> float:
+    """1 - bare/Lightning CPU time over one fit's steps, each paired with the bare step beside
+    it (``_BareBeside``)."""
+    beside = _BareBeside(plain_dm, args, CLOCKS[args.clock])
+    run_lightning(variant, dm, args, out_dir, extra=[beside])
+    n = min(len(beside.lightning), len(beside.bare))
+    return 1 - sum(beside.bare[:n]) / sum(beside.lightning[:n])
 
 
 def paired(rounds: list[dict[str, float]]) -> dict[str, dict]:
@@ -312,6 +391,13 @@ def main(argv=None) -> dict:
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             rounds.append({})
             for v in order:
+                if args.pairing == "step":
+                    if v != "plain":  # the bare loop runs inside each Lightning fit
+                        rounds[-1][v] = run_stepwise(v, dm, plain_dm, args, out_dir)
+                        log.info(
+                            "round %d %-10s %+7.2f%% (stepwise)", r + 1, v, 100 * rounds[-1][v]
+                        )
+                    continue
                 if v == "plain":
                     rounds[-1][v] = run_plain(plain_dm, args)
                 else:
@@ -321,8 +407,13 @@ def main(argv=None) -> dict:
         if not args.no_profile:
             profiles = {v: profile(v, dm, args, out_dir) for v in ("lightning", "user")}
             profiles["plain"] = {"step (total)": profile_plain(plain_dm, args)}
-    ratios = paired(rounds)
-    if "lightning" in variants and "plain" in variants:  # the same, as ms per step
+    if args.pairing == "step":
+        ratios = {f"{v}_overhead_stepwise": summarize([r[v] for r in rounds]) for v in rounds[0]}
+    else:
+        ratios = paired(rounds)
+    if (
+        args.pairing == "round" and "lightning" in variants and "plain" in variants
+    ):  # the same, as ms per step
         ms = [1000 * args.batch_size * (1 / r["lightning"] - 1 / r["plain"]) for r in rounds]
         ratios["lightning_overhead_ms"] = summarize(ms)
     for name, st in ratios.items():
@@ -341,8 +432,11 @@ def main(argv=None) -> dict:
         "torch_threads": torch.get_num_threads(),
         "precision": recipe(args)[0],
         "clock": args.clock,
+        "pairing": args.pairing,
         "channels_last": recipe(args)[1],
-        "rounds": [{v: round(x, 1) for v, x in r.items()} for r in rounds],
+        "rounds": [
+            {v: round(x, 1 if args.pairing == "round" else 4) for v, x in r.items()} for r in rounds
+        ],
         **ratios,
         "profile_ms_per_step": profiles,
     }
