@@ -33,6 +33,9 @@ as milliseconds per step; cProfile's own cost inflates the Python-heavy parts, s
 where the time goes, the paired rounds how much. Data: the synthetic task of CIFAR-10's shape
 (timings do not depend on the pixels). The last output line is one JSON object.
 
+``--hooks`` times every ``on_*`` hook of the ``user`` run's callbacks and module with two clock
+reads each (``hook_ms_per_step``), without cProfile's inflation.
+
 ``--pairing step`` pairs at the step instead of the round: each Lightning fit (``lightning``,
 ``user``) runs one bare-loop step (its own net, Adam and loader) after each of its own steps, and
 each Lightning step's CPU time (everything from the end of the bare step before it to its own
@@ -86,7 +89,7 @@ PARTS = {
     "backward": [("torch/_tensor.py", "backward")],
     "optimizer (Adam update)": [("torch/optim/adam.py", "adam")],
     "zero_grad": [("torch/optim/optimizer.py", "zero_grad")],
-    "progress bar": [("callbacks/progress/rich_progress.py", "on_train_batch_end")],
+    "progress bar": [("lightning_cls/callbacks/progress_bar.py", "on_train_batch_end")],
     "CSV logger": [("trainer/connectors/logger_connector/logger_connector.py", "log_metrics")],
     "NanGuard": [
         ("lightning_cls/callbacks/nan_guard.py", "on_before_optimizer_step"),
@@ -105,6 +108,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=10, help="untimed steps per run")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     p.add_argument("--no-profile", action="store_true", help="skip the cProfile split")
+    p.add_argument(
+        "--hooks",
+        action="store_true",
+        help="also time every callback's and the module's hooks in one user run (ms per step)",
+    )
     p.add_argument(
         "--clock",
         choices=("cpu", "wall"),
@@ -220,10 +228,13 @@ def user_defaults(out_dir: str) -> tuple[list[pl.Callback], list, dict]:
     return callbacks, loggers, trainer
 
 
-def run_lightning(variant: str, dm, args, out_dir: str, extra=(), clock=None) -> float:
+def run_lightning(
+    variant: str, dm, args, out_dir: str, extra=(), clock=None, instrument=None
+) -> float:
     """img/s of a ClassificationModule fit of ``warmup + steps`` steps (timed after warmup);
     ``extra``: more callbacks (the profiler's, the stepwise pairing's), after the run's own;
-    ``clock``: a ``_Clock`` of the caller's."""
+    ``clock``: a ``_Clock`` of the caller's; ``instrument(obj, label)``: called on the module
+    and each of the user run's own callbacks before the fit (``--hooks``)."""
     clock = clock or _Clock(args.warmup, CLOCKS[args.clock])
     callbacks: list[pl.Callback] = [clock]
     settings = dict(
@@ -244,7 +255,12 @@ def run_lightning(variant: str, dm, args, out_dir: str, extra=(), clock=None) ->
         callbacks=[*callbacks, *extra],
         **settings,
     )
-    trainer.fit(build_module(variant, dm, recipe(args)[1]), datamodule=dm)
+    module = build_module(variant, dm, recipe(args)[1])
+    if instrument is not None:
+        instrument(module, "module")
+        for c in callbacks[:-1]:  # the run's own, not the clock
+            instrument(c, type(c).__name__)
+    trainer.fit(module, datamodule=dm)
     return clock.rate()
 
 
@@ -332,6 +348,51 @@ class _Profiled(pl.Callback):
             self.seconds = self.clock() - self.start
 
 
+class _HookTimer(pl.Callback):
+    """``--hooks``: the CPU time of every ``on_*`` hook of the run's callbacks and module,
+    each wrapped in two clock reads (~2 us), over the timed steps (from the first timed
+    ``on_train_batch_start`` to the last timed ``on_train_batch_end``): per-step costs without
+    cProfile's inflation of Python-heavy code. Lightning's own dispatch is not in them."""
+
+    def __init__(self, warmup: int, steps: int, clock):
+        self.warmup, self.end, self.clock = warmup, warmup + steps, clock
+        self.seconds: dict[str, float] = {}
+        self.on = False
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.on = self.warmup <= trainer.global_step < self.end
+
+    def wrap(self, obj, label: str) -> None:
+        for name in dir(type(obj)):
+            hook = getattr(obj, name, None) if name.startswith("on_") else None
+            if callable(hook) and name not in ("on_train_batch_start", "on_exception"):
+                setattr(obj, name, self._timed(hook, f"{label}.{name}"))
+
+    def _timed(self, hook, key: str):
+        def timed(*args, **kwargs):
+            if not self.on:
+                return hook(*args, **kwargs)
+            start = self.clock()
+            try:
+                return hook(*args, **kwargs)
+            finally:
+                self.seconds[key] = self.seconds.get(key, 0.0) + self.clock() - start
+
+        return timed
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.end:  # after the last timed step's hooks
+            self.on = False
+
+
+def hook_times(variant: str, dm, args, out_dir: str) -> dict[str, float]:
+    """ms per timed step of each hook (``_HookTimer``) that costs 1 us or more, largest first."""
+    timer = _HookTimer(args.warmup, args.steps, CLOCKS[args.clock])
+    run_lightning(variant, dm, args, out_dir, extra=[timer], instrument=timer.wrap)
+    ms = {k: round(1000 * v / args.steps, 4) for k, v in timer.seconds.items()}
+    return dict(sorted(((k, v) for k, v in ms.items() if v >= 0.001), key=lambda kv: -kv[1]))
+
+
 def split(stats: pstats.Stats, seconds: float, steps: int) -> dict[str, float]:
     """Milliseconds per step of each part of PARTS, and ``Lightning loop + hooks`` for the
     rest of the step's wall time (``seconds`` over ``steps``, profiler's cost included)."""
@@ -407,6 +468,7 @@ def main(argv=None) -> dict:
         if not args.no_profile:
             profiles = {v: profile(v, dm, args, out_dir) for v in ("lightning", "user")}
             profiles["plain"] = {"step (total)": profile_plain(plain_dm, args)}
+        hooks = hook_times("user", dm, args, out_dir) if args.hooks else {}
     if args.pairing == "step":
         ratios = {f"{v}_overhead_stepwise": summarize([r[v] for r in rounds]) for v in rounds[0]}
     else:
@@ -422,6 +484,8 @@ def main(argv=None) -> dict:
         log.info("%-22s %+.2f [%+.2f, %+.2f]%s", name, *values, unit)
     for v, parts in profiles.items():
         log.info("cProfile %s (ms/step): %s", v, parts)
+    if hooks:
+        log.info("hooks of the user run (ms/step): %s", hooks)
     out = {
         "quick": args.quick,
         "model": args.model,
@@ -439,6 +503,7 @@ def main(argv=None) -> dict:
         ],
         **ratios,
         "profile_ms_per_step": profiles,
+        "hook_ms_per_step": hooks,
     }
     print(json.dumps(out), flush=True)
     return out

@@ -60,3 +60,30 @@ def test_quick_mode_times_every_variant_and_splits_the_step(run_quick):
     assert lightning["progress bar"] == 0 and user["progress bar"] > 0
     assert user["NanGuard"] > 0
     assert out["profile_ms_per_step"]["plain"]["step (total)"] > 0
+
+
+def test_stepwise_pairing_times_each_lightning_step_beside_a_bare_one(run_quick):
+    out = run_quick(
+        "step_overhead.py", "--pairing", "step", "--variants", "lightning", "user", "--hooks"
+    )
+    assert out["pairing"] == "step" and len(out["rounds"]) == 2
+    assert [set(r) for r in out["rounds"]] == [{"lightning", "user"}] * 2
+    for key in ("lightning_overhead_stepwise", "user_overhead_stepwise"):
+        st = out[key]
+        assert st["min"] <= st["median"] <= st["max"]
+        assert all(-1 < v < 1 for v in st["per_round"])  # 1 - bare/lightning, both timed
+    hooks = out["hook_ms_per_step"]  # each hook of the user run, timed every step
+    assert hooks["NanGuard.on_before_optimizer_step"] > 0
+    assert hooks["RichProgressBar.on_train_batch_end"] > 0
+    assert "_Clock.on_train_batch_end" not in hooks  # the benchmark's own are not timed
+
+
+def test_user_variant_runs_a_default_train_runs_callbacks(benchmark_module, tmp_path):
+    so = benchmark_module("step_overhead")
+    callbacks, loggers, trainer = so.user_defaults(str(tmp_path))
+    names = {type(c).__name__ for c in callbacks}
+    # conf/callbacks/default.yaml's and the one train.py adds (BestMetric)
+    assert {"NanGuard", "RichProgressBar", "ModelCheckpoint", "Preemption", "BestMetric"} <= names
+    assert [type(lg).__name__ for lg in loggers] == ["CSVLogger"]
+    assert trainer["log_every_n_steps"] == 10 and "max_epochs" not in trainer
+    assert type(trainer["plugins"][0]).__name__ == "AtomicCheckpointIO"
