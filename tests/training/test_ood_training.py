@@ -234,3 +234,42 @@ def test_a_network_without_a_linear_layer_is_refused():
     net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.Flatten())
     with pytest.raises(ValueError, match=r"Sequential has none; use ood_training=none"):
         Rotation(net)
+
+
+class _Scaled(torch.nn.Module):
+    """A conv body with BatchNorm, then a linear head whose output is scaled by 1/9 after
+    it (airbench's ``logit_scale``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8, momentum=0.4)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = torch.amax(torch.relu(self.bn(self.conv(x))), dim=(2, 3))
+        return self.head(h) / 9
+
+
+def test_rotation_logits_scale_as_the_class_logits_and_norms_keep_their_statistics():
+    """The rotation logits get the net's own scaling after its last linear layer (unscaled,
+    the rotation head out-pulled the classes 9 to 1 on cifar10_fast's features), and the
+    rotated pass leaves BatchNorm's running statistics as the upright images made them."""
+    torch.manual_seed(0)
+    net = _Scaled().train()
+    rotation = Rotation(net, weight=1.0)
+    x = torch.randn(16, 3, 8, 8) * 3 + 1
+    mean, var = net.bn.running_mean.clone(), net.bn.running_var.clone()
+    state = torch.get_rng_state()
+    loss = rotation.loss(net, x, torch.zeros(16, dtype=torch.long))
+    torch.testing.assert_close(net.bn.running_mean, mean, rtol=0, atol=0)
+    torch.testing.assert_close(net.bn.running_var, var, rtol=0, atol=0)
+    assert net.bn.momentum == 0.4  # restored
+
+    torch.set_rng_state(state)  # the same k as the call above
+    k = torch.randint(4, (16,))
+    h = torch.amax(torch.relu(net.bn(net.conv(rotate_batch(x, k)))), dim=(2, 3))
+    expected = torch.nn.functional.cross_entropy(rotation.head(h) / 9, k)
+    unscaled = torch.nn.functional.cross_entropy(rotation.head(h), k)
+    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
+    assert not torch.isclose(loss, unscaled, rtol=1e-3)
