@@ -18,7 +18,8 @@ default rule ``reject=knn``). Then every score is computed on the same network, 
 library's registered rule (``REJECT_RULES``) that computes it, fitted on the train split's
 logits and features (``RejectRule.fit_outputs``, what calibration fits) and scored with the
 checkpoint's temperature: ``msp``, ``energy``, ``pnorm`` (MaxLogit-pNorm, p=2), ``knn`` (the
-run's options) and ``mahalanobis``. AUROC treats the known test images as positives; FPR95 is the share
+run's options), ``mahalanobis`` and ``combined`` (its defaults: what ``reject=auto`` gives),
+beside the twelve candidates its defaults were chosen from (``COMBINED``). AUROC treats the known test images as positives; FPR95 is the share
 of unknowns scored above the score that 95% of known test images reach. The default rule's
 threshold is the one chosen on validation (keep 0.95): its share of known test images kept and
 of each unknown set accepted are reported too. Nothing is chosen on the test images or on the

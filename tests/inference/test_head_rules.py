@@ -387,3 +387,27 @@ def test_a_multi_label_task_scores_its_joint_energy():
             rectified = (np.minimum(test, state["clip"]) @ weight.T + bias) / 1.5
             expected = np.logaddexp(0, rectified).sum(1)
             np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_reject_auto_is_the_combined_rule_with_its_measured_defaults():
+    """``reject=auto`` (the rule the guide recommends) composes to ``combined`` with the
+    options chosen on near_val (docs/guides/calibration.md, "Which rule to turn on"), and the
+    class's defaults are the YAML's, so a rule built in code answers as one from the config."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from lightning_cls import config_dir
+
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        auto = compose(config_name="train", overrides=["reject=auto"]).reject
+        combined = compose(config_name="train", overrides=["reject=combined"]).reject
+    options = OmegaConf.to_container(auto)
+    assert options == OmegaConf.to_container(combined)
+    assert options == {
+        "name": "combined", "feature": {"name": "knn"}, "logit": {"name": "energy"},
+        "feature_keep": 0.98, "logit_keep": 0.95, "join": "gate",
+    }  # fmt: skip
+    rule = REJECT_RULES.create(options.pop("name"), **options)
+    default = REJECT_RULES.create("combined")
+    assert (rule.logit.name, rule.feature_keep, rule.join) == ("energy", 0.98, "gate")
+    assert (default.logit.name, default.feature_keep, default.join) == ("energy", 0.98, "gate")

@@ -88,8 +88,8 @@ class Combined(RejectRule):
     def __init__(
         self,
         feature: Any = "knn",
-        logit: Any = "maxlogit",
-        feature_keep: float = 0.95,
+        logit: Any = "energy",
+        feature_keep: float = 0.98,
         logit_keep: float = 0.95,
         join: str = "gate",
     ):
