@@ -67,13 +67,15 @@ from lightning_cls.data.synthetic import SyntheticDataModule
 from lightning_cls.module import ClassificationModule
 from lightning_cls.training.precision import cpu_has_native_bf16
 
-VARIANTS = ("plain", "lightning", "no_log", "no_metrics", "user")
+VARIANTS = ("plain", "lightning", "no_log", "no_metrics", "user", "rotation")
 # name -> (numerator, denominator): reported as 1 - num/den, paired per round
 RATIOS = {
     "lightning_overhead": ("lightning", "plain"),
     "log_share": ("lightning", "no_log"),
     "metrics_share": ("lightning", "no_metrics"),
     "user_overhead": ("user", "plain"),
+    # ood_training=rotation's price: the share of lightning's img/s it costs (issue 53)
+    "rotation_cost": ("rotation", "lightning"),
 }
 # Parts of a step in the cProfile run: (file suffix, function name) whose cumulative time is the
 # part's. None calls another, so the parts and the rest add up to the step.
@@ -201,7 +203,8 @@ class _NoLog(ClassificationModule):
 
 def build_module(variant: str, dm, channels_last: bool) -> ClassificationModule:
     cls = _NoLog if variant == "no_log" else ClassificationModule
-    module = cls(net=make_model(channels_last), spec=dm.spec)
+    ood_training = {"name": "rotation", "weight": 0.5} if variant == "rotation" else None
+    module = cls(net=make_model(channels_last), spec=dm.spec, ood_training=ood_training)
     if variant == "no_metrics":
         module.task.update = lambda stage, logits, target: None
     return module
