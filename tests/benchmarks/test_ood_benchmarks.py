@@ -9,13 +9,19 @@ import numpy as np
 import pytest
 
 
+def ood_combined() -> list[str]:
+    """benchmarks/ood.py's twelve candidates for reject=auto's defaults, by name."""
+    return [f"combined_{join}_{logit}_{keep}" for join in ("gate", "min")
+            for logit in ("maxlogit", "energy") for keep in (95, 98, 99)]  # fmt: skip
+
+
 def test_ood_quick_mode_scores_every_rule_on_every_set(run_quick, tmp_path):
     report = run_quick("ood.py", "--work", str(tmp_path))
     (run,) = report["runs"]
     assert run["rule"] == "knn" and 0.8 <= run["test_kept_at_rule"] <= 1
     for name in ("near", "near_val", "noise", "digits", "shapes"):
         for score in ("msp", "energy", "pnorm", "knn", "mahalanobis", "maxlogit", "gen", "react",
-                      "vim", "rmds", "knn_penultimate"):  # fmt: skip
+                      "vim", "rmds", "knn_penultimate", "combined", *ood_combined()):  # fmt: skip
             assert 0 <= run[f"{name}_auroc_{score}"] <= 1
             assert 0 <= run[f"{name}_fpr95_{score}"] <= 1
     # Colour blobs against grey digits and uniform noise: far from anything trained on.
@@ -52,7 +58,8 @@ def test_literature_scores_rank_training_like_features_above_strangers(benchmark
 
     # the features of a network without a stem: h itself (the rules normalise it)
     scores = ood.Scores(create_task("multiclass"), head, logits(train), train, labels, {"k": 10})
-    assert set(scores.fitted) == {*ood.SCORES, *ood.LITERATURE}
+    assert set(scores.fitted) == {*ood.SCORES, *ood.COMBINED, *ood.LITERATURE}
+    assert len(ood.COMBINED) == 12 and "combined" in ood.SCORES  # reject=auto and its candidates
     known, _ = draw(200)
     # class-like logits, but activity in the 12 quiet dimensions
     off_subspace = draw(200)[0] + np.r_[np.zeros(4), np.ones(12)] * np.abs(
@@ -65,7 +72,8 @@ def test_literature_scores_rank_training_like_features_above_strangers(benchmark
     inside = scores(logits(known), known)
     for name, strangers in (("vim", off_subspace), ("rmds", off_subspace),
                             ("knn_penultimate", off_subspace), ("maxlogit", between),
-                            ("gen", between)):  # fmt: skip
+                            ("gen", between), ("combined", off_subspace),
+                            ("combined", between)):  # fmt: skip
         auroc, _ = ood.auroc_fpr95(inside[name], scores(logits(strangers), strangers)[name])
         assert auroc > 0.95, (name, auroc)
     # ReAct truncates large activations, so on these sparse features it ranks nothing well:
