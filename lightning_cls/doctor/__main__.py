@@ -58,8 +58,9 @@ def doctor(cfg: DictConfig) -> dict:
 
 def train_recipe(cfg: DictConfig):
     """What ``doctor.probe=kfold`` trains per fold, from the composed config: ``model=``,
-    ``optimizer=``, ``scheduler=`` and, where an ``experiment=`` sets them, its
-    ``param_groups``, ``callbacks`` and ``task.label_smoothing`` (else ``label_smoothing``)."""
+    ``optimizer=``, ``scheduler=``, ``tta=`` (its held-out predictions) and, where an
+    ``experiment=`` sets them, its ``param_groups``, ``callbacks`` and ``task.label_smoothing``
+    (else ``label_smoothing``)."""
     from lightning_cls.doctor.run import TrainRecipe
 
     optimizer = instantiate(cfg.optimizer)
@@ -79,6 +80,7 @@ def train_recipe(cfg: DictConfig):
         accelerator=cfg.trainer.accelerator,
         precision=str(cfg.trainer.precision),
         task={"name": "multiclass", "label_smoothing": smoothing},
+        tta=instantiate(cfg.tta) if cfg.get("tta") else None,  # conf/tta: a TTA, checked here
     )
 
 

@@ -2,9 +2,9 @@
 
 For each fold of the project's stratified k-fold (``data/folds.fold_ids``) a fresh network is
 trained, with the recipe the config composes (``model=``, ``optimizer=``, ``scheduler=``, the
-data's own augmentation; or a whole ``experiment=``'s: its parameter groups, callbacks and
-label smoothing too), on the other k-1 folds for ``doctor.probe_epochs`` epochs, and then
-predicts the fold it never saw. Each image's probabilities thus come from a network as strong
+data's own augmentation; or a whole ``experiment=``'s: its parameter groups, callbacks, label
+smoothing and test-time augmentation too), on the other k-1 folds for ``doctor.probe_epochs``
+epochs, and then predicts the fold it never saw (with the recipe's TTA, as evaluation does). Each image's probabilities thus come from a network as strong
 as the one training will make, which is what photos need: a linear probe on pixels is ~37%
 accurate out of fold on CIFAR-10 and its findings are mostly its own mistakes
 (docs/guides/data-check.md). It costs k short trainings.
@@ -26,6 +26,7 @@ import torch
 
 from lightning_cls.data.folds import fold_ids
 from lightning_cls.inference.spec import Split
+from lightning_cls.inference.tta import TTA
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,10 @@ class TrainRecipe:
     precision: str = "32-true"
     # The task's options (``conf/task``'s keys): the probe is a multi-class model.
     task: dict = field(default_factory=lambda: {"name": "multiclass"})
+    # The evaluation's test-time augmentation (a ``TTA`` or its dict; None: none): each fold's
+    # network predicts its held-out images as the recipe evaluates (``experiment=cifar10_fast``:
+    # flip + 1-px translate), a threshold left unset giving every image the full TTA.
+    tta: TTA | dict | None = None
 
 
 class KFoldProbe:
@@ -122,12 +127,14 @@ class KFoldProbe:
         return module
 
     def _predict(self, module, images: torch.Tensor) -> np.ndarray:
-        """(n, K) probabilities of ``images`` (uint8), preprocessed as evaluation does."""
+        """(n, K) probabilities of ``images`` (uint8), preprocessed as evaluation does, with
+        the recipe's test-time augmentation."""
         augment = self.datamodule.batch_augment()
+        tta = TTA.from_value(self.recipe.tta).with_threshold(None)  # every image: full TTA
         module.eval()
         out = []
         with torch.inference_mode():
             for start in range(0, len(images), 512):
                 x = augment(images[start : start + 512].to(module.device), train=False)
-                out.append(module.decision.probabilities(module(x)).double().cpu())
+                out.append(module.decision.probabilities(tta.logits(module, x)).double().cpu())
         return torch.cat(out).numpy()

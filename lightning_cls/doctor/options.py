@@ -11,7 +11,7 @@ import numpy as np
 
 from lightning_cls.doctor import duplicates as dup
 from lightning_cls.doctor.index import dropped_rows
-from lightning_cls.doctor.probes import check_probe_name
+from lightning_cls.doctor.probes import check_probe_name, probe_parts
 
 # Numeric options: whole numbers, or any number (a YAML string like `abc` is refused by name).
 WHOLE = ("folds", "probe_epochs", "near_distance", "mosaic_limit")
@@ -20,7 +20,7 @@ REAL = ("min_self_test_recall", "plant_noise", "size_factor", "imbalance_ratio")
 
 @dataclass
 class DoctorOptions:
-    probe: str = "kfold"  # out-of-fold probabilities from: kfold|pixels|embedding|patches|knn|auto
+    probe: str = "kfold"  # kfold|pixels|embedding|patches|knn|auto, or a mean: kfold+patches
     probe_epochs: int = 10  # kfold: epochs each fold's network trains
     folds: int = 5  # out-of-fold probabilities for the label check
     min_self_test_recall: float = 0.5  # below it, label findings are shown but not trusted
@@ -85,12 +85,13 @@ class DoctorOptions:
                 )
 
     def _check_features_from(self) -> None:
-        if self.probe == "embedding" and self.features_from is None:
+        embedding = "embedding" in probe_parts(self.probe)
+        if embedding and self.features_from is None:
             raise ValueError(
                 "doctor.probe=embedding needs doctor.features_from=<.ckpt or model_weights.pt> "
                 "(the network whose embeddings it fits), or use doctor.probe=kfold."
             )
-        if self.probe != "embedding" and self.features_from is not None:
+        if not embedding and self.features_from is not None:
             raise ValueError(
                 f"doctor.features_from={self.features_from} is read only by the embedding "
                 f"probe and doctor.probe={self.probe}; add doctor.probe=embedding, or drop "

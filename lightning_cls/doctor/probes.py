@@ -17,6 +17,10 @@ requirement: in-sample probabilities would have memorized the wrong labels).
   al. 2011), then the same regression or a kNN vote among the other folds; seconds to a
   minute, no checkpoint. ``auto`` runs both and keeps the one whose self-test
   (``doctor/selftest.py``) finds more of its planted flips.
+- ``kfold+patches`` (any two or more names joined by ``+``, ``MeanProbe``): the mean of their
+  out-of-fold probabilities. Two probes that err differently (a network's view and the
+  patches') rank better together than either alone (measured on a small folder of CIFAR-10
+  photos: docs/guides/data-check.md).
 """
 
 from __future__ import annotations
@@ -35,13 +39,27 @@ CHEAP = ("patches", "knn")  # what doctor.probe=auto chooses among
 MAX_SIDE = 16  # pixel features: each image pooled to at most this many pixels a side
 
 
+def probe_parts(name) -> list[str]:
+    """The probes ``doctor.probe`` names: one, or several joined by ``+`` (their mean)."""
+    return str(name).split("+")
+
+
 def check_probe_name(name) -> None:
-    """Refuse an unknown ``doctor.probe``, naming the closest known one."""
-    if name in PROBES:
-        return
-    close = difflib.get_close_matches(str(name), PROBES, n=1)
-    hint = f" Did you mean '{close[0]}'?" if close else ""
-    raise ValueError(f"Unknown doctor.probe={name!r}.{hint} Known: {', '.join(PROBES)}.")
+    """Refuse an unknown ``doctor.probe`` (or part of a ``+`` mean), naming the closest known
+    one; a mean takes two or more different probes, ``auto`` not among them."""
+    parts = probe_parts(name)
+    for part in parts:
+        if part not in PROBES:
+            close = difflib.get_close_matches(part, PROBES, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            where = f"doctor.probe={name!r}" if len(parts) == 1 else f"{part!r} in doctor.probe={name!r}"  # fmt: skip
+            raise ValueError(f"Unknown {where}.{hint} Known: {', '.join(PROBES)}"
+                             " (or two or more joined by '+', e.g. kfold+patches).")  # fmt: skip
+    if len(parts) > 1 and ("auto" in parts or len(set(parts)) < len(parts)):
+        raise ValueError(
+            f"doctor.probe={name!r}: a mean of probes joins two or more different ones, "
+            "'auto' not among them (e.g. doctor.probe=kfold+patches)."
+        )
 
 
 class PixelProbe:
@@ -109,6 +127,23 @@ class KnnProbe(PatchProbe):
     def probabilities(self, images, labels, num_classes: int, folds: int, seed: int):
         feats = self.features(images, seed)
         return patches.knn_out_of_fold(feats, labels, num_classes, folds, seed)
+
+
+class MeanProbe:
+    """The mean of several probes' out-of-fold probabilities (``doctor.probe=kfold+patches``).
+    Each row's parts all come from models that never saw its label, so the mean did not
+    either."""
+
+    def __init__(self, parts: list):
+        self.parts = parts
+        self.name = "+".join(p.name for p in parts)
+
+    def describe(self) -> str:
+        return "mean of " + "; ".join(f"{p.name} ({p.describe()})" for p in self.parts)
+
+    def probabilities(self, images, labels, num_classes: int, folds: int, seed: int):
+        probs = [p.probabilities(images, labels, num_classes, folds, seed) for p in self.parts]
+        return np.mean(probs, axis=0)
 
 
 def pixel_features(images) -> torch.Tensor:

@@ -22,7 +22,14 @@ from lightning_cls.doctor.index import check_indexable, relative_path, write_cle
 from lightning_cls.doctor.kfold import KFoldProbe, TrainRecipe
 from lightning_cls.doctor.mosaics import duplicates_mosaic, flagged_mosaic, label_issues_mosaic
 from lightning_cls.doctor.options import DoctorOptions
-from lightning_cls.doctor.probes import EmbeddingProbe, KnnProbe, PatchProbe, PixelProbe
+from lightning_cls.doctor.probes import (
+    EmbeddingProbe,
+    KnnProbe,
+    MeanProbe,
+    PatchProbe,
+    PixelProbe,
+    probe_parts,
+)
 from lightning_cls.doctor.report import write_report
 from lightning_cls.doctor.selftest import self_test, trusted, verdict_reason
 from lightning_cls.doctor.sources import SplitView, all_rows, read_views
@@ -144,15 +151,23 @@ def _balance(views: dict[str, SplitView], classes, task: str, options) -> dict:
 
 
 def _probes(options: DoctorOptions, datamodule, recipe: TrainRecipe | None) -> list:
-    """The probe(s) to run; ``auto``: the cheap ones, sharing their patch features."""
+    """The probe(s) to run; ``auto``: the cheap ones, sharing their patch features; names
+    joined by ``+``: one probe, the mean of theirs."""
+    memo: dict = {}  # patch features, computed once for every probe that uses them
     if options.probe == "auto":
-        memo: dict = {}
         return [PatchProbe(memo), KnnProbe(memo)]
-    if options.probe == "kfold":
-        return [KFoldProbe(datamodule, recipe, options.probe_epochs)]
-    if options.probe == "embedding":
-        return [EmbeddingProbe(options.features_from)]
-    return [{"patches": PatchProbe, "knn": KnnProbe, "pixels": PixelProbe}[options.probe]()]
+
+    def make(name: str):
+        if name == "kfold":
+            return KFoldProbe(datamodule, recipe, options.probe_epochs)
+        if name == "embedding":
+            return EmbeddingProbe(options.features_from)
+        if name in ("patches", "knn"):
+            return {"patches": PatchProbe, "knn": KnnProbe}[name](memo)
+        return PixelProbe()
+
+    parts = [make(name) for name in probe_parts(options.probe)]
+    return [parts[0] if len(parts) == 1 else MeanProbe(parts)]
 
 
 def _label_issues(images, owners, views, probes, options, result) -> list[dict]:

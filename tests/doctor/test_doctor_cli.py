@@ -114,6 +114,7 @@ def test_an_experiment_recipe_is_what_each_fold_trains(folder, tmp_path, monkeyp
     from lightning_cls.callbacks import Lookahead, WhiteningInit
     from lightning_cls.doctor.__main__ import train_recipe
     from lightning_cls.doctor.kfold import KFoldProbe
+    from lightning_cls.inference.tta import TTA
 
     overrides = [
         "experiment=cifar10_fast",
@@ -135,10 +136,12 @@ def test_an_experiment_recipe_is_what_each_fold_trains(folder, tmp_path, monkeyp
     assert recipe.channels_last and recipe.param_groups is not None
     assert [type(c) for c in recipe.callbacks] == [WhiteningInit, Lookahead]
     assert isinstance(recipe.optimizer(torch.nn.Linear(2, 2).parameters()), torch.optim.SGD)
-    # Without the experiment: the doctor's own Adam recipe, no callbacks, no smoothing.
+    assert recipe.tta.flip is True and recipe.tta.translate == 1  # airbench's level 2
+    # Without the experiment: the doctor's own Adam recipe, no callbacks, no smoothing, no TTA.
     plain = train_recipe(compose("doctor", overrides[1:4] + overrides[8:], tmp=tmp_path))
     assert plain.model_name == "simplecnn" and not plain.callbacks
     assert plain.param_groups is None and plain.task["label_smoothing"] == 0.0
+    assert not TTA.from_value(plain.tta).active
 
     whitened, trained = [], []
     start, fit = WhiteningInit.on_fit_start, KFoldProbe._fit

@@ -73,6 +73,28 @@ def test_each_fold_is_scored_by_a_network_that_never_trained_on_it(monkeypatch):
     np.testing.assert_allclose(probs.sum(1), 1, atol=1e-5)
 
 
+def test_kfold_probe_predicts_its_held_out_fold_with_the_recipes_tta():
+    """The recipe's TTA (here a flip) is what each fold's network predicts with: the
+    probabilities of the mean of an image's and its mirror's logits, not of one pass."""
+    from dataclasses import replace
+
+    data = SyntheticDataModule(**{**TASK, "train_size": 96, "val_size": 16})
+    data.setup("fit")
+    x = data.splits["train"].images[:24]
+    plain = KFoldProbe(data, SMALL_CNN, epochs=1)
+    flipped = KFoldProbe(data, replace(SMALL_CNN, tta={"flip": True}), epochs=1)
+    torch.manual_seed(0)
+    module = plain._fit(data.splits["train"], seed=0).eval()
+    with torch.no_grad():
+        norm = data.batch_augment()(x, train=False)
+        both = (module(norm) + module(torch.flip(norm, dims=[-1]))) / 2
+    np.testing.assert_allclose(flipped._predict(module, x), torch.softmax(both, 1), atol=1e-5)
+    np.testing.assert_allclose(
+        plain._predict(module, x), torch.softmax(module(norm), 1).detach(), atol=1e-5
+    )
+    assert not np.allclose(plain._predict(module, x), flipped._predict(module, x), atol=1e-3)
+
+
 def test_kfold_probe_repeats_itself_by_seed(tmp_path):
     data = SyntheticDataModule(**{**TASK, "train_size": 96, "val_size": 16})
     options = DoctorOptions(duplicates=False, folds=2, probe_epochs=1, plant_noise=0.2)

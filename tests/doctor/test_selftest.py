@@ -132,3 +132,43 @@ def test_auto_keeps_the_probe_whose_self_test_finds_more(blind, tmp_path, monkey
     assert probe["chosen_from"][other] > probe["chosen_from"][blind] + 0.2, probe
     report = (tmp_path / "report.md").read_text()
     assert f"doctor.probe=auto chose {other} by self-test recall" in report
+
+
+def test_a_mean_of_probes_is_the_mean_of_their_probabilities(tmp_path, monkeypatch):
+    """``doctor.probe=patches+knn``: one probe whose out-of-fold probabilities are the mean of
+    the parts' (each part computed once, the patch features shared), reported under its name."""
+    from lightning_cls.doctor import probes
+
+    seen = {}
+    for cls in (probes.PatchProbe, probes.KnnProbe):
+        original = cls.probabilities
+
+        def spy(self, images, labels, k, folds, seed, original=original):
+            seen[self.name] = original(self, images, labels, k, folds, seed)
+            return seen[self.name]
+
+        monkeypatch.setattr(cls, "probabilities", spy)
+    mean = {}
+    spy_mean = probes.MeanProbe.probabilities
+    monkeypatch.setattr(probes.MeanProbe, "probabilities", lambda self, *a: (
+        mean.setdefault("probs", spy_mean(self, *a))))  # fmt: skip
+    options = DoctorOptions(duplicates=False, probe="patches+knn", folds=3, plant_noise=0.1)
+    result = diagnose(SyntheticDataModule(**TASK), tmp_path, options)
+    label_probe, planted = result["label_probe"], result["planted"]
+    assert label_probe["probe"] == "patches+knn" and label_probe["features"].startswith("mean of")
+    np.testing.assert_allclose(mean["probs"], (seen["patches"] + seen["knn"]) / 2)
+    assert not np.allclose(seen["patches"], seen["knn"])  # two views, or the test says nothing
+    assert planted["recall"] >= 0.5 and planted["precision"] >= 0.5, planted  # chance: 0.1
+
+
+def test_a_mean_keeps_finding_errors_when_one_part_is_blind(tmp_path, monkeypatch):
+    """A part that knows nothing (random probabilities) dilutes the mean but does not hide what
+    the other part finds; a broken mean (e.g. the blind part alone) fails the bar."""
+    from lightning_cls.doctor import probes
+
+    rng = np.random.default_rng(0)
+    monkeypatch.setattr(probes.KnnProbe, "probabilities", lambda self, images, labels, k, folds, seed: (
+        rng.dirichlet(np.ones(k) * 20, len(labels))))  # fmt: skip
+    options = DoctorOptions(duplicates=False, probe="patches+knn", folds=3, plant_noise=0.1)
+    planted = diagnose(SyntheticDataModule(**TASK), tmp_path, options)["planted"]
+    assert planted["recall"] >= 0.5 and planted["precision"] >= 0.4, planted  # chance: 0.1
