@@ -150,6 +150,9 @@ def _balance(views: dict[str, SplitView], classes, task: str, options) -> dict:
     return label_checks.class_balance(counts, classes, options.imbalance_ratio, task)
 
 
+ON_PATCHES = {p.name: p for p in (PatchProbe, KnnProbe)}  # the probes sharing patch features
+
+
 def _probes(options: DoctorOptions, datamodule, recipe: TrainRecipe | None) -> list:
     """The probe(s) to run; ``auto``: the cheap ones, sharing their patch features; names
     joined by ``+``: one probe, the mean of theirs."""
@@ -162,8 +165,8 @@ def _probes(options: DoctorOptions, datamodule, recipe: TrainRecipe | None) -> l
             return KFoldProbe(datamodule, recipe, options.probe_epochs)
         if name == "embedding":
             return EmbeddingProbe(options.features_from)
-        if name in ("patches", "knn"):
-            return {"patches": PatchProbe, "knn": KnnProbe}[name](memo)
+        if name in ON_PATCHES:
+            return ON_PATCHES[name](memo)
         return PixelProbe()
 
     parts = [make(name) for name in probe_parts(options.probe)]
