@@ -4,10 +4,11 @@ For each fold of the project's stratified k-fold (``data/folds.fold_ids``) a fre
 trained, with the recipe the config composes (``model=``, ``optimizer=``, ``scheduler=``, the
 data's own augmentation; or a whole ``experiment=``'s: its parameter groups, callbacks, label
 smoothing and test-time augmentation too), on the other k-1 folds for ``doctor.probe_epochs``
-epochs, and then predicts the fold it never saw (with the recipe's TTA, as evaluation does). Each image's probabilities thus come from a network as strong
-as the one training will make, which is what photos need: a linear probe on pixels is ~37%
-accurate out of fold on CIFAR-10 and its findings are mostly its own mistakes
-(docs/guides/data-check.md). It costs k short trainings.
+epochs, and then predicts the fold it never saw (with the recipe's TTA, as evaluation does).
+Each image's probabilities thus come from a network as strong as the one training will make,
+which is what photos need: a linear probe on pixels is ~37% accurate out of fold on CIFAR-10
+and its findings are mostly its own mistakes (docs/guides/data-check.md). It costs k short
+trainings.
 
 Deterministic by seed on a CPU: fold f's network is initialized after
 ``seed_everything(seed + f)`` and its batches are shuffled and augmented from the DataModule's

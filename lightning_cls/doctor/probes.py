@@ -35,7 +35,6 @@ from lightning_cls.data.folds import fold_ids
 from lightning_cls.doctor import patches
 
 PROBES = ("auto", "embedding", "kfold", "knn", "patches", "pixels")
-CHEAP = ("patches", "knn")  # what doctor.probe=auto chooses among
 MAX_SIDE = 16  # pixel features: each image pooled to at most this many pixels a side
 
 
@@ -52,9 +51,13 @@ def check_probe_name(name) -> None:
         if part not in PROBES:
             close = difflib.get_close_matches(part, PROBES, n=1)
             hint = f" Did you mean '{close[0]}'?" if close else ""
-            where = f"doctor.probe={name!r}" if len(parts) == 1 else f"{part!r} in doctor.probe={name!r}"  # fmt: skip
-            raise ValueError(f"Unknown {where}.{hint} Known: {', '.join(PROBES)}"
-                             " (or two or more joined by '+', e.g. kfold+patches).")  # fmt: skip
+            where = f"doctor.probe={name!r}"
+            if len(parts) > 1:
+                where = f"{part!r} in {where}"
+            raise ValueError(
+                f"Unknown {where}.{hint} Known: {', '.join(PROBES)} (or two or more joined by "
+                "'+', e.g. kfold+patches)."
+            )
     if len(parts) > 1 and ("auto" in parts or len(set(parts)) < len(parts)):
         raise ValueError(
             f"doctor.probe={name!r}: a mean of probes joins two or more different ones, "
@@ -127,6 +130,11 @@ class KnnProbe(PatchProbe):
     def probabilities(self, images, labels, num_classes: int, folds: int, seed: int):
         feats = self.features(images, seed)
         return patches.knn_out_of_fold(feats, labels, num_classes, folds, seed)
+
+
+# The probes on k-means patch features, by name: what doctor.probe=auto chooses among, sharing
+# one memo of the features.
+CHEAP = {probe.name: probe for probe in (PatchProbe, KnnProbe)}
 
 
 class MeanProbe:

@@ -22,14 +22,7 @@ from lightning_cls.doctor.index import check_indexable, relative_path, write_cle
 from lightning_cls.doctor.kfold import KFoldProbe, TrainRecipe
 from lightning_cls.doctor.mosaics import duplicates_mosaic, flagged_mosaic, label_issues_mosaic
 from lightning_cls.doctor.options import DoctorOptions
-from lightning_cls.doctor.probes import (
-    EmbeddingProbe,
-    KnnProbe,
-    MeanProbe,
-    PatchProbe,
-    PixelProbe,
-    probe_parts,
-)
+from lightning_cls.doctor.probes import CHEAP, EmbeddingProbe, MeanProbe, PixelProbe, probe_parts
 from lightning_cls.doctor.report import write_report
 from lightning_cls.doctor.selftest import self_test, trusted, verdict_reason
 from lightning_cls.doctor.sources import SplitView, all_rows, read_views
@@ -150,23 +143,20 @@ def _balance(views: dict[str, SplitView], classes, task: str, options) -> dict:
     return label_checks.class_balance(counts, classes, options.imbalance_ratio, task)
 
 
-ON_PATCHES = {p.name: p for p in (PatchProbe, KnnProbe)}  # the probes sharing patch features
-
-
 def _probes(options: DoctorOptions, datamodule, recipe: TrainRecipe | None) -> list:
     """The probe(s) to run; ``auto``: the cheap ones, sharing their patch features; names
     joined by ``+``: one probe, the mean of theirs."""
     memo: dict = {}  # patch features, computed once for every probe that uses them
     if options.probe == "auto":
-        return [PatchProbe(memo), KnnProbe(memo)]
+        return [probe(memo) for probe in CHEAP.values()]
 
     def make(name: str):
         if name == "kfold":
             return KFoldProbe(datamodule, recipe, options.probe_epochs)
         if name == "embedding":
             return EmbeddingProbe(options.features_from)
-        if name in ON_PATCHES:
-            return ON_PATCHES[name](memo)
+        if name in CHEAP:
+            return CHEAP[name](memo)
         return PixelProbe()
 
     parts = [make(name) for name in probe_parts(options.probe)]
