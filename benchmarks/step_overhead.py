@@ -67,15 +67,21 @@ from lightning_cls.data.synthetic import SyntheticDataModule
 from lightning_cls.module import ClassificationModule
 from lightning_cls.training.precision import cpu_has_native_bf16
 
-VARIANTS = ("plain", "lightning", "no_log", "no_metrics", "user", "rotation")
+VARIANTS = ("plain", "lightning", "no_log", "no_metrics", "user", "rotation", "outliers")
+# The variants that train with an ood_training method (issue 53), at its config's defaults.
+OOD_TRAININGS = {
+    "rotation": {"name": "rotation", "weight": 0.5},
+    "outliers": {"name": "outliers", "weight": 0.5, "grid": 4, "share": 0.5},
+}
 # name -> (numerator, denominator): reported as 1 - num/den, paired per round
 RATIOS = {
     "lightning_overhead": ("lightning", "plain"),
     "log_share": ("lightning", "no_log"),
     "metrics_share": ("lightning", "no_metrics"),
     "user_overhead": ("user", "plain"),
-    # ood_training=rotation's price: the share of lightning's img/s it costs (issue 53)
+    # ood_training's price: the share of lightning's img/s it costs (issue 53)
     "rotation_cost": ("rotation", "lightning"),
+    "outliers_cost": ("outliers", "lightning"),
 }
 # Parts of a step in the cProfile run: (file suffix, function name) whose cumulative time is the
 # part's. None calls another, so the parts and the rest add up to the step.
@@ -203,8 +209,9 @@ class _NoLog(ClassificationModule):
 
 def build_module(variant: str, dm, channels_last: bool) -> ClassificationModule:
     cls = _NoLog if variant == "no_log" else ClassificationModule
-    ood_training = {"name": "rotation", "weight": 0.5} if variant == "rotation" else None
-    module = cls(net=make_model(channels_last), spec=dm.spec, ood_training=ood_training)
+    module = cls(
+        net=make_model(channels_last), spec=dm.spec, ood_training=OOD_TRAININGS.get(variant)
+    )
     if variant == "no_metrics":
         module.task.update = lambda stage, logits, target: None
     return module

@@ -146,7 +146,7 @@ class ClassificationModule(pl.LightningModule):
                 "spec=InputSpec(classes=[...], mean=..., std=..., image_size=..., num_channels=...)."
             )
         self.net = net
-        # An auxiliary loss for unknowns (ood_training=rotation): a submodule, so its head is
+        # An auxiliary loss for unknowns (ood_training=rotation): a submodule, so any head is
         # saved and resumed with the module; never exported (the exported network is self.net).
         self.ood_training = build_ood_training(self.hparams["ood_training"], net)
         # The one place the number of classes is derived (metrics, mixup and plots read it).
@@ -302,7 +302,7 @@ class ClassificationModule(pl.LightningModule):
             loss = self.train_loss.compute(self.trainer.strategy.reduce)
             self.log("train/loss_epoch", loss, prog_bar=True)
         self.train_loss.reset()
-        if self.ood_training is not None:  # train/rotation_loss, train/rotation_acc
+        if self.ood_training is not None:  # e.g. train/rotation_loss, train/rotation_acc
             for key, value in self.ood_training.epoch_metrics(self.trainer.strategy.reduce).items():
                 self.log(f"train/{key}", value)
             self.ood_training.reset()
@@ -428,8 +428,9 @@ class ClassificationModule(pl.LightningModule):
     def configure_optimizers(self):
         factory = self.optimizer_factory or (lambda p: torch.optim.Adam(p, lr=1e-3))
         params = self.param_groups(self.net) if self.param_groups else self.parameters()
-        if self.param_groups and self.ood_training is not None:  # its head, at the base lr
-            params = [*params, {"params": list(self.ood_training.parameters())}]
+        head = list(self.ood_training.parameters()) if self.ood_training is not None else []
+        if self.param_groups and head:  # ood_training's own head, at the base lr
+            params = [*params, {"params": head}]
         optimizer = apply_group_scales(factory(params))
         if self.scheduler_factory is None:
             return optimizer

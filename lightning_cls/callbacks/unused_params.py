@@ -4,6 +4,9 @@ A parameter whose ``.grad`` is still None after ``loss.backward()`` was either f
 (``requires_grad=False``) or never took part in the forward pass (a layer built in
 ``__init__`` but not called, a branch never taken). Both silently waste capacity; the second
 also makes DDP hang unless ``find_unused_parameters=True``. One check, one warning.
+
+Parameters a network freezes by its own design (``frozen_by_design``: airbench's whitening
+filters and BatchNorm scales) are not listed: nothing was lost, so there is nothing to warn of.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import logging
 import warnings
 
 import pytorch_lightning as pl
+
+from lightning_cls.models.frozen import is_frozen_by_design
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +45,7 @@ class UnusedParameterFinder(pl.Callback):
         self._checked = True
         unused, frozen = [], []
         for name, param in pl_module.named_parameters():
-            if param.grad is None:
+            if param.grad is None and not is_frozen_by_design(param):
                 (unused if param.requires_grad else frozen).append(name)
         problems = []
         if unused:

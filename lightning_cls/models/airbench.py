@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lightning_cls.models.frozen import frozen_by_design
 from lightning_cls.models.registry import register_model
 
 
@@ -45,8 +46,9 @@ class ConvGroup(nn.Module):
         self.conv2 = _conv(cout, cout, dirac)
         self.bn2 = _bn(cout, bn_momentum)
         self.act = nn.GELU()
-        for bn in (self.bn1, self.bn2):
-            bn.weight.requires_grad_(bn_weight)
+        if not bn_weight:  # airbench: the scales stay at 1, only the biases train
+            for bn in (self.bn1, self.bn2):
+                frozen_by_design(bn.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, Cin, H, W) -> (B, Cout, H/2, W/2)
         x = self.act(self.bn1(self.pool(self.conv1(x))))
@@ -82,7 +84,7 @@ class AirbenchNet(nn.Module):
             # 2x2 patches -> 2*C*4 channels (each eigenvector and its negative); frozen.
             stem_width = 2 * in_channels * 4
             self.stem = nn.Conv2d(in_channels, stem_width, 2, bias=True)
-            self.stem.weight.requires_grad_(False)
+            frozen_by_design(self.stem.weight)
         else:
             self.stem = nn.Conv2d(in_channels, stem_width, 3, padding=1, bias=False)
         self.stem_act = nn.GELU()

@@ -46,9 +46,14 @@ def test_quick_mode_times_every_variant_and_splits_the_step(run_quick):
     out = run_quick("step_overhead.py")
     assert out["quick"] is True and len(out["rounds"]) == 2
     for r in out["rounds"]:
-        assert set(r) == {"plain", "lightning", "no_log", "no_metrics", "user", "rotation"}
+        assert set(r) == {
+            "plain", "lightning", "no_log", "no_metrics", "user", "rotation", "outliers"
+        }  # fmt: skip
         assert all(v > 0 for v in r.values())
-    keys = ("lightning_overhead", "log_share", "metrics_share", "user_overhead", "rotation_cost")
+    keys = (
+        "lightning_overhead", "log_share", "metrics_share", "user_overhead", "rotation_cost",
+        "outliers_cost",
+    )  # fmt: skip
     for key in keys:
         assert out[key]["min"] <= out[key]["median"] <= out[key]["max"]
     lightning, user = out["profile_ms_per_step"]["lightning"], out["profile_ms_per_step"]["user"]

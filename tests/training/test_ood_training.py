@@ -215,7 +215,7 @@ def test_bad_options_are_refused(options, error, match):
 def test_unknown_name_lists_the_known_ones():
     with pytest.raises(
         ValueError,
-        match=r"Unknown ood training 'rotate'\. Did you mean 'rotation'\? Known: rotation",
+        match=r"Unknown ood training 'rotate'\. Did you mean 'rotation'\? Known: outliers, rotation",
     ):
         build_ood_training({"name": "rotate"}, make_module().net)
     assert "rotation" in OOD_TRAINING

@@ -29,15 +29,16 @@ Two things keep the extra pass from pulling the classifier off course:
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from lightning_cls.inference.network import _last_linear
-from lightning_cls.training.ood_training.base import OODTraining
+from lightning_cls.training.ood_training.base import (
+    OODTraining,
+    loss_weight,
+    running_stats_kept,
+)
 
 
 def rotate_batch(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -65,13 +66,7 @@ class Rotation(OODTraining):
 
     def __init__(self, net: nn.Module, weight: float = 0.5):
         super().__init__()
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-            raise TypeError(f"ood_training.weight must be a number, got {weight!r}.")
-        if not (math.isfinite(weight) and weight > 0):
-            raise ValueError(
-                f"ood_training.weight must be a finite number > 0, got weight={weight}; "
-                "ood_training=none turns rotation prediction off."
-            )
+        self.weight = loss_weight(weight, "rotation prediction")
         try:
             self.linear_name, linear = _last_linear(net)
         except ValueError:
@@ -80,16 +75,7 @@ class Rotation(OODTraining):
                 f"network's last nn.Linear, and {type(net).__name__} has none; use "
                 "ood_training=none with this model."
             ) from None
-        self.weight = float(weight)
         self.head = nn.Linear(linear.in_features, 4)  # (D,) -> 4 rotations
-        self.reset()
-
-    @staticmethod
-    def _norms(net: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
-        return [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-
-    def reset(self) -> None:
-        self.total = self.correct = self.count = None  # tensors on the batch's device
 
     def loss(self, net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         height, width = x.shape[-2:]
@@ -104,16 +90,11 @@ class Rotation(OODTraining):
         hook = net.get_submodule(self.linear_name).register_forward_hook(
             lambda module, args, out: captured.append((args[0], out))
         )
-        norms = self._norms(net)
-        momenta = [m.momentum for m in norms]
         try:
-            for m in norms:  # batch statistics, running ones left as the upright images made them
-                m.momentum = 0.0
-            out = net(rotate_batch(x, k))  # (B, classes)
+            with running_stats_kept(net):  # running statistics as the upright images made them
+                out = net(rotate_batch(x, k))  # (B, classes)
         finally:
             hook.remove()
-            for m, momentum in zip(norms, momenta):
-                m.momentum = momentum
         features, linear_out = captured[-1]
         features = torch.flatten(features, 1)  # (B, D) penultimate features
         with torch.no_grad():  # the net's own scaling of its last linear layer's output
@@ -121,24 +102,7 @@ class Rotation(OODTraining):
             scale = (linear_out @ out) / (linear_out @ linear_out).clamp_min(1e-12)
         logits = self.head(features).float() * scale  # (B, 4)
         ce = F.cross_entropy(logits, k)
-        self._count(ce.detach(), logits.detach().argmax(1) == k)
+        hits = (logits.detach().argmax(1) == k).sum()
+        # train/rotation_loss (unweighted) and train/rotation_acc, means over the epoch
+        self.add(len(k), rotation_loss=ce.detach() * len(k), rotation_acc=hits)
         return self.weight * ce
-
-    def _count(self, ce: torch.Tensor, hits: torch.Tensor) -> None:
-        if self.total is None or self.total.device != ce.device:
-            zero = torch.zeros((), dtype=torch.float32, device=ce.device)
-            self.total, self.correct, self.count = zero, zero.clone(), zero.clone()
-        self.total = self.total + ce * len(hits)
-        self.correct = self.correct + hits.sum()
-        self.count = self.count + len(hits)
-
-    def epoch_metrics(self, reduce: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
-        """``rotation_loss`` (the unweighted cross-entropy) and ``rotation_acc``, the epoch's
-        means over every rank's images."""
-        if self.count is None:
-            return {}
-        count = reduce(self.count.clone(), reduce_op="sum")
-        return {
-            "rotation_loss": (reduce(self.total.clone(), reduce_op="sum") / count).float(),
-            "rotation_acc": (reduce(self.correct.clone(), reduce_op="sum") / count).float(),
-        }
