@@ -78,6 +78,17 @@ def loss_weight(weight: Any, what: str) -> float:
     return float(weight)
 
 
+def same_memory_format(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``out`` (B, C, H, W) in channels_last when ``x`` is (the recipe's layout), else as is."""
+    if (
+        x.dim() == 4
+        and not x.is_contiguous()
+        and x.is_contiguous(memory_format=torch.channels_last)
+    ):
+        return out.contiguous(memory_format=torch.channels_last)
+    return out
+
+
 @contextlib.contextmanager
 def running_stats_kept(net: nn.Module) -> Iterator[None]:
     """Within: ``net``'s BatchNorm layers normalise by the batch's own statistics (train mode)

@@ -27,6 +27,7 @@ from lightning_cls.training.ood_training.base import (
     OODTraining,
     loss_weight,
     running_stats_kept,
+    same_memory_format,
 )
 
 
@@ -43,13 +44,7 @@ def shuffle_tiles(x: torch.Tensor, grid: int) -> torch.Tensor:
     order = torch.where(kept, order.roll(1, dims=1), order)  # the identity moved by one tile
     tiles = tiles.gather(1, order[:, :, None, None, None].expand(b, n, c, th, tw))
     out = tiles.reshape(b, grid, grid, c, th, tw).permute(0, 3, 1, 4, 2, 5).reshape(b, c, h, w)
-    if (
-        x.dim() == 4
-        and not x.is_contiguous()
-        and x.is_contiguous(memory_format=torch.channels_last)
-    ):
-        out = out.contiguous(memory_format=torch.channels_last)
-    return out
+    return same_memory_format(out, x)
 
 
 class TileOutliers(OODTraining):

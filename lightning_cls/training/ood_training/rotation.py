@@ -38,6 +38,7 @@ from lightning_cls.training.ood_training.base import (
     OODTraining,
     loss_weight,
     running_stats_kept,
+    same_memory_format,
 )
 
 
@@ -49,13 +50,7 @@ def rotate_batch(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     copies of the input batch, small beside the activations. Keeps ``x``'s channels_last."""
     rotations = torch.stack([torch.rot90(x, r, (2, 3)) for r in range(4)])  # (4, B, C, H, W)
     out = rotations[k, torch.arange(len(x), device=x.device)]  # (B, C, H, W)
-    if (
-        x.dim() == 4
-        and not x.is_contiguous()
-        and x.is_contiguous(memory_format=torch.channels_last)
-    ):
-        out = out.contiguous(memory_format=torch.channels_last)
-    return out
+    return same_memory_format(out, x)
 
 
 class Rotation(OODTraining):
