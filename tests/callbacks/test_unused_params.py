@@ -36,9 +36,9 @@ def test_silent_when_every_parameter_is_used(tiny_data, tiny_module, tiny_traine
 def test_parameters_frozen_by_the_networks_design_are_not_listed(tiny_data, tiny_trainer):
     """airbench freezes its whitening filters and BatchNorm scales on purpose: no warning for
     those (every cifar10_fast run printed one), but one still for a parameter the user froze."""
+    from helpers.tiny import make_module
     from lightning_cls.models.airbench import AirbenchNet
     from lightning_cls.models.frozen import is_frozen_by_design
-    from lightning_cls.module import ClassificationModule
 
     data = tiny_data(num_channels=3, image_size=16)
     net = AirbenchNet(num_classes=data.num_classes, image_size=16, whiten=True, bn_weight=False)
@@ -47,7 +47,7 @@ def test_parameters_frozen_by_the_networks_design_are_not_listed(tiny_data, tiny
         f"blocks.{i}.bn{j}.weight" for i in range(3) for j in (1, 2)
     ]
     assert all(not p.requires_grad for n, p in net.named_parameters() if n in designed)
-    module = ClassificationModule(net=net, spec=data.spec)
+    module = make_module(data, module_kwargs={"net": net})
     trainer = tiny_trainer([UnusedParameterFinder()], limit_val_batches=0, limit_train_batches=1)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -55,7 +55,7 @@ def test_parameters_frozen_by_the_networks_design_are_not_listed(tiny_data, tiny
     assert not [w for w in record if "UnusedParameterFinder" in str(w.message)]
 
     net.blocks[0].conv1.weight.requires_grad_(False)  # frozen by the user: still named
-    module = ClassificationModule(net=net, spec=data.spec)
+    module = make_module(data, module_kwargs={"net": net})
     trainer = tiny_trainer([UnusedParameterFinder()], limit_val_batches=0, limit_train_batches=1)
     with pytest.warns(
         UserWarning, match=r"1 parameter\(s\) are frozen .*: net\.blocks\.0\.conv1\.weight\."
