@@ -68,11 +68,8 @@ from lightning_cls.module import ClassificationModule
 from lightning_cls.training.precision import cpu_has_native_bf16
 
 VARIANTS = ("plain", "lightning", "no_log", "no_metrics", "user", "rotation", "outliers")
-# The variants that train with an ood_training method (issue 53), at its config's defaults.
-OOD_TRAININGS = {
-    "rotation": {"name": "rotation", "weight": 0.5},
-    "outliers": {"name": "outliers", "weight": 0.5, "grid": 4, "share": 0.5},
-}
+# The variants that train with the ood_training method of their name (issue 53), at its defaults.
+OOD_TRAININGS = ("rotation", "outliers")
 # name -> (numerator, denominator): reported as 1 - num/den, paired per round
 RATIOS = {
     "lightning_overhead": ("lightning", "plain"),
@@ -209,9 +206,8 @@ class _NoLog(ClassificationModule):
 
 def build_module(variant: str, dm, channels_last: bool) -> ClassificationModule:
     cls = _NoLog if variant == "no_log" else ClassificationModule
-    module = cls(
-        net=make_model(channels_last), spec=dm.spec, ood_training=OOD_TRAININGS.get(variant)
-    )
+    ood_training = variant if variant in OOD_TRAININGS else None
+    module = cls(net=make_model(channels_last), spec=dm.spec, ood_training=ood_training)
     if variant == "no_metrics":
         module.task.update = lambda stage, logits, target: None
     return module

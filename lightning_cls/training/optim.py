@@ -161,8 +161,9 @@ AUXILIARY = ("sgd", "adamw")
 _MUON_KEYS = ("lr", "weight_decay", "momentum", "nesterov", "ns_steps", "adjust_lr_fn")
 
 
-def _channels_last(p: torch.Tensor) -> bool:
-    """Whether a filter is stored channels_last (and not also plainly contiguous: 1x1)."""
+def is_channels_last(p: torch.Tensor) -> bool:
+    """Whether a 4-D tensor (a filter, a batch of images) is stored channels_last (and not also
+    plainly contiguous: 1x1)."""
     return (
         p.ndim == 4 and not p.is_contiguous() and p.is_contiguous(memory_format=torch.channels_last)
     )
@@ -256,12 +257,7 @@ class MuonHybrid(Optimizer):
     def _views(params) -> list[torch.Tensor]:
         views = []
         for p in params:
-            last = (
-                p.ndim == 4
-                and not p.is_contiguous()
-                and p.is_contiguous(memory_format=torch.channels_last)
-            )
-            view = _matrix(p.detach(), last)
+            view = _matrix(p.detach(), is_channels_last(p))
             if view.data_ptr() != p.data_ptr() or view._base is None and p.ndim != 2:
                 raise ValueError(
                     f"MuonHybrid cannot flatten a parameter of shape {tuple(p.shape)} and strides "
@@ -284,7 +280,7 @@ class MuonHybrid(Optimizer):
                         self.muon.state[new] = self.muon.state.pop(view)
                     inner["params"][i] = view = new
                 grad = p.grad
-                view.grad = None if grad is None else _matrix(grad, _channels_last(p))
+                view.grad = None if grad is None else _matrix(grad, is_channels_last(p))
                 if p.grad is not None and public["normalize_weights"]:
                     p.mul_(p.shape[0] ** 0.5 / p.norm().clamp_min(1e-12))  # airbench94_muon
 

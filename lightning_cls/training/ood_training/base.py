@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from lightning_cls.registry import Registry
+from lightning_cls.training.optim import is_channels_last
 
 
 class OODTraining(nn.Module):
@@ -80,13 +81,7 @@ def loss_weight(weight: Any, what: str) -> float:
 
 def same_memory_format(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``out`` (B, C, H, W) in channels_last when ``x`` is (the recipe's layout), else as is."""
-    if (
-        x.dim() == 4
-        and not x.is_contiguous()
-        and x.is_contiguous(memory_format=torch.channels_last)
-    ):
-        return out.contiguous(memory_format=torch.channels_last)
-    return out
+    return out.contiguous(memory_format=torch.channels_last) if is_channels_last(x) else out
 
 
 @contextlib.contextmanager

@@ -84,5 +84,5 @@ class TileOutliers(OODTraining):
         ce = per_image.mean()
         with torch.no_grad():  # train/outlier_loss (unweighted) and train/outlier_msp
             msp = logits.softmax(1).amax(1).sum()
-        self.add(count, outlier_loss=per_image.detach().sum(), outlier_msp=msp)
+        self.add(count, outlier_loss=per_image.sum(), outlier_msp=msp)
         return self.weight * ce

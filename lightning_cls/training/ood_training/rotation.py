@@ -99,5 +99,5 @@ class Rotation(OODTraining):
         ce = F.cross_entropy(logits, k)
         hits = (logits.detach().argmax(1) == k).sum()
         # train/rotation_loss (unweighted) and train/rotation_acc, means over the epoch
-        self.add(len(k), rotation_loss=ce.detach() * len(k), rotation_acc=hits)
+        self.add(len(k), rotation_loss=ce * len(k), rotation_acc=hits)
         return self.weight * ce
