@@ -50,6 +50,28 @@ def test_work_is_reused_for_the_same_split_and_refused_for_another(benchmark_mod
     assert (work / "airbench/cifar10/train.pt").stat().st_mtime_ns == stamp  # nothing lost
 
 
+def test_our_caches_are_warmed_before_any_timing(benchmark_module, tmp_path):
+    """airbench94's decode happens outside its timing (write_split): ours too, so the first
+    round's run reads a decoded cache and hashed files as every later round's does."""
+    pair = benchmark_module("airbench_pair")
+    from PIL import Image
+
+    for c in ("a", "b"):
+        (tmp_path / "data" / "train" / c).mkdir(parents=True)
+        for i in range(10):
+            Image.new("RGB", (32, 32), (i * 20, 0, 0)).save(
+                tmp_path / "data/train" / c / f"{i}.jpg"
+            )
+    work = tmp_path / "work"
+    args = pair.parse_args(["--data", str(tmp_path / "data"), "--holdout", "4", "--val-size", "4"])
+    counts = pair.write_split(args.data, work, args)
+    cache = work / "split" / ".lightning_cls_cache"
+    assert not cache.exists()
+    pair.warm_caches(pair.ours_overrides(work, counts["classes"], 1, 0, 8))
+    assert {p.name.split("-")[0] for p in cache.glob("*.npy")} == {"train", "val", "test"}
+    assert list(cache.glob("fingerprint-*.json"))
+
+
 def test_first_round_numbers_added_rounds_and_is_checked(benchmark_module, capsys):
     pair = benchmark_module("airbench_pair")
     assert pair.parse_args(["--data", "d", "--first-round", "2"]).first_round == 2
