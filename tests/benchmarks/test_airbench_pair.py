@@ -26,16 +26,19 @@ def test_a_data_folder_without_train_is_named(benchmark_module, tmp_path):
         pair.write_split(tmp_path, tmp_path / "work", args)
 
 
-def test_work_is_reused_for_the_same_split_and_refused_for_another(benchmark_module, tmp_path):
-    pair = benchmark_module("airbench_pair")
+def _two_classes_of_ten(data):
+    """``data/train/{a,b}/0..9.jpg``: 20 small JPEGs."""
     from PIL import Image
 
     for c in ("a", "b"):
-        (tmp_path / "data" / "train" / c).mkdir(parents=True)
+        (data / "train" / c).mkdir(parents=True)
         for i in range(10):
-            Image.new("RGB", (32, 32), (i * 20, 0, 0)).save(
-                tmp_path / "data/train" / c / f"{i}.jpg"
-            )
+            Image.new("RGB", (32, 32), (i * 20, 0, 0)).save(data / "train" / c / f"{i}.jpg")
+
+
+def test_work_is_reused_for_the_same_split_and_refused_for_another(benchmark_module, tmp_path):
+    pair = benchmark_module("airbench_pair")
+    _two_classes_of_ten(tmp_path / "data")
     work = tmp_path / "work"
     argv = ["--data", str(tmp_path / "data"), "--holdout", "4", "--val-size", "4"]
     args = pair.parse_args(argv)
@@ -54,14 +57,7 @@ def test_our_caches_are_warmed_before_any_timing(benchmark_module, tmp_path):
     """airbench94's decode happens outside its timing (write_split): ours too, so the first
     round's run reads a decoded cache and hashed files as every later round's does."""
     pair = benchmark_module("airbench_pair")
-    from PIL import Image
-
-    for c in ("a", "b"):
-        (tmp_path / "data" / "train" / c).mkdir(parents=True)
-        for i in range(10):
-            Image.new("RGB", (32, 32), (i * 20, 0, 0)).save(
-                tmp_path / "data/train" / c / f"{i}.jpg"
-            )
+    _two_classes_of_ten(tmp_path / "data")
     work = tmp_path / "work"
     args = pair.parse_args(["--data", str(tmp_path / "data"), "--holdout", "4", "--val-size", "4"])
     counts = pair.write_split(args.data, work, args)
